@@ -1,0 +1,112 @@
+// Command edge-agent is the drone ground-station ingestion agent: it captures
+// RTP video and MQTT telemetry into durable local streams and replicates them
+// exactly once to a central NATS JetStream.
+//
+// Each subcommand lives in its own file and registers itself in init().
+// Exit status: 0 success, 1 runtime failure, 2 bad usage or config.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	// summary is the one line shown by `edge-agent help`.
+	summary string
+	// run parses args and does the work. It returns a usageError for bad
+	// usage or config (exit 2) and any other error for runtime failures (exit 1).
+	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands is filled by init() functions of the subcommand files.
+var commands = map[string]command{}
+
+// usageError marks an error as bad usage or config: exit status 2.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// usagef returns a usageError with a formatted message.
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+// newFlagSet returns a FlagSet that reports parse errors as usage errors.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("edge-agent "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses args and turns parse errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return usageError{err}
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// runMain dispatches to a subcommand and maps its error to an exit status.
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		printHelp(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "edge-agent: unknown command %q; run 'edge-agent help' for the list\n", args[0])
+		return 2
+	}
+	err := cmd.run(ctx, args[1:], stdout, stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "edge-agent %s: %v\n", args[0], err)
+		}
+		return 2
+	default:
+		fmt.Fprintf(stderr, "edge-agent %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprintln(w, "usage: edge-agent <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+}
