@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/edge-agent/edge-agent/central"
+)
+
+func init() {
+	commands["central"] = command{
+		summary: "run an embedded JetStream server (the central store) for one box, a demo or an R3 cluster",
+		run:     runCentral,
+	}
+}
+
+func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("central", stderr)
+	listen := fs.String("listen", "127.0.0.1:4222", "client `HOST:PORT`")
+	dataDir := fs.String("data-dir", "", "JetStream data `DIR` (required)")
+	name := fs.String("server-name", "", "node name, unique in a cluster and stable across restarts (default edge-central-<port>)")
+	clusterName := fs.String("cluster-name", "", "cluster `NAME` (all members the same)")
+	clusterListen := fs.String("cluster-listen", "", "route `HOST:PORT` of this member")
+	routes := fs.String("routes", "", "comma-separated route `URLS` of the members (nats://host:port,...)")
+	noAdvertise := fs.Bool("no-advertise", false, "do not advertise other members' client URLs to clients")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg := central.Config{
+		Listen:        *listen,
+		DataDir:       *dataDir,
+		ServerName:    *name,
+		ClusterName:   *clusterName,
+		ClusterListen: *clusterListen,
+		NoAdvertise:   *noAdvertise,
+		Logger:        slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if *routes != "" {
+		cfg.Routes = strings.Split(*routes, ",")
+	}
+	if err := cfg.Validate(); err != nil {
+		return usagef("%v", err)
+	}
+	srv, err := central.New(cfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	defer srv.Close()
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "central: JetStream listening on %s (data %s)\n", srv.ClientURL(), *dataDir)
+	return srv.Run(ctx)
+}
