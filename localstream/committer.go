@@ -1,0 +1,171 @@
+package localstream
+
+import "github.com/dgraph-io/badger/v4"
+
+// inflightBatch is a group of appends written to Badger and waiting for
+// their commit (and fsync) to complete.
+type inflightBatch struct {
+	reqs []*appendReq
+	pos  []Position
+	txns int        // commits this batch was split into
+	done chan error // one value per commit
+}
+
+// commitLoop is the single writer: it takes appends from the queue in
+// order, assigns offsets, and writes them in Badger commits bounded by
+// events and bytes. It does not wait for the fsync: the completer does,
+// so the next batch is built while the previous one syncs.
+func (s *Store) commitLoop() {
+	defer s.wg.Done()
+	defer close(s.inflight)
+	for {
+		select {
+		case req, ok := <-s.queue:
+			if !ok {
+				return
+			}
+			batch := []*appendReq{req}
+			bytes := len(req.rec)
+		drain:
+			for len(batch) < s.opts.MaxBatchEvents && bytes < s.opts.MaxBatchBytes {
+				select {
+				case r, ok := <-s.queue:
+					if !ok {
+						break drain
+					}
+					batch = append(batch, r)
+					bytes += len(r.rec)
+				default:
+					break drain
+				}
+			}
+			s.writeBatch(batch)
+		case c := <-s.ctrl:
+			c.reply <- c.fn()
+		}
+	}
+}
+
+// writeBatch assigns offsets and starts the Badger commits of one batch.
+func (s *Store) writeBatch(batch []*appendReq) {
+	b := &inflightBatch{reqs: batch, pos: make([]Position, len(batch)), done: make(chan error, 1+len(batch))}
+	if err := s.Err(); err != nil {
+		b.done <- err
+		b.txns = 1
+		s.inflight <- b
+		return
+	}
+	now := s.opts.Now()
+	txn := s.db.NewTransaction(true)
+	txnBytes := 0
+	commit := func() {
+		b.txns++
+		txn.CommitWith(func(err error) { b.done <- err })
+		txn = s.db.NewTransaction(true)
+		txnBytes = 0
+	}
+	for i, r := range batch {
+		sg := r.st.route(r.hash)
+		off := sg.assigned
+		sg.assigned++
+		sg.winEvents++
+		sg.winBytes += uint64(r.size)
+		b.pos[i] = Position{Segment: sg.ID, Offset: off}
+		if txnBytes > 0 && txnBytes+len(r.rec) > s.opts.MaxBatchBytes {
+			commit()
+		}
+		if err := s.setReq(txn, r, sg.ID, off); err != nil {
+			// Batches are bounded well below Badger's transaction limit
+			// (see Options.MaxBatchBytes), so any error here is a failed write.
+			txn.Discard()
+			s.setSticky(err)
+			b.done <- err
+			b.txns = 1
+			s.inflight <- b
+			return
+		}
+		txnBytes += len(r.rec)
+	}
+	commit()
+	txn.Discard()
+	s.inflight <- b
+	for _, st := range s.Streams() {
+		st.maybeAutoScale(now)
+	}
+}
+
+// setReq adds one append (event and its metadata) to txn.
+func (s *Store) setReq(txn *badger.Txn, r *appendReq, seg SegmentID, off uint64) error {
+	if err := txn.SetEntry(badger.NewEntry(dataKey(r.st.name, seg, off), r.rec)); err != nil {
+		return err
+	}
+	for _, m := range r.metas {
+		if err := txn.Set(metaKey(m.key), m.val); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// route returns the open segment owning hash h. Committer goroutine only:
+// only the committer changes the open list.
+func (st *Stream) route(h float64) *segState {
+	for _, sg := range st.open {
+		if sg.Range.Contains(h) {
+			return sg
+		}
+	}
+	return st.open[len(st.open)-1] // h < 1 always lands above; defensive
+}
+
+// completeLoop acknowledges batches in commit order once durable, and
+// publishes the new durable lengths to readers.
+func (s *Store) completeLoop() {
+	defer s.wg.Done()
+	for b := range s.inflight {
+		var err error
+		for range b.txns {
+			if e := <-b.done; e != nil && err == nil {
+				err = e
+			}
+		}
+		if err != nil {
+			s.setSticky(err)
+			for _, r := range b.reqs {
+				r.cb(Position{}, err)
+			}
+			continue
+		}
+		s.publish(b)
+		for i, r := range b.reqs {
+			r.cb(b.pos[i], nil)
+		}
+	}
+}
+
+// publish makes a completed batch visible: durable lengths and counters.
+func (s *Store) publish(b *inflightBatch) {
+	var last *Stream
+	for i, r := range b.reqs {
+		st := r.st
+		if st != last {
+			if last != nil {
+				last.broadcast()
+				last.mu.Unlock()
+			}
+			st.mu.Lock()
+			last = st
+		}
+		sg := st.segs[b.pos[i].Segment]
+		if b.pos[i].Offset+1 > sg.Length {
+			sg.Length = b.pos[i].Offset + 1
+		}
+		sg.Bytes += uint64(r.size)
+		st.stats.Appended++
+		st.stats.AppendedBytes += uint64(r.size)
+	}
+	if last != nil {
+		last.broadcast()
+		last.mu.Unlock()
+	}
+}

@@ -1,0 +1,73 @@
+// Package localstream keeps the agent's durable, segmented local streams in
+// Badger: append, read from cut to cut, stream cuts, scaling (split and
+// merge), committed cuts per sink, retention and explicit shedding.
+//
+// # Model
+//
+// A stream is split into segments, each owning a range [low, high) of the
+// routing-key hash space [0, 1) (KeyHash: FNV-1a 64 of the key, top 53 bits
+// / 2^53 — part of the on-disk contract). A segment id is epoch<<32|number.
+// A split seals one segment and creates several covering its range in a new
+// epoch; a merge seals adjacent segments and creates one covering their
+// union. The segments that ever contained one key form a chain ordered by
+// epoch, so a key's events are totally ordered across scales; readers read
+// a successor only after all its predecessors are exhausted.
+//
+// # Writing
+//
+// Every append of every stream goes through one queue (bounded: back-
+// pressure) to one committer goroutine, which assigns offsets in queue
+// order and writes batches (bounded by events and bytes) as Badger
+// transactions without waiting for them; Badger groups concurrent commits
+// into one fsync'd write (DurabilityAlways), and a completer acknowledges
+// batches in order once durable. Scales and truncations run in the
+// committer between batches, so no event lands in a sealed segment and a
+// seal is never durable before the data of the segment it seals. After a
+// failed write every later write fails with the same error (sticky); the
+// store must be reopened.
+//
+// # Keys
+//
+//	d | len(stream) u8 | stream | segment u64 BE | offset u64 BE  → record
+//	s | stream                                                   → stream metadata (JSON)
+//	c | len(stream) u8 | stream | sink                           → committed cut (binary StreamCut)
+//	x | key                                                      → PutMeta / WithMeta values
+//
+// One segment's events are one contiguous key range in offset order.
+// Open segments' lengths are not stored: they are recovered from the last
+// data key on Open, so an append writes nothing but its record (and its
+// WithMeta values, in the same transaction).
+//
+// # Record, version 1
+//
+//	 0                   1                   2                   3
+//	 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  version = 1  |             flags (u16 BE)    |  event time   |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+               +
+//	|            (i64 BE, Unix ns, 0 = unknown)                     |
+//	+                               +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                               |   ingest time (i64 BE, ns)    |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+                               +
+//	|                                                               |
+//	+                               +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                               | uvarint len | routing key ... |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	| uvarint len | writer ...  | uvarint len | content type ...    |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	| uvarint n | n × (uvarint len, key, uvarint len, value)        |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	| uvarint len | payload ...                                     |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// Flags: 1 keyframe, 2 discontinuity, 4 late, 8 estimated time, 16 gap
+// marker, 32 raw. A record must be consumed exactly; Badger checksums the
+// bytes, and its transactions make a record present whole or not at all.
+//
+// # Retention
+//
+// Truncate deletes before a cut only when every sink has committed past
+// it. Shed deletes by policy whatever it is told and appends one gap
+// marker per routing key that lost events (FlagGap, JSON Gap payload), so
+// the loss is replicated and visible at the centre.
+package localstream

@@ -1,0 +1,106 @@
+package localstream
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Durability says when an append returns.
+type Durability int
+
+const (
+	// DurabilityAlways (the default): Append returns after the Badger commit
+	// holding the event is fsync'd. Concurrent appends share one commit.
+	DurabilityAlways Durability = iota
+	// DurabilityPeriodic: Append returns once the write reached the OS; the
+	// store fsyncs every SyncInterval. A power cut can lose up to that
+	// interval of acknowledged events (a process crash loses nothing).
+	DurabilityPeriodic
+)
+
+// String returns "always" or "periodic".
+func (d Durability) String() string {
+	if d == DurabilityPeriodic {
+		return "periodic"
+	}
+	return "always"
+}
+
+// ParseDurability parses "always" or "periodic".
+func ParseDurability(s string) (Durability, error) {
+	switch s {
+	case "", "always":
+		return DurabilityAlways, nil
+	case "periodic":
+		return DurabilityPeriodic, nil
+	}
+	return 0, fmt.Errorf("localstream: durability %q: want always or periodic", s)
+}
+
+// Options configure a Store. The zero value gives the defaults noted on each field.
+type Options struct {
+	// Durability is DurabilityAlways unless set.
+	Durability Durability
+	// SyncInterval is the fsync period in DurabilityPeriodic mode. Default 1s.
+	SyncInterval time.Duration
+	// MaxEventBytes bounds one encoded event. Default 4 MiB; at most
+	// MaxBatchBytes.
+	MaxEventBytes int
+	// QueueDepth bounds the append queue; Append blocks (back-pressure) when
+	// it is full. Default 8192.
+	QueueDepth int
+	// MaxBatchBytes bounds the bytes of one Badger commit. Default 4 MiB.
+	MaxBatchBytes int
+	// MaxBatchEvents bounds the events of one Badger commit. Default 4096.
+	MaxBatchEvents int
+	// MaxInflight bounds commits written but not yet fsync'd. Default 8.
+	MaxInflight int
+	// ValueThreshold: values at least this large go to Badger's value log
+	// instead of the LSM tree. Default 1 KiB.
+	ValueThreshold int64
+	// MemTableSize is Badger's memtable size. Default 64 MiB.
+	MemTableSize int64
+	// Logger receives the store's logs. Default slog.Default().
+	Logger *slog.Logger
+	// Now is the clock (ingest times of gap markers, scaling windows). Default time.Now.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = time.Second
+	}
+	if o.MaxEventBytes <= 0 {
+		o.MaxEventBytes = 4 << 20
+	}
+	if o.QueueDepth <= 0 {
+		o.QueueDepth = 8192
+	}
+	if o.MemTableSize <= 0 {
+		o.MemTableSize = 64 << 20
+	}
+	if o.MaxBatchBytes <= 0 {
+		o.MaxBatchBytes = 4 << 20
+	}
+	// Badger refuses a transaction above 15% of the memtable; stay below
+	// 10% so that a bounded batch never hits ErrTxnTooBig.
+	o.MaxBatchBytes = min(o.MaxBatchBytes, int(o.MemTableSize/10))
+	if o.MaxBatchEvents <= 0 {
+		o.MaxBatchEvents = 4096
+	}
+	if o.MaxInflight <= 0 {
+		o.MaxInflight = 8
+	}
+	if o.ValueThreshold <= 0 {
+		o.ValueThreshold = 1 << 10
+	}
+	o.MaxEventBytes = min(o.MaxEventBytes, o.MaxBatchBytes)
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}

@@ -1,0 +1,322 @@
+package localstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	stdsync "sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// Store is a set of streams in one Badger database. It is safe for
+// concurrent use. All appends of all streams go through one committer
+// goroutine that assigns offsets and groups appends into Badger commits;
+// a completer goroutine acknowledges them in order once fsync'd.
+type Store struct {
+	db   *badger.DB
+	opts Options
+	log  *slog.Logger
+
+	// mu guards streams.
+	mu      stdsync.Mutex
+	streams map[string]*Stream
+
+	// closeMu is held for reading while a request is enqueued and for
+	// writing by Close, so Close never closes queue under a sender.
+	closeMu stdsync.RWMutex
+	closed  bool
+
+	queue    chan *appendReq     // appends, FIFO: the order of offsets
+	ctrl     chan ctrlReq        // scales, truncations: run by the committer
+	inflight chan *inflightBatch // commits written, waiting for their fsync
+	wg       stdsync.WaitGroup   // committer, completer, syncer
+	stopSync chan struct{}
+
+	// errMu guards sticky: after a failed write every later write fails with it.
+	errMu  stdsync.Mutex
+	sticky error
+
+	closeOnce stdsync.Once
+	closeErr  error
+}
+
+// Open opens (or creates) the store in dir and recovers every stream: all
+// acknowledged events are found, none partially.
+func Open(dir string, opts Options) (*Store, error) {
+	opts = opts.withDefaults()
+	bo := badger.DefaultOptions(dir).
+		WithSyncWrites(opts.Durability == DurabilityAlways).
+		WithValueThreshold(opts.ValueThreshold).
+		WithMemTableSize(opts.MemTableSize).
+		WithNumVersionsToKeep(1).
+		WithDetectConflicts(false).
+		WithLogger(badgerLogger{opts.Logger}).
+		WithLoggingLevel(badger.WARNING)
+	db, err := badger.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
+	}
+	s := &Store{
+		db:       db,
+		opts:     opts,
+		log:      opts.Logger,
+		streams:  map[string]*Stream{},
+		queue:    make(chan *appendReq, opts.QueueDepth),
+		ctrl:     make(chan ctrlReq),
+		inflight: make(chan *inflightBatch, opts.MaxInflight),
+		stopSync: make(chan struct{}),
+	}
+	if err := s.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.wg.Add(2)
+	go s.commitLoop()
+	go s.completeLoop()
+	if opts.Durability == DurabilityPeriodic {
+		s.wg.Add(1)
+		go s.syncLoop()
+	}
+	return s, nil
+}
+
+// load reads every stream's metadata and recovers segment lengths from the data keys.
+func (s *Store) load() error {
+	return s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{prefixStream}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var m streamMeta
+			err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) })
+			if err != nil {
+				return fmt.Errorf("%w: stream metadata %q: %w", ErrCorruptRecord, it.Item().Key(), err)
+			}
+			st := newStream(s, m)
+			for _, seg := range st.segs {
+				if seg.Sealed {
+					seg.Length = seg.final
+				} else {
+					seg.Length = max(seg.Start, lastOffset(txn, st.name, seg.ID))
+				}
+				seg.assigned = seg.Length
+			}
+			s.streams[m.Name] = st
+		}
+		return nil
+	})
+}
+
+// lastOffset returns one past the highest stored offset of a segment (0 if none).
+func lastOffset(txn *badger.Txn, stream string, seg SegmentID) uint64 {
+	prefix := segmentPrefix(stream, seg)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+	defer it.Close()
+	it.Seek(dataKey(stream, seg, ^uint64(0)))
+	if !it.ValidForPrefix(prefix) {
+		return 0
+	}
+	return offsetOf(it.Item().Key()) + 1
+}
+
+// CreateStream creates a stream, or returns the existing one of that name
+// (its configuration is not changed).
+func (s *Store) CreateStream(name string, cfg StreamConfig) (*Stream, error) {
+	if err := ValidateStreamName(name); err != nil {
+		return nil, err
+	}
+	if err := cfg.Scaling.Validate(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.streams[name]; ok {
+		return st, nil
+	}
+	if err := s.Err(); err != nil {
+		return nil, err
+	}
+	cfg.Scaling = cfg.Scaling.withDefaults()
+	m := streamMeta{Name: name, Config: cfg}
+	for i, r := range SplitRange(KeyRange{0, 1}, cfg.Scaling.MinSegments) {
+		m.Segments = append(m.Segments, segMeta{ID: NewSegmentID(0, uint32(i)), Range: r})
+		m.NextNumber = uint32(i + 1)
+	}
+	m.Head = map[SegmentID]uint64{}
+	for _, sg := range m.Segments {
+		m.Head[sg.ID] = 0
+	}
+	st := newStream(s, m)
+	if err := s.db.Update(func(txn *badger.Txn) error { return st.putMeta(txn) }); err != nil {
+		return nil, fmt.Errorf("localstream: create stream %q: %w", name, err)
+	}
+	s.streams[name] = st
+	return st, nil
+}
+
+// Stream returns the named stream.
+func (s *Store) Stream(name string) (*Stream, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.streams[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrStreamNotFound, name)
+	}
+	return st, nil
+}
+
+// Streams returns every stream, by name.
+func (s *Store) Streams() []*Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Stream, 0, len(s.streams))
+	for _, n := range slices.Sorted(maps.Keys(s.streams)) {
+		out = append(out, s.streams[n])
+	}
+	return out
+}
+
+// Err returns the sticky write error, if a write failed.
+func (s *Store) Err() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.sticky
+}
+
+func (s *Store) setSticky(err error) {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	if s.sticky == nil {
+		s.sticky = fmt.Errorf("localstream: write failed, store needs reopening: %w", err)
+		s.log.Error("localstream: write failed; every later write fails", "err", err)
+	}
+}
+
+// PutMeta stores a metadata value (fsync'd in DurabilityAlways mode).
+func (s *Store) PutMeta(key string, val []byte) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return s.db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(key), val) })
+}
+
+// GetMeta returns a metadata value.
+func (s *Store) GetMeta(key string) ([]byte, bool, error) {
+	var out []byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		it, err := txn.Get(metaKey(key))
+		if err != nil {
+			return err
+		}
+		out, err = it.ValueCopy(nil)
+		return err
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, false, nil
+	}
+	return out, err == nil, err
+}
+
+// DeleteMeta removes a metadata value.
+func (s *Store) DeleteMeta(key string) error {
+	return s.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(key)) })
+}
+
+// ScanMeta returns every metadata value whose key starts with prefix.
+func (s *Store) ScanMeta(prefix string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: metaKey(prefix), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			v, err := it.Item().ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			out[string(it.Item().Key()[1:])] = v
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CollectGarbage reclaims value-log space freed by truncation. It runs
+// Badger's value-log GC until there is nothing to rewrite.
+func (s *Store) CollectGarbage() {
+	for s.db.RunValueLogGC(0.5) == nil {
+	}
+}
+
+// Size returns the on-disk size of the LSM tree and the value log.
+func (s *Store) Size() (lsm, vlog int64) { return s.db.Size() }
+
+// Close stops accepting appends, waits for queued ones to be written and
+// acknowledged, and closes the database. It is idempotent.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeMu.Lock()
+		s.closed = true
+		close(s.queue)
+		s.closeMu.Unlock()
+		close(s.stopSync)
+		s.wg.Wait()
+		if s.opts.Durability == DurabilityPeriodic {
+			s.db.Sync()
+		}
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
+}
+
+// ctrlReq runs fn in the committer goroutine, between two batches.
+type ctrlReq struct {
+	fn    func() error
+	reply chan error
+}
+
+// control runs fn in the committer, serialised with offset assignment.
+func (s *Store) control(ctx context.Context, fn func() error) error {
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return ErrClosed
+	}
+	req := ctrlReq{fn: fn, reply: make(chan error, 1)}
+	select {
+	case s.ctrl <- req:
+	case <-ctx.Done():
+		s.closeMu.RUnlock()
+		return ctx.Err()
+	}
+	s.closeMu.RUnlock()
+	return <-req.reply
+}
+
+func (s *Store) syncLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.opts.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopSync:
+			return
+		case <-t.C:
+			if err := s.db.Sync(); err != nil {
+				s.setSticky(err)
+			}
+		}
+	}
+}
+
+// badgerLogger routes Badger's logs to slog.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Infof(f string, a ...any)    {}
+func (b badgerLogger) Debugf(f string, a ...any)   {}
