@@ -1,0 +1,312 @@
+package watermark
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+const (
+	// maxWriters bounds the writers of one stream (rule 9). Beyond it new
+	// writer ids are refused with ErrTooManyWriters and counted.
+	maxWriters = 4096
+	// maxWriterID bounds a writer id's length in bytes.
+	maxWriterID = 255
+)
+
+// core is the deterministic heart of a Tracker: it is fed marks, the
+// current time (Unix ns) and topology snapshots as arguments, and performs
+// no I/O. It is not safe for concurrent use; the Tracker serialises calls.
+type core struct {
+	// stream is the stream's name.
+	stream string
+	// idleNs is the idle timeout in ns; <= 0 disables it.
+	idleNs int64
+	// latenessNs is the allowed lateness in ns (noted = max seen - lateness).
+	latenessNs int64
+	// writers holds every known writer by id.
+	writers map[string]*writer
+	// local is the last local watermark emitted (zero: none yet).
+	local Watermark
+	// committed is the last committed watermark emitted (zero: none yet).
+	committed Watermark
+	// localDirty / committedDirty: the emitted watermark is not persisted yet.
+	localDirty, committedDirty bool
+	// stats are the counters.
+	stats Stats
+}
+
+func newCore(stream string, idleNs, latenessNs int64) *core {
+	return &core{stream: stream, idleNs: idleNs, latenessNs: latenessNs, writers: map[string]*writer{}}
+}
+
+// writer returns the state of id, creating it.
+func (c *core) writer(id string) (*writer, error) {
+	w, ok := c.writers[id]
+	if ok {
+		return w, nil
+	}
+	if len(id) == 0 || len(id) > maxWriterID {
+		return nil, fmt.Errorf("%w: %d bytes, want 1..%d", ErrInvalidWriter, len(id), maxWriterID)
+	}
+	if len(c.writers) >= maxWriters {
+		c.stats.WritersRefused++
+		return nil, fmt.Errorf("%w: %d writers", ErrTooManyWriters, len(c.writers))
+	}
+	w = &writer{id: id}
+	c.writers[id] = w
+	return w, nil
+}
+
+// late answers whether an event of writer id with time t (not yet
+// appended) is late: earlier than a watermark already published (local or
+// committed), or earlier than the writer's own noted time (Note would
+// reject it). It also marks the writer active: a closed or idle writer
+// comes back with its next event.
+func (c *core) late(id string, t, now int64) bool {
+	late := (!c.local.IsZero() && t < c.local.LowerNs) ||
+		(!c.committed.IsZero() && t < c.committed.LowerNs)
+	w, err := c.writer(id)
+	if err != nil {
+		// Refused writer: its marks will be refused too, so it never
+		// counts; answer from the published watermarks alone.
+		if late {
+			c.stats.Late++
+		}
+		return late
+	}
+	late = late || (w.hasMark && t < w.noted)
+	if w.closed {
+		w.closed, w.dirty = false, true
+	}
+	w.lastActive = now
+	if late {
+		c.stats.Late++
+		return true
+	}
+	if !w.hasMark && (!w.pending || t < w.pendingFloor) {
+		w.pending, w.pendingFloor = true, t
+	}
+	return false
+}
+
+// note applies writer id's mark "time t at durable position p". topo must
+// know p's segment and those the writer noted before.
+func (c *core) note(topo localstream.Topology, id string, t int64, p localstream.Position, now int64) error {
+	w, err := c.writer(id)
+	if err != nil {
+		return err
+	}
+	if w.hasMark {
+		if t < w.noted {
+			c.stats.RejectedBackwards++
+			return fmt.Errorf("%w: writer %q noted %d, now %d", ErrTimeBackwards, id, w.noted, t)
+		}
+		if err := w.checkPosition(topo, p); err != nil {
+			c.stats.RejectedNotAdvancing++
+			return err
+		}
+	}
+	if !w.hasMark || t > w.maxSeen {
+		w.maxSeen = t
+	}
+	noted := w.maxSeen - c.latenessNs
+	if !w.hasMark {
+		w.noted = noted
+		if w.base == nil {
+			w.floor = noted
+		}
+	}
+	w.noted = max(w.noted, noted)
+	w.advance(topo, p)
+	w.hasMark, w.closed, w.pending, w.dirty = true, false, false, true
+	w.lastActive = now
+	c.stats.HistoryThinned += uint64(w.record())
+	c.stats.Notes++
+	return nil
+}
+
+// close stops writer id from counting until it returns.
+func (c *core) close(id string) {
+	w, ok := c.writers[id]
+	if !ok || w.closed {
+		return
+	}
+	w.closed, w.pending, w.dirty = true, false, true
+	c.stats.Closes++
+}
+
+// candidate is a watermark computed from the marks, before the emission rule.
+type candidate struct {
+	// ok is set once a writer counts for the lower bound.
+	ok bool
+	// lower is the min over counted writers; upper the max time of the
+	// marks whose positions build the cut.
+	lower, upper int64
+	// positions are those of the marks that build the cut.
+	positions []localstream.Position
+}
+
+// count takes a counted writer's time into the lower bound.
+func (k *candidate) count(t int64) {
+	if !k.ok {
+		k.lower, k.ok = t, true
+		return
+	}
+	k.lower = min(k.lower, t)
+}
+
+// use takes a mark into the cut and the upper bound.
+func (k *candidate) use(m mark) {
+	k.positions = append(k.positions, m.pos...)
+	k.upper = max(k.upper, m.t)
+}
+
+// localAt computes and emits the local watermark at time now over topo.
+func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) {
+	var k candidate
+	for _, id := range slices.Sorted(maps.Keys(c.writers)) {
+		w := c.writers[id]
+		if w.hasMark {
+			k.use(mark{t: w.noted, pos: w.pos})
+		}
+		if !w.active(now, c.idleNs) {
+			continue
+		}
+		switch {
+		case w.hasMark:
+			k.count(w.noted)
+		case w.pending:
+			k.count(w.pendingFloor)
+		}
+	}
+	base := topo.OpenAtZero()
+	base.Stream = c.stream
+	next, emitted, err := c.emit(topo, c.local, k, base)
+	if err != nil {
+		return c.local, err
+	}
+	if emitted {
+		c.local, c.localDirty = next, true
+		c.stats.LocalEmitted++
+	}
+	return c.local, nil
+}
+
+// committedAt computes and emits the committed watermark for the committed
+// cut cut at time now over topo: only marks inside cut are used, and the
+// result's cut is at or before cut.
+func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut, now int64) (Watermark, error) {
+	if err := topo.Validate(cut); err != nil {
+		return c.committed, err
+	}
+	if !c.committed.IsZero() {
+		le, err := topo.LessEq(c.committed.Cut, cut)
+		if err != nil {
+			return c.committed, err
+		}
+		if !le {
+			return c.committed, fmt.Errorf("%w: %s is not at or after %s", ErrCutRegressed, cut, c.committed.Cut)
+		}
+	}
+	var k candidate
+	for _, id := range slices.Sorted(maps.Keys(c.writers)) {
+		w := c.writers[id]
+		if err := c.promote(topo, cut, w); err != nil {
+			return c.committed, err
+		}
+		if w.base != nil {
+			k.use(*w.base)
+		}
+		active := w.active(now, c.idleNs)
+		uncommitted := len(w.hist) > 0
+		switch {
+		case !uncommitted && !active:
+			// Closed or idle, and everything it wrote is committed.
+		case w.base != nil:
+			// Its events after the base mark are at or after the base's time.
+			k.count(w.base.t)
+		case uncommitted:
+			// Nothing committed yet: its events are at or after its first mark.
+			k.count(w.floor)
+		case w.pending:
+			// First event in flight, not yet noted.
+			k.count(w.pendingFloor)
+		}
+	}
+	next, emitted, err := c.emit(topo, c.committed, k, cut)
+	if err != nil {
+		return c.committed, err
+	}
+	if emitted {
+		c.committed, c.committedDirty = next, true
+		c.stats.CommittedEmitted++
+	}
+	return c.committed, nil
+}
+
+// promote moves the writer's marks that lie inside the committed cut into
+// its base. Positions only grow along the history, so the marks inside
+// form a prefix.
+func (c *core) promote(topo localstream.Topology, cut localstream.StreamCut, w *writer) error {
+	var ierr error
+	n := sort.Search(len(w.hist), func(i int) bool {
+		in, err := markInside(topo, cut, w.hist[i])
+		if err != nil && ierr == nil {
+			ierr = err
+		}
+		return !in
+	})
+	if ierr != nil {
+		return ierr
+	}
+	if n == 0 {
+		return nil
+	}
+	b := w.hist[n-1]
+	w.base = &b
+	w.hist = slices.Delete(w.hist, 0, n)
+	w.dirty = true
+	return nil
+}
+
+// markInside reports whether every position of m is before cut.
+func markInside(topo localstream.Topology, cut localstream.StreamCut, m mark) (bool, error) {
+	for _, p := range m.pos {
+		if off, ok := cut.Positions[p.Segment]; ok {
+			if p.Offset >= off {
+				return false, nil
+			}
+			continue
+		}
+		in, err := topo.Contains(cut, p)
+		if err != nil || !in {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// emit applies the emission rule: a new watermark only when the lower
+// bound advances; its cut is joined with the previous one so that it
+// never moves back. base fills the key ranges no position touches.
+func (c *core) emit(topo localstream.Topology, prev Watermark, k candidate, base localstream.StreamCut) (Watermark, bool, error) {
+	if !k.ok || (!prev.IsZero() && k.lower <= prev.LowerNs) {
+		return prev, false, nil
+	}
+	cut, err := topo.Covering(base, k.positions...)
+	if err != nil {
+		return prev, false, err
+	}
+	upper := max(k.upper, k.lower)
+	if !prev.IsZero() {
+		if cut, err = topo.Join(prev.Cut, cut); err != nil {
+			return prev, false, err
+		}
+		upper = max(upper, prev.UpperNs)
+	}
+	return Watermark{LowerNs: k.lower, UpperNs: upper, Cut: cut}, true, nil
+}

@@ -1,0 +1,285 @@
+package watermark
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// The data-driven tests in testdata/*.txt drive the deterministic core
+// over a hand-built topology (simStream). Each case is
+//
+//	<command> [key=value ...]
+//	----
+//	<expected output, up to a blank line>
+//
+// Commands:
+//
+//	stream [segments=N] [idle=DUR] [lateness=NS]  reset: a stream "video" of N segments
+//	tick DUR                                       advance the clock
+//	append writer=W key=K t=NS [asked=1]           Late (unless asked before), append, Note (what ingest does)
+//	note writer=W t=NS pos=E.N@OFF                 a raw Note
+//	late writer=W t=NS                             a raw Late
+//	close writer=W                                 CloseWriter
+//	split seg=E.N n=N / merge segs=E.N,E.N         scaling
+//	local                                          the local watermark
+//	commit [cut=TEXT]                              CommittedAt(cut); default the tail cut
+//	tail                                           print the tail cut
+//
+// Set WATERMARK_REWRITE=1 to rewrite the expected outputs (then review the diff).
+func TestDataDriven(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) { runDataFile(t, f) })
+	}
+}
+
+type ddCase struct {
+	cmd, want string
+	line      int
+}
+
+func parseDataFile(t *testing.T, path string) []ddCase {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	var cases []ddCase
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		c := ddCase{cmd: l, line: i + 1}
+		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "----" {
+			t.Fatalf("%s:%d: command without ---- line", path, i+1)
+		}
+		i += 2
+		var out []string
+		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
+			out = append(out, lines[i])
+		}
+		c.want = strings.Join(out, "\n")
+		cases = append(cases, c)
+	}
+	return cases
+}
+
+func runDataFile(t *testing.T, path string) {
+	cases := parseDataFile(t, path)
+	h := &ddHarness{}
+	h.reset(nil)
+	var rewritten strings.Builder
+	src, _ := os.ReadFile(path)
+	comments := leadingComments(string(src))
+	for _, c := range cases {
+		got := strings.TrimRight(h.run(t, c.cmd), "\n")
+		if os.Getenv("WATERMARK_REWRITE") != "" {
+			if cm := comments[c.line]; cm != "" {
+				rewritten.WriteString(cm)
+			}
+			fmt.Fprintf(&rewritten, "%s\n----\n", c.cmd)
+			if got != "" {
+				rewritten.WriteString(got + "\n")
+			}
+			rewritten.WriteString("\n")
+			continue
+		}
+		if got != c.want {
+			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, c.line, c.cmd, got, c.want)
+		}
+	}
+	if os.Getenv("WATERMARK_REWRITE") != "" {
+		if err := os.WriteFile(path, []byte(rewritten.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// leadingComments maps a command's line number to the comment and blank
+// lines just before it, so rewriting keeps them.
+func leadingComments(src string) map[int]string {
+	out := map[int]string{}
+	lines := strings.Split(src, "\n")
+	var acc strings.Builder
+	inOutput := false
+	for i, l := range lines {
+		tl := strings.TrimSpace(l)
+		switch {
+		case inOutput:
+			if tl == "" {
+				inOutput = false
+			}
+		case strings.HasPrefix(tl, "#"):
+			acc.WriteString(l + "\n")
+		case tl == "":
+		case tl == "----":
+			inOutput = true
+		default:
+			out[i+1] = acc.String()
+			acc.Reset()
+		}
+	}
+	return out
+}
+
+// ddHarness is the state a data file drives.
+type ddHarness struct {
+	sim *simStream
+	c   *core
+	now int64
+}
+
+func (h *ddHarness) reset(args map[string]string) {
+	n := 1
+	if v, ok := args["segments"]; ok {
+		n, _ = strconv.Atoi(v)
+	}
+	idle := int64(0)
+	if v, ok := args["idle"]; ok {
+		idle = parseDur(v)
+	}
+	lateness := int64(0)
+	if v, ok := args["lateness"]; ok {
+		lateness = parseDur(v)
+	}
+	h.sim = newSimStream("video", n)
+	h.c = newCore("video", idle, lateness)
+	h.now = 1_000_000
+}
+
+func parseDur(v string) int64 {
+	if d, err := time.ParseDuration(v); err == nil {
+		return int64(d)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		panic(err)
+	}
+	return n
+}
+
+func parseSeg(v string) localstream.SegmentID {
+	e, n, _ := strings.Cut(v, ".")
+	ei, _ := strconv.ParseUint(e, 10, 32)
+	ni, _ := strconv.ParseUint(n, 10, 32)
+	return localstream.NewSegmentID(uint32(ei), uint32(ni))
+}
+
+func (h *ddHarness) run(t *testing.T, line string) string {
+	fields := strings.Fields(line)
+	args := map[string]string{}
+	for _, f := range fields[1:] {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok {
+			args["_"] = f
+			continue
+		}
+		args[k] = v
+	}
+	num := func(k string) int64 {
+		v, err := strconv.ParseInt(args[k], 10, 64)
+		if err != nil {
+			t.Fatalf("%s: bad %s: %v", line, k, err)
+		}
+		return v
+	}
+	switch fields[0] {
+	case "stream":
+		h.reset(args)
+		return ""
+	case "tick":
+		h.now += parseDur(args["_"])
+		return ""
+	case "append":
+		w, tm := args["writer"], num("t")
+		late := false
+		if _, skip := args["asked"]; !skip {
+			late = h.c.late(w, tm, h.now)
+		}
+		p := h.sim.append(args["key"])
+		h.sim.events = append(h.sim.events, simEvent{pos: p, writer: w, t: tm, late: late})
+		out := fmt.Sprintf("pos=%s late=%v", p, late)
+		if err := h.c.note(h.sim.snapshot(), w, tm, p, h.now); err != nil {
+			out += " note: " + errName(err)
+		}
+		return out
+	case "note":
+		ps, off, _ := strings.Cut(args["pos"], "@")
+		o, _ := strconv.ParseUint(off, 10, 64)
+		p := localstream.Position{Segment: parseSeg(ps), Offset: o}
+		if err := h.c.note(h.sim.snapshot(), args["writer"], num("t"), p, h.now); err != nil {
+			return "note: " + errName(err)
+		}
+		return "ok"
+	case "late":
+		return fmt.Sprintf("late=%v", h.c.late(args["writer"], num("t"), h.now))
+	case "close":
+		h.c.close(args["writer"])
+		return ""
+	case "split":
+		ids, err := h.sim.split(parseSeg(args["seg"]), int(num("n")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(ids)
+	case "merge":
+		var ids []localstream.SegmentID
+		for s := range strings.SplitSeq(args["segs"], ",") {
+			ids = append(ids, parseSeg(s))
+		}
+		id, err := h.sim.merge(ids...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id.String()
+	case "local":
+		w, err := h.c.localAt(h.sim.snapshot(), h.now)
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		return w.String()
+	case "commit":
+		topo := h.sim.snapshot()
+		cut := topo.TailCut()
+		if v, ok := args["cut"]; ok {
+			var err error
+			if cut, err = localstream.ParseStreamCut(v); err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+		}
+		w, err := h.c.committedAt(topo, cut, h.now)
+		if err != nil {
+			return "error: " + errName(err)
+		}
+		if ok, err := topo.LessEq(w.Cut, cut); w.IsZero() == false && (err != nil || !ok) {
+			t.Errorf("%s:%s: committed watermark cut %s passes the committed cut %s (%v)", line, "", w.Cut, cut, err)
+		}
+		return w.String()
+	case "tail":
+		return h.sim.snapshot().TailCut().String()
+	}
+	t.Fatalf("unknown command %q", line)
+	return ""
+}
+
+// errName renders an error by its sentinel, so outputs do not depend on wording.
+func errName(err error) string {
+	for _, s := range []error{ErrTimeBackwards, ErrPositionNotAdvancing, ErrCutRegressed, ErrInvalidWriter, ErrTooManyWriters, localstream.ErrForeignCut} {
+		if errors.Is(err, s) {
+			return s.Error()
+		}
+	}
+	return err.Error()
+}

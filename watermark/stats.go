@@ -1,0 +1,29 @@
+package watermark
+
+// Stats is a snapshot of a Tracker's counters and gauges.
+type Stats struct {
+	// Notes counts marks applied.
+	Notes uint64
+	// RejectedBackwards counts marks refused with ErrTimeBackwards.
+	RejectedBackwards uint64
+	// RejectedNotAdvancing counts marks refused with ErrPositionNotAdvancing.
+	RejectedNotAdvancing uint64
+	// Late counts events Late answered true for.
+	Late uint64
+	// Closes counts writers closed (explicitly).
+	Closes uint64
+	// LocalEmitted counts local watermarks emitted (lower advanced).
+	LocalEmitted uint64
+	// CommittedEmitted counts committed watermarks emitted (lower advanced).
+	CommittedEmitted uint64
+	// HistoryThinned counts marks dropped from full per-writer histories
+	// (uplink down for long; the committed watermark then advances in coarser steps).
+	HistoryThinned uint64
+	// WritersRefused counts writer ids refused beyond the writer bound.
+	WritersRefused uint64
+	// PersistErrors counts failed writes of marks or watermarks to the store.
+	PersistErrors uint64
+	// Writers is the number of known writers; ActiveWriters of those that
+	// hold the local watermark back (neither closed nor idle).
+	Writers, ActiveWriters int
+}

@@ -1,0 +1,148 @@
+package watermark
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// maxHistory bounds the marks a writer keeps that are not yet inside the
+// committed cut. When the uplink is down for long, the history fills; it is
+// then thinned by dropping every second mark (keeping the oldest and the
+// newest), so the committed watermark keeps advancing in coarser steps.
+// Dropping a mark is always safe: the committed view then uses an older
+// mark (earlier time, smaller cut).
+const maxHistory = 256
+
+// mark is what a writer noted: a time and the positions it had reached.
+type mark struct {
+	// t is the noted time, Unix ns: all later events of the writer are at
+	// or after t (late ones excepted).
+	t int64
+	// pos holds the writer's latest durable position in each segment it
+	// wrote to, segments that are predecessors of another entry pruned.
+	// Writers of one routing key have exactly one entry.
+	pos []localstream.Position
+}
+
+// writer is the state of one writer. Guarded by the core's owner.
+type writer struct {
+	// id is the stable writer id.
+	id string
+	// hasMark is true once the writer noted time (now or before a restart).
+	hasMark bool
+	// noted is the writer's current noted time (valid if hasMark).
+	noted int64
+	// maxSeen is the highest event time noted (noted = maxSeen - lateness).
+	maxSeen int64
+	// pos is the writer's current positions (those of its latest mark).
+	pos []localstream.Position
+	// floor bounds from below the time of every event of the writer that
+	// is not inside any committed cut yet, when it has no committed mark
+	// (base == nil): the time of its first mark.
+	floor int64
+	// base is the writer's latest mark known to be inside the committed cut.
+	base *mark
+	// hist holds marks newer than base, oldest first, at most maxHistory.
+	hist []mark
+	// lastActive is when the writer last noted or asked Late, Unix ns.
+	lastActive int64
+	// closed is set by CloseWriter and cleared when the writer returns.
+	closed bool
+	// pending is set when Late answered "not late" for a writer with no
+	// mark yet: its first event is in flight and holds the watermark at
+	// pendingFloor until its mark arrives (or it goes idle).
+	pending      bool
+	pendingFloor int64
+	// dirty is set when the persisted record is out of date.
+	dirty bool
+}
+
+// active reports whether w holds the watermark back at time now.
+func (w *writer) active(now, idleNs int64) bool {
+	if w.closed {
+		return false
+	}
+	return idleNs <= 0 || now-w.lastActive < idleNs
+}
+
+// checkPosition reports ErrPositionNotAdvancing if p is not after the
+// writer's positions. Ancestry comes from topo's predecessor links.
+func (w *writer) checkPosition(topo localstream.Topology, p localstream.Position) error {
+	for _, q := range w.pos {
+		if q.Segment == p.Segment {
+			if p.Offset <= q.Offset {
+				return fmt.Errorf("%w: writer %q at %s, noted %s before", ErrPositionNotAdvancing, w.id, p, q)
+			}
+			continue
+		}
+		if isAncestor(topo, p.Segment, q.Segment) {
+			return fmt.Errorf("%w: writer %q at %s in a predecessor of %s noted before", ErrPositionNotAdvancing, w.id, p, q)
+		}
+	}
+	return nil
+}
+
+// advance sets p as the writer's position in its segment, dropping entries
+// in segments that are predecessors of p's.
+func (w *writer) advance(topo localstream.Topology, p localstream.Position) {
+	out := make([]localstream.Position, 0, len(w.pos)+1)
+	for _, q := range w.pos {
+		if q.Segment == p.Segment || isAncestor(topo, q.Segment, p.Segment) {
+			continue
+		}
+		out = append(out, q)
+	}
+	out = append(out, p)
+	slices.SortFunc(out, func(a, b localstream.Position) int {
+		switch {
+		case a.Segment < b.Segment:
+			return -1
+		case a.Segment > b.Segment:
+			return 1
+		}
+		return 0
+	})
+	w.pos = out
+}
+
+// record appends the current (noted, pos) to the history, thinning it
+// when full. It returns how many marks thinning dropped.
+func (w *writer) record() int {
+	w.hist = append(w.hist, mark{t: w.noted, pos: w.pos})
+	if len(w.hist) <= maxHistory {
+		return 0
+	}
+	kept := w.hist[:1]
+	for i := 2; i < len(w.hist)-1; i += 2 {
+		kept = append(kept, w.hist[i])
+	}
+	kept = append(kept, w.hist[len(w.hist)-1])
+	dropped := len(w.hist) - len(kept)
+	w.hist = kept
+	return dropped
+}
+
+// isAncestor reports whether a is a (transitive) predecessor of b.
+func isAncestor(topo localstream.Topology, a, b localstream.SegmentID) bool {
+	if a == b {
+		return false
+	}
+	// Ancestors are in older epochs; the walk is short (one chain per scale).
+	stack := slices.Clone(topo.Segments[b].Predecessors)
+	seen := map[localstream.SegmentID]bool{}
+	for len(stack) > 0 {
+		s := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if s == a {
+			return true
+		}
+		if seen[s] || s.Epoch() < a.Epoch() {
+			continue
+		}
+		seen[s] = true
+		stack = append(stack, topo.Segments[s].Predecessors...)
+	}
+	return false
+}
