@@ -1,0 +1,56 @@
+package localstream
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	ev := Event{RoutingKey: "drone-7", Writer: "video/drone-7", EventTime: 1_700_000_000_123_456_789, IngestTime: -5,
+		Flags: FlagKeyframe | FlagLate, ContentType: "video/h264",
+		Headers: []Header{{"frame-pts", "1,2,3"}, {"ssrc", "1234"}}, Payload: bytes.Repeat([]byte{0, 0, 1}, 100)}
+	b := appendRecord(nil, &ev)
+	if len(b) != encodedSize(&ev) {
+		t.Fatalf("encodedSize %d, encoded %d", encodedSize(&ev), len(b))
+	}
+	got, err := decodeRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, ev) {
+		t.Fatalf("got %+v\nwant %+v", got, ev)
+	}
+	if _, err := decodeRecord(append([]byte{2}, b[1:]...)); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("version 2: %v", err)
+	}
+	for n := range len(b) {
+		if _, err := decodeRecord(b[:n]); err == nil {
+			t.Fatalf("truncated to %d decoded", n)
+		}
+	}
+	if _, err := decodeRecord(append(b, 0)); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("trailing byte: %v", err)
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	ev := Event{RoutingKey: "d", Writer: "w", Headers: []Header{{"k", "v"}}, Payload: []byte("x")}
+	f.Add(appendRecord(nil, &ev))
+	f.Add([]byte{1})
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ev, err := decodeRecord(b)
+		if err != nil {
+			if !errors.Is(err, ErrCorruptRecord) && !errors.Is(err, ErrUnsupportedVersion) {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			return
+		}
+		again, err := decodeRecord(appendRecord(nil, &ev))
+		if err != nil || !reflect.DeepEqual(again, ev) {
+			t.Fatalf("re-encode/decode differs: %v", err)
+		}
+	})
+}
