@@ -1,0 +1,177 @@
+package telemetry
+
+import (
+	"fmt"
+	"log/slog"
+	"net/url"
+	"regexp"
+	"time"
+)
+
+// Config configures an Ingester. Start from NewDefaultConfig.
+type Config struct {
+	// Broker is the MQTT broker URL: tcp://host:port, or ssl:// / tls:// /
+	// mqtts:// for TLS. Required.
+	Broker string
+	// ClientID is the MQTT client id. It must be stable across restarts (the
+	// persistent session and the dedup entries hang off it): use
+	// ClientIDFor(agentID). Required.
+	ClientID string
+	// Topics are the telemetry topic patterns, each with a {drone} level.
+	// Default ["drones/{drone}/telemetry/#"].
+	Topics []string
+	// StatusTopic is the drone status / last-will pattern; a payload
+	// "offline" closes the drone's writer. "" disables. Default
+	// "drones/{drone}/status".
+	StatusTopic string
+	// TimeField is the JSON field (dotted path for nested objects) holding
+	// the event time. "" disables: every event gets the receive time,
+	// flagged estimated. Default "timestamp".
+	TimeField string
+	// TimeUnit reads a numeric TimeField. Default TimeAuto.
+	TimeUnit TimeUnit
+	// MaxPayload bounds one message's payload; a bigger one is counted
+	// (Stats.Oversize), dropped and acked. Default 64 KiB.
+	MaxPayload int
+	// BinaryContentType is the content type of payloads that are not JSON.
+	// Default "application/octet-stream".
+	BinaryContentType string
+	// LaneDepth bounds the messages buffered per drone between the MQTT
+	// client and the store. When a drone's lane is full, delivery waits
+	// (Stats.LaneFullWaits): keep it ≥ the broker's max_inflight_messages so
+	// that this never happens. Default 4096.
+	LaneDepth int
+	// MaxDrones bounds the drones (lanes); messages of further drones are
+	// counted (Stats.DronesOverLimit), dropped and acked. Default 1024.
+	MaxDrones int
+	// KeepAlive is the MQTT keep-alive. Default 15 s.
+	KeepAlive time.Duration
+	// ConnectTimeout bounds one connection attempt. Default 10 s.
+	ConnectTimeout time.Duration
+	// MaxReconnectInterval caps the exponential reconnect backoff. Default 10 s.
+	MaxReconnectInterval time.Duration
+	// Username for the broker; "" = none.
+	Username string
+	// PasswordFile holds the password (trailing newline ignored).
+	PasswordFile string
+	// PasswordEnv names an environment variable holding the password; used
+	// when PasswordFile is "".
+	PasswordEnv string
+	// CAFile is a PEM bundle of CAs to verify the broker; "" = system roots.
+	CAFile string
+	// CertFile and KeyFile are the client certificate and key (PEM) for mutual TLS.
+	CertFile, KeyFile string
+	// ServerName overrides the TLS server name.
+	ServerName string
+	// Logger receives connection events (never per-message logs, never secrets).
+	// Default: discard.
+	Logger *slog.Logger
+	// Now is the clock for receive times. Default time.Now.
+	Now func() time.Time
+}
+
+// NewDefaultConfig returns the defaults; set Broker and ClientID.
+func NewDefaultConfig() Config {
+	return Config{
+		Topics:               []string{"drones/{drone}/telemetry/#"},
+		StatusTopic:          "drones/{drone}/status",
+		TimeField:            "timestamp",
+		TimeUnit:             TimeAuto,
+		MaxPayload:           64 << 10,
+		BinaryContentType:    "application/octet-stream",
+		LaneDepth:            4096,
+		MaxDrones:            1024,
+		KeepAlive:            15 * time.Second,
+		ConnectTimeout:       10 * time.Second,
+		MaxReconnectInterval: 10 * time.Second,
+	}
+}
+
+// withDefaults fills zero fields from NewDefaultConfig.
+func (c Config) withDefaults() Config {
+	d := NewDefaultConfig()
+	if c.Topics == nil {
+		c.Topics = d.Topics
+	}
+	if c.TimeUnit == "" {
+		c.TimeUnit = TimeAuto
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = d.MaxPayload
+	}
+	if c.BinaryContentType == "" {
+		c.BinaryContentType = d.BinaryContentType
+	}
+	if c.LaneDepth == 0 {
+		c.LaneDepth = d.LaneDepth
+	}
+	if c.MaxDrones == 0 {
+		c.MaxDrones = d.MaxDrones
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = d.KeepAlive
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
+	if c.MaxReconnectInterval == 0 {
+		c.MaxReconnectInterval = d.MaxReconnectInterval
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports the first invalid field, naming it and the fix.
+func (c Config) Validate() error {
+	u, err := url.Parse(c.Broker)
+	if c.Broker == "" || err != nil || u.Host == "" {
+		return fmt.Errorf("%w: mqtt broker %q: want a URL such as tcp://127.0.0.1:1883", ErrConfig, c.Broker)
+	}
+	switch u.Scheme {
+	case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
+	default:
+		return fmt.Errorf("%w: mqtt broker %q: scheme must be tcp, mqtt, ssl, tls, mqtts, ws or wss", ErrConfig, c.Broker)
+	}
+	if c.ClientID == "" || len(c.ClientID) > 65535 {
+		return fmt.Errorf("%w: client id is required (use ClientIDFor(agent id))", ErrConfig)
+	}
+	if len(c.Topics) == 0 {
+		return fmt.Errorf("%w: at least one mqtt topic pattern is required", ErrConfig)
+	}
+	for _, t := range c.Topics {
+		if _, err := ParsePattern(t); err != nil {
+			return fmt.Errorf("%w: mqtt topic: %w", ErrConfig, err)
+		}
+	}
+	if c.StatusTopic != "" {
+		if _, err := ParsePattern(c.StatusTopic); err != nil {
+			return fmt.Errorf("%w: status topic: %w", ErrConfig, err)
+		}
+	}
+	if _, err := ParseTimeUnit(string(c.TimeUnit)); err != nil {
+		return err
+	}
+	if c.MaxPayload < 0 || c.LaneDepth < 0 || c.MaxDrones < 0 {
+		return fmt.Errorf("%w: max payload, lane depth and max drones must not be negative", ErrConfig)
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return fmt.Errorf("%w: client cert and key files must be set together", ErrConfig)
+	}
+	if c.PasswordFile != "" && c.PasswordEnv != "" {
+		return fmt.Errorf("%w: set either password file or password env, not both", ErrConfig)
+	}
+	return nil
+}
+
+var clientIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
+
+// ClientIDFor derives the stable MQTT client id of an agent:
+// "edge-agent-<agent id>" with characters outside [A-Za-z0-9_.-] replaced by '_'.
+func ClientIDFor(agentID string) string {
+	return "edge-agent-" + clientIDUnsafe.ReplaceAllString(agentID, "_")
+}

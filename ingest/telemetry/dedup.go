@@ -1,0 +1,156 @@
+package telemetry
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Dedup entries (one per MQTT packet id, overwritten when the id is reused)
+// are written with each append, in the same Badger transaction:
+//
+//	key:   "mqtt/<client id>/<packet id, decimal>"
+//	value: +---------+--------------------------------------------+
+//	       | version | sha256(topic || 0x00 || payload)[:16]       |
+//	       | 1 byte  | 16 bytes                                   |
+//	       +---------+--------------------------------------------+
+//
+// A message delivered with DUP set whose packet id and hash equal the entry
+// is a redelivery of a message already appended (the agent crashed or the
+// link dropped between the append and the PUBACK): it is acked, not stored.
+
+const (
+	dedupVersion = 1
+	dedupLen     = 1 + 16
+	// DedupPrefix is the metadata key prefix of the dedup entries.
+	DedupPrefix = "mqtt/"
+)
+
+// msgHash identifies a message's content.
+type msgHash [16]byte
+
+func hashMessage(topic string, payload []byte) msgHash {
+	h := sha256.New()
+	h.Write([]byte(topic))
+	h.Write([]byte{0})
+	h.Write(payload)
+	var out msgHash
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+func dedupKey(client string, pid uint16) string {
+	return DedupPrefix + client + "/" + strconv.Itoa(int(pid))
+}
+
+func encodeDedup(h msgHash) []byte {
+	b := make([]byte, dedupLen)
+	b[0] = dedupVersion
+	copy(b[1:], h[:])
+	return b
+}
+
+func decodeDedup(b []byte) (msgHash, error) {
+	var h msgHash
+	if len(b) != dedupLen {
+		return h, fmt.Errorf("%w: %d bytes, want %d", ErrCorruptDedup, len(b), dedupLen)
+	}
+	if b[0] != dedupVersion {
+		return h, fmt.Errorf("%w: version %d", ErrCorruptDedup, b[0])
+	}
+	copy(h[:], b[1:])
+	return h, nil
+}
+
+// parseDedupKey returns the packet id of a key of client, or false.
+func parseDedupKey(client, key string) (uint16, bool) {
+	rest, ok := strings.CutPrefix(key, DedupPrefix+client+"/")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(rest, 10, 16)
+	if err != nil {
+		return 0, false
+	}
+	return uint16(n), true
+}
+
+// dedupEntry is the last message appended with one packet id.
+type dedupEntry struct {
+	// hash of the message; valid says the entry is set.
+	hash  msgHash
+	valid bool
+	// pending: its append is queued but not yet durable.
+	pending bool
+	// waiters are acks of redeliveries to send once it is durable.
+	waiters []func()
+}
+
+// dedupTable mirrors the stored entries of one client id, plus the appends
+// still in flight. Safe for concurrent use.
+type dedupTable struct {
+	mu      sync.Mutex
+	entries [1 << 16]dedupEntry
+}
+
+// load fills the table from stored entries; corrupt ones are ignored (and
+// counted by the caller) — a lost entry can at worst let one redelivery
+// through as a duplicate, never lose a message.
+func (t *dedupTable) load(client string, stored map[string][]byte) (loaded, corrupt int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, v := range stored {
+		pid, ok := parseDedupKey(client, k)
+		if !ok {
+			continue
+		}
+		h, err := decodeDedup(v)
+		if err != nil {
+			corrupt++
+			continue
+		}
+		t.entries[pid] = dedupEntry{hash: h, valid: true}
+		loaded++
+	}
+	return loaded, corrupt
+}
+
+// check decides for a DUP message: duplicate reports whether it is a
+// redelivery of the entry. If that entry is still pending, ack is queued
+// to run when it becomes durable and deferred is true; otherwise the caller
+// acks at once.
+func (t *dedupTable) check(pid uint16, h msgHash, ack func()) (duplicate, deferred bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := &t.entries[pid]
+	if !e.valid || e.hash != h {
+		return false, false
+	}
+	if e.pending {
+		e.waiters = append(e.waiters, ack)
+		return true, true
+	}
+	return true, false
+}
+
+// begin records an append of (pid, h) about to be queued.
+func (t *dedupTable) begin(pid uint16, h msgHash) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.entries[pid] = dedupEntry{hash: h, valid: true, pending: true}
+}
+
+// done marks the append of (pid, h) durable and returns the waiting acks.
+func (t *dedupTable) done(pid uint16, h msgHash) []func() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := &t.entries[pid]
+	if !e.valid || e.hash != h {
+		return nil
+	}
+	w := e.waiters
+	e.pending, e.waiters = false, nil
+	return w
+}

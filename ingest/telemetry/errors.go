@@ -1,0 +1,20 @@
+package telemetry
+
+import "errors"
+
+// Sentinel errors callers branch on; test with errors.Is.
+var (
+	// ErrConfig: a Config or SimConfig field is invalid; the message names the field.
+	ErrConfig = errors.New("telemetry: invalid config")
+	// ErrPattern: a topic pattern is malformed.
+	ErrPattern = errors.New("telemetry: invalid topic pattern")
+	// ErrCredentials: a TLS or password file could not be read or parsed.
+	ErrCredentials = errors.New("telemetry: credentials")
+	// ErrCorruptDedup: a stored dedup entry cannot be decoded.
+	ErrCorruptDedup = errors.New("telemetry: corrupt dedup entry")
+	// ErrStore: the store failed an append; the ingester stops (restart it:
+	// the dedup entries on disk then make redeliveries safe).
+	ErrStore = errors.New("telemetry: store append failed")
+	// ErrClosed: the ingester was closed.
+	ErrClosed = errors.New("telemetry: closed")
+)

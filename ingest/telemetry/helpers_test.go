@@ -1,0 +1,197 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// startBroker starts a real mosquitto (or says that it fell back).
+func startBroker(t testing.TB) *broker.Broker {
+	t.Helper()
+	b, err := broker.Start(context.Background(), broker.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Embedded() {
+		t.Log("mosquitto binary absent: using the embedded mochi-mqtt broker")
+	}
+	t.Cleanup(func() { b.Stop() })
+	return b
+}
+
+// openStore opens a real Badger store and its telemetry stream.
+func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
+	t.Helper()
+	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.CreateStream("telemetry", localstream.StreamConfig{})
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	return s, st
+}
+
+// readAll returns every durable record of the stream, in reader order.
+func readAll(t testing.TB, st *localstream.Stream) []localstream.Record {
+	t.Helper()
+	to := st.TailCut()
+	r, err := st.NewReader(st.HeadCut(), &to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []localstream.Record
+	for {
+		rec, err := r.Next(context.Background())
+		if errors.Is(err, localstream.ErrEndOfCut) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, rec)
+	}
+}
+
+// verifyExactlyOnce checks that the records hold, for each drone in want,
+// seqs 1..want[drone] exactly once and in order. It returns a description
+// of the first violation, or "".
+func verifyExactlyOnce(recs []localstream.Record, want map[string]uint64) string {
+	next := map[string]uint64{}
+	for _, rec := range recs {
+		var m Telemetry
+		if err := json.Unmarshal(rec.Payload, &m); err != nil {
+			return fmt.Sprintf("record %s: not simulator JSON: %v", rec.Position, err)
+		}
+		if m.Drone != rec.RoutingKey {
+			return fmt.Sprintf("record %s: drone %q under routing key %q", rec.Position, m.Drone, rec.RoutingKey)
+		}
+		exp := next[m.Drone] + 1
+		if m.Seq != exp {
+			kind := "gap or reorder"
+			if m.Seq < exp {
+				kind = "duplicate or reorder"
+			}
+			return fmt.Sprintf("drone %s: %s: seq %d at %s, want %d", m.Drone, kind, m.Seq, rec.Position, exp)
+		}
+		next[m.Drone] = m.Seq
+	}
+	for d, n := range want {
+		if next[d] != n {
+			return fmt.Sprintf("drone %s: stored up to seq %d, want %d", d, next[d], n)
+		}
+	}
+	if len(next) != len(want) {
+		return fmt.Sprintf("stored drones %v, want %v", next, want)
+	}
+	return ""
+}
+
+// waitFor polls cond until true or timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runIngester starts an ingester in the background; stop it with the
+// returned function (which returns Run's error).
+func runIngester(t testing.TB, cfg Config, s *localstream.Store, st *localstream.Stream, marks Marks) (*Ingester, func() error) {
+	t.Helper()
+	in, err := New(cfg, Sink{Stream: st, Meta: s, Marks: marks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- in.Run(context.Background()) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { in.Close(); runErr = <-errc })
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return in, stop
+}
+
+func testConfig(brokerURL, client string) Config {
+	cfg := NewDefaultConfig()
+	cfg.Broker = brokerURL
+	cfg.ClientID = client
+	cfg.MaxReconnectInterval = 500 * time.Millisecond
+	cfg.KeepAlive = 2 * time.Second
+	return cfg
+}
+
+// subscribeOnce creates the persistent session of client with its
+// subscriptions, so that messages published before the agent first runs
+// are queued for it.
+func subscribeOnce(t testing.TB, url, client string, filters ...string) {
+	t.Helper()
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(client).SetCleanSession(false))
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	f := map[string]byte{}
+	for _, x := range filters {
+		f[x] = 1
+	}
+	if tok := c.SubscribeMultiple(f, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	c.Disconnect(50)
+}
+
+// publisher returns a connected plain client for hand-made messages.
+func publisher(t testing.TB, url string) paho.Client {
+	t.Helper()
+	c := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("pub-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)))
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(50) })
+	return c
+}
+
+// seedFor returns the test's random seed: EDGE_SEED if set, else the clock.
+func seedFor(t testing.TB) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EDGE_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("seed=%d (rerun with EDGE_SEED=%d)", seed, seed)
+	return seed
+}
+
+// rounds returns EDGE_ROUNDS or def.
+func rounds(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

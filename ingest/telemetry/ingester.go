@@ -1,0 +1,437 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// Ingester subscribes to drone telemetry and appends it to the telemetry
+// stream, acking each message only after its append is durable. New starts
+// nothing; Run connects and blocks; Close stops Run and joins everything.
+// Stats is safe for concurrent use.
+type Ingester struct {
+	cfg      Config
+	sink     Sink
+	patterns []Pattern
+	status   *Pattern
+	timePath []string
+	dedup    *dedupTable
+	c        counters
+
+	// lanesMu guards lanes and ring.
+	lanesMu sync.RWMutex
+	lanes   map[string]*lane
+	ring    []*lane
+
+	// wake nudges the dispatcher (capacity 1).
+	wake chan struct{}
+	// acks carries acks from the store's callbacks to the acker goroutine.
+	acks chan func()
+	// stopping is closed when Run begins to stop.
+	stopping chan struct{}
+	// fatal receives the first store error (capacity 1).
+	fatal chan error
+	// inflight counts appends queued and not yet called back.
+	inflight sync.WaitGroup
+	// wg joins the dispatcher; ackWG the acker.
+	wg, ackWG sync.WaitGroup
+	// ackStop is closed to stop the acker once no more acks can come.
+	ackStop chan struct{}
+
+	// dropAcks (tests only) drops every PUBACK, as a crash between the
+	// append and the PUBACK would.
+	dropAcks atomic.Bool
+
+	// quit is closed by Close; done is closed when Run returns.
+	quit      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	runOnce   sync.Once
+	started   chan struct{}
+}
+
+// New checks cfg and returns an ingester; it starts nothing.
+func New(cfg Config, sink Sink) (*Ingester, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sink.Stream == nil || sink.Meta == nil {
+		return nil, fmt.Errorf("%w: sink needs a stream and a meta store", ErrConfig)
+	}
+	in := &Ingester{
+		cfg: cfg, sink: sink, dedup: new(dedupTable), lanes: map[string]*lane{},
+		wake: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
+		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
+		quit: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
+	}
+	for _, t := range cfg.Topics {
+		p, _ := ParsePattern(t)
+		in.patterns = append(in.patterns, p)
+	}
+	if cfg.StatusTopic != "" {
+		p, _ := ParsePattern(cfg.StatusTopic)
+		in.status = &p
+	}
+	if cfg.TimeField != "" {
+		in.timePath = fieldPath(cfg.TimeField)
+	}
+	return in, nil
+}
+
+// Run loads the dedup entries, connects (retrying with capped backoff),
+// subscribes at QoS 1 and ingests until ctx ends, Close is called, or the
+// store fails (then it returns an error wrapping ErrStore). Messages not
+// yet acked when it stops are redelivered by the broker to the next run.
+func (in *Ingester) Run(ctx context.Context) error {
+	first := false
+	in.runOnce.Do(func() { first = true })
+	if !first {
+		return fmt.Errorf("%w: Run called twice", ErrClosed)
+	}
+	close(in.started)
+	defer close(in.done)
+	select {
+	case <-in.quit:
+		return nil
+	default:
+	}
+	stored, err := in.sink.Meta.ScanMeta(DedupPrefix + in.cfg.ClientID + "/")
+	if err != nil {
+		return fmt.Errorf("%w: read dedup entries: %w", ErrStore, err)
+	}
+	n, bad := in.dedup.load(in.cfg.ClientID, stored)
+	in.c.dedupLoaded.Add(uint64(n))
+	in.c.dedupCorrupt.Add(uint64(bad))
+	opts, err := in.clientOptions()
+	if err != nil {
+		return err
+	}
+	appendCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in.wg.Add(1)
+	in.ackWG.Add(1)
+	go in.dispatch(appendCtx)
+	go in.ackLoop()
+	client := paho.NewClient(opts)
+	client.Connect() // retries in the background (ConnectRetry) until Disconnect
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case <-in.quit:
+	case runErr = <-in.fatal:
+	}
+	// Stop in pipeline order: intake, dispatcher, pending appends, acks.
+	close(in.stopping)
+	client.Disconnect(200)
+	cancel()
+	in.wg.Wait()
+	waitTimeout(&in.inflight, 10*time.Second)
+	close(in.ackStop)
+	in.ackWG.Wait()
+	if runErr == nil {
+		select {
+		case runErr = <-in.fatal:
+		default:
+		}
+	}
+	in.cfg.Logger.Info("telemetry: stopped", "stats", in.Stats())
+	return runErr
+}
+
+func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	select {
+	case <-ch:
+	case <-time.After(d):
+	}
+}
+
+// Close stops Run and waits for it to return. Idempotent.
+func (in *Ingester) Close() error {
+	in.closeOnce.Do(func() { close(in.quit) })
+	select {
+	case <-in.started:
+		<-in.done
+	default:
+	}
+	return nil
+}
+
+// clientOptions builds the paho options: persistent session, manual acks,
+// ordered delivery, reconnect with capped backoff.
+func (in *Ingester) clientOptions() (*paho.ClientOptions, error) {
+	cfg := in.cfg
+	o := paho.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
+		SetCleanSession(false).SetAutoAckDisabled(true).SetOrderMatters(true).
+		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).
+		SetMaxReconnectInterval(cfg.MaxReconnectInterval).SetKeepAlive(cfg.KeepAlive).
+		SetPingTimeout(cfg.KeepAlive).SetConnectTimeout(cfg.ConnectTimeout).
+		SetResumeSubs(true).SetDefaultPublishHandler(in.onMessage).
+		SetOnConnectHandler(in.onConnect).
+		SetConnectionLostHandler(func(_ paho.Client, err error) {
+			in.c.connectionLost.Add(1)
+			in.cfg.Logger.Warn("telemetry: connection lost", "broker", cfg.Broker, "err", err)
+		})
+	if cfg.Username != "" {
+		o.SetUsername(cfg.Username)
+	}
+	pw, err := cfg.password()
+	if err != nil {
+		return nil, err
+	}
+	if pw != "" {
+		o.SetPassword(pw)
+	}
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		o.SetTLSConfig(tc)
+	}
+	return o, nil
+}
+
+// onConnect (re)subscribes every pattern at QoS 1. With a persistent
+// session the broker keeps the subscriptions, but a new config or a broker
+// that lost its state needs them again.
+func (in *Ingester) onConnect(c paho.Client) {
+	in.c.connects.Add(1)
+	filters := map[string]byte{}
+	for _, p := range in.patterns {
+		filters[p.Filter()] = 1
+	}
+	if in.status != nil {
+		filters[in.status.Filter()] = 1
+	}
+	tok := c.SubscribeMultiple(filters, nil)
+	if !tok.WaitTimeout(in.cfg.ConnectTimeout) || tok.Error() != nil {
+		in.c.subscribeErrors.Add(1)
+		in.cfg.Logger.Error("telemetry: subscribe failed", "err", tok.Error())
+		return
+	}
+	in.cfg.Logger.Info("telemetry: connected", "broker", in.cfg.Broker, "client_id", in.cfg.ClientID)
+}
+
+// onMessage runs on paho's single delivery goroutine, in delivery order.
+// It never touches the store: drops are acked here, everything else goes to
+// the drone's lane.
+func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
+	in.c.received.Add(1)
+	recv := in.cfg.Now().UnixNano()
+	topic := m.Topic()
+	if in.status != nil {
+		if drone, ok := in.status.Match(topic); ok {
+			if l := in.laneFor(drone); l != nil {
+				in.enqueue(l, item{msg: m, topic: topic, recv: recv, status: true})
+			} else {
+				in.c.dronesOverLimit.Add(1)
+				m.Ack()
+			}
+			return
+		}
+	}
+	drone := ""
+	for _, p := range in.patterns {
+		if d, ok := p.Match(topic); ok {
+			drone = d
+			break
+		}
+	}
+	switch {
+	case drone == "":
+		in.c.unknownTopic.Add(1)
+		m.Ack()
+		return
+	case m.Retained():
+		in.c.retained.Add(1)
+		m.Ack()
+		return
+	case len(m.Payload()) > in.cfg.MaxPayload:
+		in.c.oversize.Add(1)
+		m.Ack()
+		return
+	}
+	l := in.laneFor(drone)
+	if l == nil {
+		in.c.dronesOverLimit.Add(1)
+		m.Ack()
+		return
+	}
+	in.enqueue(l, item{msg: m, topic: topic, recv: recv})
+}
+
+// process handles one item on the dispatcher goroutine; false = stop.
+func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
+	if it.status {
+		in.processStatus(l, it)
+		return true
+	}
+	m := it.msg
+	payload := m.Payload()
+	pid := m.MessageID()
+	h := hashMessage(it.topic, payload)
+	if m.Duplicate() {
+		if dup, deferred := in.dedup.check(pid, h, m.Ack); dup {
+			in.c.duplicates.Add(1)
+			if !deferred {
+				in.ack(m.Ack)
+			}
+			return true
+		}
+	}
+	ev := in.buildEvent(l.drone, it.topic, payload, it.recv)
+	if in.sink.Marks != nil && in.sink.Marks.Late(l.writer, ev.EventTime) {
+		ev.Flags |= localstream.FlagLate
+		in.c.late.Add(1)
+	}
+	in.dedup.begin(pid, h)
+	l.mu.Lock()
+	l.pending++
+	l.mu.Unlock()
+	in.inflight.Add(1)
+	cb := func(pos localstream.Position, err error) { in.appended(l, m, pid, h, ev.EventTime, pos, err) }
+	err := in.sink.Stream.AppendAsync(ctx, ev, cb, localstream.WithMeta(dedupKey(in.cfg.ClientID, pid), encodeDedup(h)))
+	if err == nil {
+		return true
+	}
+	in.inflight.Done()
+	l.mu.Lock()
+	l.pending--
+	l.mu.Unlock()
+	waiters := in.dedup.done(pid, h)
+	switch {
+	case errors.Is(err, localstream.ErrEventTooLarge):
+		in.c.oversize.Add(1)
+		in.ack(m.Ack)
+		for _, w := range waiters {
+			in.ack(w)
+		}
+		return true
+	case ctx.Err() != nil:
+		return false
+	default:
+		in.fail(err)
+		return false
+	}
+}
+
+// appended is the store's callback, in append order.
+func (in *Ingester) appended(l *lane, m paho.Message, pid uint16, h msgHash, t int64, pos localstream.Position, err error) {
+	defer in.inflight.Done()
+	if err != nil {
+		in.fail(err)
+		return
+	}
+	waiters := in.dedup.done(pid, h)
+	in.c.appended.Add(1)
+	if in.sink.Marks != nil {
+		if err := in.sink.Marks.Note(l.writer, t, pos); err != nil {
+			in.c.markErrors.Add(1)
+		}
+	}
+	in.ack(m.Ack)
+	for _, w := range waiters {
+		in.ack(w)
+	}
+	l.mu.Lock()
+	l.pending--
+	var closeAcks []func()
+	if l.pending == 0 && l.closeReq {
+		closeAcks, l.closeReq, l.closeAcks = l.closeAcks, false, nil
+	}
+	l.mu.Unlock()
+	if closeAcks != nil {
+		in.closeWriter(l, closeAcks)
+	}
+}
+
+// processStatus marks a drone online or offline. Offline closes its writer
+// once every earlier event of the drone is durable and noted.
+func (in *Ingester) processStatus(l *lane, it item) {
+	online, known := parseStatus(it.msg.Payload())
+	switch {
+	case !known:
+		in.c.statusUnknown.Add(1)
+		in.ack(it.msg.Ack)
+		return
+	case online:
+		in.c.statusOnline.Add(1)
+		l.mu.Lock()
+		acks := l.closeAcks
+		l.closeReq, l.closeAcks = false, nil // back before its close took effect
+		l.mu.Unlock()
+		for _, a := range append(acks, it.msg.Ack) {
+			in.ack(a)
+		}
+		return
+	}
+	in.c.statusOffline.Add(1)
+	l.mu.Lock()
+	if l.pending > 0 {
+		l.closeReq = true
+		l.closeAcks = append(l.closeAcks, it.msg.Ack)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	in.closeWriter(l, []func(){it.msg.Ack})
+}
+
+func (in *Ingester) closeWriter(l *lane, acks []func()) {
+	if in.sink.Marks != nil {
+		if err := in.sink.Marks.CloseWriter(l.writer); err != nil {
+			in.c.markErrors.Add(1)
+		}
+	}
+	in.c.writersClosed.Add(1)
+	for _, a := range acks {
+		in.ack(a)
+	}
+}
+
+// fail records the first store error; Run returns it.
+func (in *Ingester) fail(err error) {
+	select {
+	case in.fatal <- fmt.Errorf("%w: %w", ErrStore, err):
+	default:
+	}
+}
+
+// ackLoop sends PUBACKs off the store's callback goroutine. An ack whose
+// connection is gone is dropped by paho; the broker then redelivers the
+// message with DUP set and the dedup entry catches it.
+func (in *Ingester) ackLoop() {
+	defer in.ackWG.Done()
+	for {
+		select {
+		case a := <-in.acks:
+			a()
+		case <-in.ackStop:
+			return // the connection is closed: later acks would be dropped anyway
+		}
+	}
+}
+
+// ack queues a PUBACK; after the acker stopped it is dropped (the broker
+// redelivers, the dedup entry catches it).
+func (in *Ingester) ack(a func()) {
+	if in.dropAcks.Load() {
+		return
+	}
+	select {
+	case in.acks <- a:
+	case <-in.ackStop:
+	}
+}

@@ -1,0 +1,86 @@
+package telemetry
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// Stored-event headers and content types.
+const (
+	// HeaderTopic is the event header holding the MQTT topic.
+	HeaderTopic = "mqtt-topic"
+	// ContentTypeJSON is the content type of JSON payloads.
+	ContentTypeJSON = "application/json"
+)
+
+// WriterFor is the writer id of a drone's telemetry: "telemetry/<drone>".
+func WriterFor(drone string) string { return "telemetry/" + drone }
+
+// buildEvent turns one message into an event, by the documented policy:
+//
+//   - valid JSON: content type application/json; the event time from
+//     TimeField if present and usable, else the receive time with
+//     FlagEstimatedTime (counted TimeEstimated; TimeInvalid if the field was
+//     there but unusable: wrong type, unparsable string, out of range);
+//   - anything else (truncated JSON, MAVLink, empty): stored as received with
+//     BinaryContentType, FlagRaw and FlagEstimatedTime, counted InvalidJSON
+//     if it starts like JSON ('{' or '[') else Binary.
+func (in *Ingester) buildEvent(drone, topic string, payload []byte, recv int64) localstream.Event {
+	ev := localstream.Event{
+		RoutingKey: drone,
+		Writer:     WriterFor(drone),
+		IngestTime: recv,
+		Headers:    []localstream.Header{{Key: HeaderTopic, Value: topic}},
+		Payload:    payload,
+	}
+	if json.Valid(payload) {
+		ev.ContentType = ContentTypeJSON
+		st := timeMissing
+		if len(in.timePath) > 0 {
+			ev.EventTime, st = eventTime(payload, in.timePath, in.cfg.TimeUnit)
+		}
+		if st != timeOK {
+			if st == timeInvalid {
+				in.c.timeInvalid.Add(1)
+			}
+			in.c.timeEstimated.Add(1)
+			ev.EventTime, ev.Flags = recv, localstream.FlagEstimatedTime
+		}
+		return ev
+	}
+	ev.ContentType = in.cfg.BinaryContentType
+	ev.EventTime, ev.Flags = recv, localstream.FlagRaw|localstream.FlagEstimatedTime
+	in.c.timeEstimated.Add(1)
+	if t := bytes.TrimLeft(payload, " \t\r\n"); len(t) > 0 && (t[0] == '{' || t[0] == '[') {
+		in.c.invalidJSON.Add(1)
+	} else {
+		in.c.binary.Add(1)
+	}
+	return ev
+}
+
+// parseStatus reads a status payload: "online"/"offline" as plain text,
+// a JSON string, or a JSON object's "status" field (case-insensitive).
+func parseStatus(payload []byte) (online, known bool) {
+	s := string(bytes.ToLower(bytes.TrimSpace(payload)))
+	var js string
+	if json.Unmarshal([]byte(s), &js) == nil {
+		s = js
+	} else {
+		var obj struct {
+			Status string `json:"status"`
+		}
+		if json.Unmarshal([]byte(s), &obj) == nil {
+			s = obj.Status
+		}
+	}
+	switch s {
+	case "online", "connected", "up":
+		return true, true
+	case "offline", "disconnected", "down", "landed":
+		return false, true
+	}
+	return false, false
+}

@@ -1,0 +1,70 @@
+package telemetry
+
+import "sync/atomic"
+
+// Stats is a snapshot of the ingester's counters (all since New).
+type Stats struct {
+	// Received: messages delivered by the broker (including duplicates and drops).
+	Received uint64
+	// Appended: events durable in the store (each acked after).
+	Appended uint64
+	// DuplicatesSkipped: redeliveries (DUP, same packet id and hash) acked without an append.
+	DuplicatesSkipped uint64
+	// Oversize: payloads above MaxPayload (or the store's event limit): dropped and acked.
+	Oversize uint64
+	// UnknownTopic: messages on no configured pattern: dropped and acked.
+	UnknownTopic uint64
+	// RetainedSkipped: retained telemetry replayed by the broker on (re)subscribe: acked, not stored.
+	RetainedSkipped uint64
+	// InvalidJSON: payloads that start like JSON but do not parse: stored raw.
+	InvalidJSON uint64
+	// Binary: other non-JSON payloads: stored raw.
+	Binary uint64
+	// TimeEstimated: events stamped with the receive time (flag estimated).
+	TimeEstimated uint64
+	// TimeInvalid: JSON payloads whose time field exists but is unusable (subset of TimeEstimated).
+	TimeInvalid uint64
+	// Late: events flagged late by the watermark marks.
+	Late uint64
+	// StatusOnline, StatusOffline, StatusUnknown: status messages by payload.
+	StatusOnline, StatusOffline, StatusUnknown uint64
+	// WritersClosed: writers closed after an offline status.
+	WritersClosed uint64
+	// DronesOverLimit: messages of drones beyond MaxDrones: dropped and acked.
+	DronesOverLimit uint64
+	// LaneFullWaits: deliveries that waited for a full drone lane.
+	LaneFullWaits uint64
+	// Connects and ConnectionLost count broker connections made and lost.
+	Connects, ConnectionLost uint64
+	// SubscribeErrors: failed (re)subscriptions.
+	SubscribeErrors uint64
+	// MarkErrors: watermark notes that failed.
+	MarkErrors uint64
+	// DedupLoaded and DedupCorrupt: entries read back from the store at start.
+	DedupLoaded, DedupCorrupt uint64
+}
+
+// counters are the live atomic counters behind Stats.
+type counters struct {
+	received, appended, duplicates, oversize, unknownTopic, retained   atomic.Uint64
+	invalidJSON, binary, timeEstimated, timeInvalid, late              atomic.Uint64
+	statusOnline, statusOffline, statusUnknown, writersClosed          atomic.Uint64
+	dronesOverLimit, laneFullWaits, connects, connectionLost           atomic.Uint64
+	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt             atomic.Uint64
+}
+
+// Stats returns a snapshot of the counters. Safe for concurrent use.
+func (in *Ingester) Stats() Stats {
+	c := &in.c
+	return Stats{
+		Received: c.received.Load(), Appended: c.appended.Load(), DuplicatesSkipped: c.duplicates.Load(),
+		Oversize: c.oversize.Load(), UnknownTopic: c.unknownTopic.Load(), RetainedSkipped: c.retained.Load(),
+		InvalidJSON: c.invalidJSON.Load(), Binary: c.binary.Load(), TimeEstimated: c.timeEstimated.Load(),
+		TimeInvalid: c.timeInvalid.Load(), Late: c.late.Load(),
+		StatusOnline: c.statusOnline.Load(), StatusOffline: c.statusOffline.Load(), StatusUnknown: c.statusUnknown.Load(),
+		WritersClosed: c.writersClosed.Load(), DronesOverLimit: c.dronesOverLimit.Load(),
+		LaneFullWaits: c.laneFullWaits.Load(), Connects: c.connects.Load(), ConnectionLost: c.connectionLost.Load(),
+		SubscribeErrors: c.subscribeErrors.Load(), MarkErrors: c.markErrors.Load(),
+		DedupLoaded: c.dedupLoaded.Load(), DedupCorrupt: c.dedupCorrupt.Load(),
+	}
+}
