@@ -45,7 +45,6 @@ func TestEventTime(t *testing.T) {
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-
 func FuzzEventTime(f *testing.F) {
 	f.Add([]byte(`{"timestamp":1764428400123}`), "timestamp")
 	f.Add([]byte(`{"t":"2026-11-29T15:00:00Z"}`), "t")

@@ -55,7 +55,7 @@ type DroneResult struct {
 	// Topic is its telemetry topic.
 	Topic string
 	// Published messages acked by the broker; FirstSeq..LastSeq are their seqs.
-	Published        uint64
+	Published         uint64
 	FirstSeq, LastSeq uint64
 	// Retries are publishes that failed and were sent again (with the same seq).
 	Retries uint64

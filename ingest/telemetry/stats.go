@@ -46,11 +46,11 @@ type Stats struct {
 
 // counters are the live atomic counters behind Stats.
 type counters struct {
-	received, appended, duplicates, oversize, unknownTopic, retained   atomic.Uint64
-	invalidJSON, binary, timeEstimated, timeInvalid, late              atomic.Uint64
-	statusOnline, statusOffline, statusUnknown, writersClosed          atomic.Uint64
-	dronesOverLimit, laneFullWaits, connects, connectionLost           atomic.Uint64
-	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt             atomic.Uint64
+	received, appended, duplicates, oversize, unknownTopic, retained atomic.Uint64
+	invalidJSON, binary, timeEstimated, timeInvalid, late            atomic.Uint64
+	statusOnline, statusOffline, statusUnknown, writersClosed        atomic.Uint64
+	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
+	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
