@@ -131,7 +131,7 @@ func (st *Stream) scaleLocked(seal []SegmentID, ranges []KeyRange) ([]SegmentID,
 	}
 	st.stats.Scales++
 	st.broadcast()
-	st.s.log.Info("localstream: scaled", "stream", st.name, "sealed", preds, "created", created)
+	st.s.log.Debug("localstream: scaled", "stream", st.name, "sealed", preds, "created", created)
 	return created, nil
 }
 
