@@ -1,0 +1,31 @@
+package sync
+
+import "errors"
+
+// Sentinel errors callers branch on; test with errors.Is.
+var (
+	// ErrFenced: another agent process with the same agent id committed to
+	// this stream; this replicator stopped. Permanent.
+	ErrFenced = errors.New("sync: fenced: another agent uses this agent id")
+	// ErrAtomicUnsupported: the central server or stream does not support
+	// atomic batch publish (server 2.12+ and allow_atomic are needed). Permanent.
+	ErrAtomicUnsupported = errors.New("sync: central store does not support atomic batch publish (needs NATS server 2.12+ and allow_atomic)")
+	// ErrStreamMisconfigured: EDGE_<STREAM> exists with settings that break
+	// the contract (subjects, atomic publish, direct get). Permanent.
+	ErrStreamMisconfigured = errors.New("sync: central stream misconfigured")
+	// ErrMessageTooLarge: an event does not fit the server's max payload. Permanent.
+	ErrMessageTooLarge = errors.New("sync: event larger than the central max payload")
+	// ErrCutMismatch: the central commit record's cut does not fit the local
+	// stream (data lost locally, or another agent's record). Permanent.
+	ErrCutMismatch = errors.New("sync: central cut does not fit the local stream")
+	// ErrCorruptRecord: a commit record or data message cannot be decoded.
+	ErrCorruptRecord = errors.New("sync: corrupt central record")
+	// ErrBadToken: an escaped subject token is malformed.
+	ErrBadToken = errors.New("sync: malformed subject token")
+	// ErrTxnClosed: a transaction was used after commit or discard.
+	ErrTxnClosed = errors.New("sync: transaction closed")
+	// ErrConfig: invalid configuration; the message names the field.
+	ErrConfig = errors.New("sync: invalid config")
+	// ErrClosed: the component is closed.
+	ErrClosed = errors.New("sync: closed")
+)

@@ -1,0 +1,144 @@
+package sync
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// Watermark is a committed watermark: no event of an active writer before
+// LowerNs will follow Cut; UpperNs is the latest writer time. It mirrors
+// watermark.Watermark field for field, so the caller converts with
+// sync.Watermark(w).
+type Watermark struct {
+	LowerNs int64
+	UpperNs int64
+	Cut     localstream.StreamCut
+}
+
+// CommittedWatermarkFunc returns the committed watermark for a cut about to
+// be committed: it must use only writer marks inside cut (rule 5).
+type CommittedWatermarkFunc func(cut localstream.StreamCut) (Watermark, error)
+
+// CutJSON is a stream cut as JSON: decimal segment id → offset.
+type CutJSON map[string]uint64
+
+// cutToJSON converts a cut to its JSON map.
+func cutToJSON(c localstream.StreamCut) CutJSON {
+	if c.Positions == nil {
+		return nil
+	}
+	out := make(CutJSON, len(c.Positions))
+	for id, off := range c.Positions {
+		out[strconv.FormatUint(uint64(id), 10)] = off
+	}
+	return out
+}
+
+// Cut converts back to a stream cut of the named stream.
+func (c CutJSON) Cut(stream string) (localstream.StreamCut, error) {
+	if c == nil {
+		return localstream.StreamCut{}, nil
+	}
+	out := localstream.StreamCut{Stream: stream, Positions: make(map[localstream.SegmentID]uint64, len(c))}
+	for k, off := range c {
+		id, err := strconv.ParseUint(k, 10, 64)
+		if err != nil {
+			return localstream.StreamCut{}, fmt.Errorf("%w: cut segment %q", ErrCorruptRecord, k)
+		}
+		out.Positions[localstream.SegmentID(id)] = off
+	}
+	return out, nil
+}
+
+// WatermarkJSON is a watermark in a commit record.
+type WatermarkJSON struct {
+	LowerNs int64   `json:"lower_ns"`
+	UpperNs int64   `json:"upper_ns"`
+	Cut     CutJSON `json:"cut,omitempty"`
+}
+
+// CommitRecord is the last message of every transaction, on
+// edge.<stream>.<agent>.cut.
+type CommitRecord struct {
+	// Agent and Stream name the writer of the transaction.
+	Agent  string `json:"agent"`
+	Stream string `json:"stream"`
+	// Txn numbers the agent's transactions on this stream from 1.
+	Txn uint64 `json:"txn"`
+	// Instance is random per replicator run: it tells our own commits from
+	// another process's when a fencing expectation fails.
+	Instance string `json:"instance"`
+	// Cut is the local stream cut after the last event of the transaction.
+	Cut CutJSON `json:"cut"`
+	// CutText is Cut in the stream cut's text form (for people).
+	CutText string `json:"cut_text,omitempty"`
+	// Watermark is the committed watermark at Cut.
+	Watermark WatermarkJSON `json:"watermark"`
+	// Events and Bytes count the transaction's data messages and payload bytes.
+	Events int   `json:"events"`
+	Bytes  int64 `json:"bytes"`
+	// CommittedAtNs is the agent's clock when it sent the commit.
+	CommittedAtNs int64 `json:"committed_at_ns"`
+}
+
+// newCommitRecord fills a record.
+func newCommitRecord(agent, stream, instance string, txn uint64, cut localstream.StreamCut, wm Watermark, events int, bytes int64, now int64) CommitRecord {
+	return CommitRecord{
+		Agent: agent, Stream: stream, Txn: txn, Instance: instance,
+		Cut: cutToJSON(cut), CutText: cut.String(),
+		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: cutToJSON(wm.Cut)},
+		Events:    events, Bytes: bytes, CommittedAtNs: now,
+	}
+}
+
+// StreamCut is the record's cut as a stream cut.
+func (r CommitRecord) StreamCut() (localstream.StreamCut, error) { return r.Cut.Cut(r.Stream) }
+
+// WatermarkValue is the record's watermark.
+func (r CommitRecord) WatermarkValue() (Watermark, error) {
+	c, err := r.Watermark.Cut.Cut(r.Stream)
+	if err != nil {
+		return Watermark{}, err
+	}
+	return Watermark{LowerNs: r.Watermark.LowerNs, UpperNs: r.Watermark.UpperNs, Cut: c}, nil
+}
+
+// DecodeCommitRecord parses and checks a commit record.
+func DecodeCommitRecord(b []byte) (CommitRecord, error) {
+	var r CommitRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return CommitRecord{}, fmt.Errorf("%w: commit record: %v", ErrCorruptRecord, err)
+	}
+	if r.Agent == "" || r.Txn == 0 || len(r.Cut) == 0 {
+		return CommitRecord{}, fmt.Errorf("%w: commit record without agent, txn or cut", ErrCorruptRecord)
+	}
+	if err := localstream.ValidateStreamName(r.Stream); err != nil {
+		return CommitRecord{}, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
+	}
+	if _, err := r.Cut.Cut(r.Stream); err != nil {
+		return CommitRecord{}, err
+	}
+	if _, err := r.Watermark.Cut.Cut(r.Stream); err != nil {
+		return CommitRecord{}, err
+	}
+	return r, nil
+}
+
+// Committed is the last commit of an agent on a stream as the central
+// store has it: the zero value means "nothing committed yet".
+type Committed struct {
+	// Seq is the commit record's stream sequence (0: none), the value the
+	// next commit expects as Nats-Expected-Last-Subject-Sequence.
+	Seq uint64
+	// Record is the commit record (zero when Seq is 0).
+	Record CommitRecord
+}
+
+// cloneCut copies a cut so callers may keep it.
+func cloneCut(c localstream.StreamCut) localstream.StreamCut {
+	return localstream.StreamCut{Stream: c.Stream, Positions: maps.Clone(c.Positions)}
+}

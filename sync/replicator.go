@@ -1,0 +1,382 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// ReplicatorConfig configures the replication of one local stream.
+type ReplicatorConfig struct {
+	// SinkName is the name under which the committed cut is recorded
+	// locally (Stream.SetCommittedCut). Default "central".
+	SinkName string
+	// Priority orders streams on the shared uplink (lower first). Default
+	// DefaultPriority(stream).
+	Priority *int
+	// MaxTxnEvents bounds a transaction's data messages; with the commit
+	// record it stays below the server's 1000-message batch limit.
+	// Default 999.
+	MaxTxnEvents int
+	// MaxTxnBytes bounds a transaction's payload bytes. Default 8 MiB;
+	// with an uplink cap at most 3 s worth of it (the server abandons a
+	// batch 10 s after its first message).
+	MaxTxnBytes int64
+	// CommitInterval is the longest a transaction stays open after its
+	// first event. Default 100 ms.
+	CommitInterval time.Duration
+	// IdleCommitInterval is how often an idle stream commits an empty
+	// transaction when its committed watermark moved. Default 1 s.
+	IdleCommitInterval time.Duration
+	// CommitTimeout bounds the wait for a commit's ack; then the outcome
+	// is read from the central store. Default 3 s.
+	CommitTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the jittered wait after a retryable
+	// error. Defaults 20 ms and 250 ms: short, so that a returning link is
+	// used within a second.
+	MinBackoff, MaxBackoff time.Duration
+	// Watermark gives the committed watermark of a cut. Default: none
+	// (zero watermark in every commit record).
+	Watermark CommittedWatermarkFunc
+	// Uplink is the shared byte-rate cap. Default nil = unlimited.
+	Uplink *Uplink
+	// OnCommit, when set, is called after each commit with the ingest
+	// times of its events (benchmarks, tests). It must not block.
+	OnCommit func(c Committed, ingestNs []int64)
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger logs state changes (never per event). Default discard.
+	Logger *slog.Logger
+}
+
+func (c *ReplicatorConfig) defaults(stream string) {
+	if c.SinkName == "" {
+		c.SinkName = "central"
+	}
+	if c.Priority == nil {
+		p := DefaultPriority(stream)
+		c.Priority = &p
+	}
+	if c.MaxTxnEvents <= 0 || c.MaxTxnEvents > 999 {
+		c.MaxTxnEvents = 999
+	}
+	if c.MaxTxnBytes <= 0 {
+		c.MaxTxnBytes = 8 << 20
+	}
+	if r := c.Uplink.BytesPerSec(); r > 0 {
+		c.MaxTxnBytes = max(min(c.MaxTxnBytes, 3*r), 1)
+	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = 100 * time.Millisecond
+	}
+	if c.IdleCommitInterval <= 0 {
+		c.IdleCommitInterval = time.Second
+	}
+	if c.CommitTimeout <= 0 {
+		c.CommitTimeout = 3 * time.Second
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 20 * time.Millisecond
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		c.MaxBackoff = max(250*time.Millisecond, c.MinBackoff)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Replicator replicates one local stream to a Sink, exactly once: each
+// transaction holds the events after the last committed cut, read back
+// from the central store at start and after every error. New starts
+// nothing; Run blocks; Stats is safe for concurrent use.
+type Replicator struct {
+	st   *localstream.Stream
+	sink Sink
+	cfg  ReplicatorConfig
+
+	// Counters (atomic).
+	txns, events, bytes         atomic.Uint64
+	retries, conflicts, adopted atomic.Uint64
+
+	mu stdsync.Mutex
+	// last is the latest commit known (ours or adopted). Guarded by mu.
+	last Committed
+	// lastAt is when last was learned. Guarded by mu.
+	lastAt time.Time
+	// state is "starting", "replicating", "retrying" or "stopped". Guarded by mu.
+	state string
+	// lastErr is the latest error; stopErr the permanent one. Guarded by mu.
+	lastErr, stopErr error
+
+	// Run-local fencing state (only Run's goroutine).
+	instance   string
+	started    bool   // the first central read of this run happened
+	startSeq   uint64 // seq of the commit record seen at the first read
+	ownCommits uint64 // commits acked to this run
+	foreign    int    // foreign commits adopted during this run
+	prepared   bool
+	pending    *pendingRec // a record read but not yet sent (txn was full)
+}
+
+type pendingRec struct {
+	rec      localstream.Record
+	cutAfter localstream.StreamCut
+}
+
+// NewReplicator returns the replicator of st into sink. instance must be
+// the same string the sink writes into commit records (random per run).
+func NewReplicator(st *localstream.Stream, sink Sink, instance string, cfg ReplicatorConfig) *Replicator {
+	cfg.defaults(st.Name())
+	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, state: "starting"}
+}
+
+// Stream is the local stream's name.
+func (r *Replicator) Stream() string { return r.st.Name() }
+
+// Run replicates until ctx ends (nil) or a permanent error (returned, and
+// kept in Stats) stops this stream.
+func (r *Replicator) Run(ctx context.Context) error {
+	backoff := r.cfg.MinBackoff
+	for {
+		before := r.txns.Load()
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		class := Classify(err)
+		r.mu.Lock()
+		r.lastErr = err
+		if class == Permanent {
+			r.state, r.stopErr = "stopped", err
+			r.mu.Unlock()
+			r.cfg.Logger.Error("replication stopped", "stream", r.st.Name(), "err", err)
+			return err
+		}
+		r.state = "retrying"
+		r.mu.Unlock()
+		if class == Conflict {
+			r.conflicts.Add(1)
+		}
+		r.retries.Add(1)
+		if r.txns.Load() != before {
+			backoff = r.cfg.MinBackoff
+		}
+		d := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, r.cfg.MaxBackoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// session resumes from the central cut and commits transactions until an error.
+func (r *Replicator) session(ctx context.Context) error {
+	name := r.st.Name()
+	if !r.prepared {
+		if err := r.sink.Prepare(ctx, name); err != nil {
+			return err
+		}
+		r.prepared = true
+	}
+	c, err := r.sink.LastCommitted(ctx, name)
+	if err != nil {
+		if isStreamNotFound(err) {
+			r.prepared = false
+		}
+		return err
+	}
+	cut, err := r.adopt(c)
+	if err != nil {
+		return err
+	}
+	if c.Seq > 0 {
+		if err := r.st.SetCommittedCut(r.cfg.SinkName, cut); err != nil {
+			return fmt.Errorf("sync: record committed cut locally: %w", err)
+		}
+	}
+	r.pending = nil
+	rd, err := r.st.NewReader(cut, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCutMismatch, err)
+	}
+	defer rd.Close()
+	r.mu.Lock()
+	r.state = "replicating"
+	r.mu.Unlock()
+	for {
+		if c, err = r.transaction(ctx, rd, c, cut); err != nil {
+			return err
+		}
+		if c.Seq > 0 {
+			if cut, err = c.Record.StreamCut(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// adopt applies the fencing rules to the commit read from the centre and
+// returns the cut to continue from.
+func (r *Replicator) adopt(c Committed) (localstream.StreamCut, error) {
+	foreignNew := false
+	if !r.started {
+		r.started, r.startSeq = true, c.Seq
+	} else if c.Seq != r.startSeq && c.Record.Instance != r.instance {
+		// Someone else committed during this run. A commit of our dead
+		// predecessor may still land late (once, on our own store, so its
+		// cut fits); anything more is another live agent.
+		if r.ownCommits > 0 || r.foreign > 0 {
+			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: commit %d (txn %d) by instance %s", ErrFenced, r.st.Name(), c.Seq, c.Record.Txn, c.Record.Instance)
+		}
+		foreignNew = true
+	}
+	r.mu.Lock()
+	prev := r.last
+	r.mu.Unlock()
+	if c.Seq == 0 {
+		if prev.Seq > 0 {
+			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: the central store lost commit %d", ErrCutMismatch, r.st.Name(), prev.Seq)
+		}
+		return r.st.HeadCut(), nil
+	}
+	cut, err := c.Record.StreamCut()
+	if err == nil {
+		err = r.st.Topology().Validate(cut)
+	}
+	if err != nil {
+		if foreignNew {
+			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: foreign commit %d does not fit the local stream: %v", ErrFenced, r.st.Name(), c.Seq, err)
+		}
+		return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: commit %d (agent %s): %v (local data lost, or another agent uses this id)", ErrCutMismatch, r.st.Name(), c.Seq, c.Record.Agent, err)
+	}
+	if foreignNew {
+		r.foreign++
+		r.adopted.Add(1)
+	}
+	r.setLast(c)
+	return cut, nil
+}
+
+func (r *Replicator) setLast(c Committed) {
+	r.mu.Lock()
+	r.last, r.lastAt = c, r.cfg.Now()
+	r.mu.Unlock()
+}
+
+// transaction builds and commits one transaction after prev (at cut).
+// It returns prev unchanged when there was nothing to commit.
+func (r *Replicator) transaction(ctx context.Context, rd *localstream.Reader, prev Committed, cut localstream.StreamCut) (Committed, error) {
+	txn := r.sink.Begin(r.st.Name(), prev)
+	defer txn.Discard()
+	var ingest []int64
+	lastCut := cut
+	var closeAt time.Time
+	add := func(p pendingRec) error {
+		if err := r.cfg.Uplink.Wait(ctx, *r.cfg.Priority, len(p.rec.Payload)+256); err != nil {
+			return err
+		}
+		if err := txn.Add(ctx, p.rec); err != nil {
+			return err
+		}
+		if txn.Len() == 1 {
+			closeAt = r.cfg.Now().Add(r.cfg.CommitInterval)
+		}
+		lastCut = p.cutAfter
+		if r.cfg.OnCommit != nil {
+			ingest = append(ingest, p.rec.IngestTime)
+		}
+		return nil
+	}
+	if r.pending != nil {
+		p := *r.pending
+		r.pending = nil
+		if err := add(p); err != nil {
+			return prev, err
+		}
+	}
+	for txn.Len() < r.cfg.MaxTxnEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
+		wait := r.cfg.IdleCommitInterval
+		if txn.Len() > 0 {
+			wait = closeAt.Sub(r.cfg.Now())
+			if wait <= 0 {
+				break
+			}
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait)
+		rec, err := rd.Next(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+				break
+			}
+			return prev, err
+		}
+		p := pendingRec{rec: rec, cutAfter: rd.Cut()}
+		if txn.Len() > 0 && txn.Bytes()+int64(len(rec.Payload)) > r.cfg.MaxTxnBytes {
+			r.pending = &p
+			break
+		}
+		if err := add(p); err != nil {
+			return prev, err
+		}
+	}
+	wm, err := r.watermark(lastCut)
+	if err != nil {
+		return prev, err
+	}
+	if txn.Len() == 0 {
+		// Idle: commit only to publish a moved watermark.
+		if prev.Seq > 0 && wm.LowerNs == prev.Record.Watermark.LowerNs && wm.UpperNs == prev.Record.Watermark.UpperNs {
+			return prev, nil
+		}
+		if prev.Seq == 0 && wm.LowerNs == 0 && wm.UpperNs == 0 {
+			return prev, nil
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
+	c, err := txn.Commit(cctx, lastCut, wm)
+	cancel()
+	if err != nil {
+		return prev, err
+	}
+	r.ownCommits++
+	r.txns.Add(1)
+	r.events.Add(uint64(c.Record.Events))
+	r.bytes.Add(uint64(c.Record.Bytes))
+	r.setLast(c)
+	if err := r.st.SetCommittedCut(r.cfg.SinkName, lastCut); err != nil {
+		return c, fmt.Errorf("sync: record committed cut locally: %w", err)
+	}
+	if r.cfg.OnCommit != nil {
+		r.cfg.OnCommit(c, ingest)
+	}
+	return c, nil
+}
+
+func (r *Replicator) watermark(cut localstream.StreamCut) (Watermark, error) {
+	if r.cfg.Watermark == nil {
+		return Watermark{}, nil
+	}
+	wm, err := r.cfg.Watermark(cut)
+	if err != nil {
+		return Watermark{}, fmt.Errorf("sync: committed watermark: %w", err)
+	}
+	return wm, nil
+}
+
+func isStreamNotFound(err error) bool { return errors.Is(err, jetstream.ErrStreamNotFound) }

@@ -1,0 +1,40 @@
+package sync
+
+import (
+	"context"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// Sink is where transactions go: the central store seen from one agent.
+// Implementations are safe for concurrent use by one replicator per stream.
+type Sink interface {
+	// Prepare makes sure the central side of a local stream exists and can
+	// take atomic transactions.
+	Prepare(ctx context.Context, stream string) error
+	// LastCommitted reads the agent's last commit on the stream as the
+	// central store has it now (through the leader); zero when none.
+	LastCommitted(ctx context.Context, stream string) (Committed, error)
+	// Begin starts the transaction that follows prev.
+	Begin(stream string, prev Committed) Txn
+}
+
+// Txn is one transaction: events added in order, then one commit. It is
+// not safe for concurrent use. Nothing is visible centrally before Commit
+// succeeds; a failed or abandoned transaction leaves nothing.
+type Txn interface {
+	// Add sends one event of the transaction.
+	Add(ctx context.Context, rec localstream.Record) error
+	// Commit sends the commit record (cut, watermark) and waits for the
+	// outcome. An error means the outcome is unknown unless it is a
+	// rejection (see Classify); LastCommitted tells.
+	Commit(ctx context.Context, cut localstream.StreamCut, wm Watermark) (Committed, error)
+	// Discard abandons the transaction; the server drops it after its
+	// batch timeout.
+	Discard()
+	// Len and Bytes are the events and payload bytes added so far.
+	Len() int
+	Bytes() int64
+	// Number is the transaction's number.
+	Number() uint64
+}

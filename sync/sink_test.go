@@ -1,0 +1,164 @@
+package sync
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+func rec(seg localstream.SegmentID, off uint64, key string, et int64) localstream.Record {
+	return localstream.Record{
+		Position: localstream.Position{Segment: seg, Offset: off},
+		Event:    localstream.Event{RoutingKey: key, Writer: "w/" + key, EventTime: et, ContentType: "text/plain", Payload: fmt.Appendf(nil, "%s-%d", key, off)},
+	}
+}
+
+func cutAt(stream string, off uint64) localstream.StreamCut {
+	return localstream.StreamCut{Stream: stream, Positions: map[localstream.SegmentID]uint64{0: off}}
+}
+
+// streamMsgs returns the number of messages in EDGE_<stream>.
+func streamMsgs(t testing.TB, s *JetStreamSink, stream string) uint64 {
+	t.Helper()
+	st, err := s.js.Stream(testCtx(t, 5*time.Second), StreamName(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(testCtx(t, 5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestSinkCommitAndFencing: a transaction becomes visible with its commit
+// record; a second transaction built on the same predecessor (another
+// agent process with the same id) is rejected and leaves nothing.
+func TestSinkCommitAndFencing(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	ctx := testCtx(t, 30*time.Second)
+	a := newSink(t, connect(t, srv.ClientURL()), "agent-1")
+	b := newSink(t, connect(t, srv.ClientURL()), "agent-1")
+	if err := a.Prepare(ctx, "telemetry"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Prepare(ctx, "telemetry"); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	prev, err := a.LastCommitted(ctx, "telemetry")
+	if err != nil || prev.Seq != 0 {
+		t.Fatalf("empty store: %+v %v", prev, err)
+	}
+	ta, tb := a.Begin("telemetry", prev), b.Begin("telemetry", prev)
+	for i := range 3 {
+		if err := ta.Add(ctx, rec(0, uint64(i), "d1", int64(100+i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := tb.Add(ctx, rec(0, uint64(i), "d1", int64(100+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, err := ta.Commit(ctx, cutAt("telemetry", 3), Watermark{LowerNs: 100, UpperNs: 102})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca.Seq != 4 || ca.Record.Txn != 1 || ca.Record.Events != 3 {
+		t.Fatalf("commit %+v", ca)
+	}
+	_, err = tb.Commit(ctx, cutAt("telemetry", 3), Watermark{})
+	if Classify(err) != Conflict {
+		t.Fatalf("second commit on the same predecessor: %v (class %v), want a conflict", err, Classify(err))
+	}
+	if n := streamMsgs(t, a, "telemetry"); n != 4 {
+		t.Fatalf("stream holds %d messages, want 4 (the rejected batch must leave nothing)", n)
+	}
+	got, err := b.LastCommitted(ctx, "telemetry")
+	if err != nil || got.Seq != ca.Seq || got.Record.Instance != a.instance || got.Record.Watermark.LowerNs != 100 {
+		t.Fatalf("LastCommitted = %+v, %v; want seq %d of instance %s", got, err, ca.Seq, a.instance)
+	}
+	// The chain continues from the read-back commit.
+	tc := b.Begin("telemetry", got)
+	if tc.Number() != 2 {
+		t.Fatalf("next txn number %d", tc.Number())
+	}
+	if _, err := tc.Commit(ctx, cutAt("telemetry", 3), Watermark{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSinkRefusesStreamWithoutAtomic: an existing EDGE_ stream without
+// allow_atomic is a clear permanent error.
+func TestSinkRefusesStreamWithoutAtomic(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	ctx := testCtx(t, 30*time.Second)
+	nc := connect(t, srv.ClientURL())
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "EDGE_VIDEO", Subjects: []string{"edge.video.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	err := newSink(t, nc, "a").Prepare(ctx, "video")
+	if !errors.Is(err, ErrAtomicUnsupported) || Classify(err) != Permanent {
+		t.Fatalf("Prepare = %v, want ErrAtomicUnsupported", err)
+	}
+	if !serverAtLeast("2.12.0", 2, 12) || serverAtLeast("2.11.9", 2, 12) || !serverAtLeast("3.0.0", 2, 12) {
+		t.Fatal("serverAtLeast")
+	}
+}
+
+// TestSinkMidBatchCutLeavesNothing: the link is cut after part of a batch
+// reached the server; nothing of it becomes visible, and a retry from the
+// read-back commit succeeds.
+func TestSinkMidBatchCutLeavesNothing(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
+	ctx := testCtx(t, 30*time.Second)
+	s := newSink(t, connect(t, px.URL()), "a")
+	if err := s.Prepare(ctx, "health"); err != nil {
+		t.Fatal(err)
+	}
+	px.cutMidBatch.Store(true)
+	tx := s.Begin("health", Committed{})
+	var err error
+	for i := 0; i < 50 && err == nil; i++ {
+		err = tx.Add(ctx, rec(0, uint64(i), "h", int64(i)))
+		time.Sleep(time.Millisecond)
+	}
+	if err == nil {
+		_, err = tx.Commit(ctx, cutAt("health", 50), Watermark{})
+	}
+	if err == nil || px.midBatchCuts.Load() != 1 {
+		t.Fatalf("commit after a mid-batch cut: err=%v cuts=%d", err, px.midBatchCuts.Load())
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var c Committed
+	for {
+		if c, err = s.LastCommitted(ctx, "health"); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil || c.Seq != 0 {
+		t.Fatalf("after the cut: %+v %v", c, err)
+	}
+	if n := streamMsgs(t, s, "health"); n != 0 {
+		t.Fatalf("%d messages of a cut batch are visible", n)
+	}
+	tx = s.Begin("health", c)
+	for i := range 5 {
+		if err := tx.Add(ctx, rec(0, uint64(i), "h", int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tx.Commit(ctx, cutAt("health", 5), Watermark{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := streamMsgs(t, s, "health"); n != 6 {
+		t.Fatalf("%d messages, want 6", n)
+	}
+}

@@ -1,0 +1,97 @@
+package sync
+
+import (
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// StreamStats is a snapshot of one stream's replication, in flight terms.
+type StreamStats struct {
+	// Stream is the local stream; Priority its uplink priority.
+	Stream   string `json:"stream"`
+	Priority int    `json:"priority"`
+	// State is "starting", "replicating", "retrying" or "stopped".
+	State string `json:"state"`
+	// Txns, Events and Bytes were committed by this run.
+	Txns   uint64 `json:"txns"`
+	Events uint64 `json:"events"`
+	Bytes  uint64 `json:"bytes"`
+	// Retries counts resumes after errors; Conflicts those caused by a
+	// failed fencing expectation; Adopted foreign commits taken over.
+	Retries   uint64 `json:"retries"`
+	Conflicts uint64 `json:"conflicts"`
+	Adopted   uint64 `json:"adopted"`
+	// LastTxn and LastSeq identify the latest known commit at the centre.
+	LastTxn uint64 `json:"last_txn"`
+	LastSeq uint64 `json:"last_seq"`
+	// CommittedCut is the latest committed cut (text form).
+	CommittedCut string `json:"committed_cut"`
+	// WatermarkLowerNs/UpperNs are the latest committed watermark.
+	WatermarkLowerNs int64 `json:"watermark_lower_ns"`
+	WatermarkUpperNs int64 `json:"watermark_upper_ns"`
+	// EventTimeLag is now − committed watermark lower (0 when unknown).
+	EventTimeLag time.Duration `json:"event_time_lag_ns"`
+	// BacklogEvents is the number of local events after the committed cut;
+	// BacklogBytes their payload bytes (estimated from segment averages).
+	BacklogEvents uint64 `json:"backlog_events"`
+	BacklogBytes  uint64 `json:"backlog_bytes"`
+	// LastError is the latest error; Stopped holds the permanent one.
+	LastError string `json:"last_error,omitempty"`
+	Stopped   string `json:"stopped,omitempty"`
+}
+
+// Stats returns the replicator's snapshot. Safe for concurrent use.
+func (r *Replicator) Stats() StreamStats {
+	r.mu.Lock()
+	last, state, lastErr, stopErr := r.last, r.state, r.lastErr, r.stopErr
+	r.mu.Unlock()
+	s := StreamStats{
+		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
+		Txns: r.txns.Load(), Events: r.events.Load(), Bytes: r.bytes.Load(),
+		Retries: r.retries.Load(), Conflicts: r.conflicts.Load(), Adopted: r.adopted.Load(),
+		LastTxn: last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,
+		WatermarkLowerNs: last.Record.Watermark.LowerNs, WatermarkUpperNs: last.Record.Watermark.UpperNs,
+	}
+	if lastErr != nil {
+		s.LastError = lastErr.Error()
+	}
+	if stopErr != nil {
+		s.Stopped = stopErr.Error()
+	}
+	if s.WatermarkLowerNs > 0 {
+		s.EventTimeLag = r.cfg.Now().Sub(time.Unix(0, s.WatermarkLowerNs))
+	}
+	topo := r.st.Topology()
+	cut, err := last.Record.StreamCut()
+	if last.Seq == 0 || err != nil {
+		cut = r.st.HeadCut()
+	}
+	s.BacklogEvents, s.BacklogBytes = Backlog(topo, cut)
+	return s
+}
+
+// Backlog counts the events of topo after cut, and estimates their bytes
+// from each segment's average event size.
+func Backlog(topo localstream.Topology, cut localstream.StreamCut) (events, bytes uint64) {
+	if topo.Validate(cut) != nil {
+		return 0, 0
+	}
+	for id, seg := range topo.Segments {
+		var n uint64
+		if off, in := cut.Positions[id]; in {
+			n = seg.Length - min(off, seg.Length)
+		} else if seg.Length > seg.Start {
+			before, err := topo.Contains(cut, localstream.Position{Segment: id, Offset: seg.Start})
+			if err != nil || before {
+				continue
+			}
+			n = seg.Length - seg.Start
+		}
+		events += n
+		if seg.Length > 0 {
+			bytes += seg.Bytes / seg.Length * n
+		}
+	}
+	return events, bytes
+}
