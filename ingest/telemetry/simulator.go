@@ -48,6 +48,9 @@ type SimConfig struct {
 	ClientPrefix string
 	// Now is the clock for the payload timestamps. Default time.Now.
 	Now func() time.Time
+	// OnPublished, if set, is called after the broker acked each message;
+	// it is called concurrently from the drones' goroutines.
+	OnPublished func(drone, topic string, seq uint64, payload []byte)
 }
 
 // DroneResult is what one simulated drone published.
@@ -252,7 +255,7 @@ func (d *simDrone) run(ctx context.Context) (DroneResult, error) {
 	case <-tok.Done():
 	case <-ctx.Done():
 		c.Disconnect(0)
-		return r, nil
+		return r, fmt.Errorf("telemetry: simulator %s: not connected to %s: %w", d.name, cfg.Broker, ctx.Err())
 	}
 	if tok.Error() != nil {
 		return r, fmt.Errorf("telemetry: simulator %s: connect: %w", d.name, tok.Error())
@@ -277,6 +280,9 @@ func (d *simDrone) run(ctx context.Context) (DroneResult, error) {
 				}
 				r.Published++
 				r.LastSeq = s.seq
+				if cfg.OnPublished != nil {
+					cfg.OnPublished(d.name, d.topic, s.seq, s.buf)
+				}
 				return
 			}
 			r.Retries++
