@@ -1,0 +1,74 @@
+package video
+
+import "time"
+
+// chunker collects frames into chunks: a new chunk at every keyframe, at a
+// change of time base (estimated ↔ SR) and after a discontinuity; a chunk
+// is cut before it would exceed maxBytes or span maxDur.
+type chunker struct {
+	codec    Codec
+	maxBytes int
+	maxDur   int64
+	cur      *Chunk
+	// started is the arrival of the current chunk's first frame (for tick).
+	started time.Time
+	// disc: the next chunk starts after a discontinuity.
+	disc bool
+}
+
+func newChunker(codec Codec, maxBytes int, maxDur time.Duration) *chunker {
+	return &chunker{codec: codec, maxBytes: maxBytes, maxDur: int64(maxDur), disc: true}
+}
+
+// discontinuity closes the current chunk and flags the next one.
+func (c *chunker) discontinuity(emit func(*Chunk)) {
+	c.flush(emit)
+	c.disc = true
+}
+
+// add appends frame f with its PTS; emit receives chunks that are complete.
+func (c *chunker) add(f *frame, ssrc uint32, pts int64, estimated bool, emit func(*Chunk)) {
+	if cur := c.cur; cur != nil {
+		first := cur.Frames[0].PTS
+		if f.key || estimated != cur.Estimated || cur.SSRC != ssrc ||
+			len(cur.Payload)+len(f.data) > c.maxBytes || pts-first >= c.maxDur {
+			c.flush(emit)
+		}
+	}
+	if c.cur == nil {
+		c.cur = &Chunk{Codec: c.codec, SSRC: ssrc, Estimated: estimated, Discontinuity: c.disc}
+		c.disc = false
+		c.started = f.arrival
+	}
+	c.cur.Frames = append(c.cur.Frames, FrameInfo{PTS: pts, Size: len(f.data), Key: f.key})
+	c.cur.Payload = append(c.cur.Payload, f.data...)
+}
+
+// tick closes a chunk that has waited maxDur since its first frame arrived,
+// so a stalled stream does not hold its last frames back.
+func (c *chunker) tick(now time.Time, emit func(*Chunk)) {
+	if c.cur != nil && now.Sub(c.started) >= time.Duration(c.maxDur) {
+		c.flush(emit)
+	}
+}
+
+// flush emits the current chunk, if any.
+func (c *chunker) flush(emit func(*Chunk)) {
+	if c.cur != nil {
+		cur := c.cur
+		c.cur = nil
+		emit(cur)
+	}
+}
+
+// abandon drops the current chunk (it cannot be decoded after a lost one)
+// and flags the next; it returns the number of frames dropped.
+func (c *chunker) abandon() int {
+	n := 0
+	if c.cur != nil {
+		n = len(c.cur.Frames)
+		c.cur = nil
+	}
+	c.disc = true
+	return n
+}

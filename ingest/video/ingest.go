@@ -1,0 +1,340 @@
+package video
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/ipv4"
+)
+
+// Ingest receives RTP/RTCP over UDP and appends each drone's video to the
+// sink as chunks. New starts nothing; Run listens and blocks; Close stops
+// Run and waits for every goroutine. Stats is safe for concurrent use.
+type Ingest struct {
+	cfg   Config
+	sink  Appender
+	marks Marks
+	log   *slog.Logger
+	now   func() time.Time
+
+	rc receiveCounters
+
+	mu     sync.Mutex // guards router, counters map, drones
+	router *router
+	// counters of every drone id seen (kept across restarts of a drone).
+	counters map[string]*droneCounters
+
+	ready      chan struct{}
+	rtpAddr    net.Addr
+	rtcpAddr   net.Addr
+	sockBuf    atomic.Int64
+	dropsBySck [2]atomic.Int64
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup // drone goroutines and readers
+	running   atomic.Bool
+}
+
+// Option configures an Ingest.
+type Option func(*Ingest)
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(in *Ingest) { in.log = l } }
+
+// WithClock sets the clock for arrival and ingest times (default time.Now).
+func WithClock(now func() time.Time) Option { return func(in *Ingest) { in.now = now } }
+
+// WithMarks sets the watermark tracker notified after each durable chunk.
+func WithMarks(m Marks) Option { return func(in *Ingest) { in.marks = m } }
+
+// New checks cfg (defaults applied) and returns an Ingest that appends to sink.
+func New(cfg Config, sink Appender, opts ...Option) (*Ingest, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sink == nil {
+		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
+	}
+	in := &Ingest{
+		cfg: cfg, sink: sink, log: slog.Default(), now: time.Now,
+		counters: map[string]*droneCounters{},
+		ready:    make(chan struct{}),
+		closed:   make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(in)
+	}
+	return in, nil
+}
+
+// Ready is closed once Run has bound its sockets.
+func (in *Ingest) Ready() <-chan struct{} { return in.ready }
+
+// Addr returns the bound RTP address (after Ready).
+func (in *Ingest) Addr() net.Addr { return in.rtpAddr }
+
+// RTCPAddr returns the bound RTCP address, nil when muxed only (after Ready).
+func (in *Ingest) RTCPAddr() net.Addr { return in.rtcpAddr }
+
+// Run binds the sockets, receives until ctx ends or Close, then flushes
+// every drone's complete frames (bounded by 5s) and returns.
+func (in *Ingest) Run(ctx context.Context) error {
+	if !in.running.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: Run called twice", ErrClosed)
+	}
+	select {
+	case <-in.closed:
+		return ErrClosed
+	default:
+	}
+	rtpConn, rtcpConn, err := in.listen()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in.mu.Lock()
+	in.router = newRouter(&in.cfg, &in.rc, func(id string, dc *DroneConfig) *droneRun {
+		return in.startDrone(ctx, id, dc)
+	})
+	in.mu.Unlock()
+	in.rtpAddr = rtpConn.LocalAddr()
+	if rtcpConn != nil {
+		in.rtcpAddr = rtcpConn.LocalAddr()
+	}
+	close(in.ready)
+
+	var readers sync.WaitGroup
+	conns := []*net.UDPConn{rtpConn}
+	if rtcpConn != nil {
+		conns = append(conns, rtcpConn)
+	}
+	for i, c := range conns {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			in.read(c, i)
+		}()
+	}
+	select {
+	case <-ctx.Done():
+	case <-in.closed:
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	readers.Wait()
+	cancel() // drones flush and close
+	in.wg.Wait()
+	return nil
+}
+
+// Close stops Run and waits for its goroutines. Idempotent.
+func (in *Ingest) Close() error {
+	in.closeOnce.Do(func() { close(in.closed) })
+	in.wg.Wait()
+	return nil
+}
+
+// listen binds the RTP socket and, unless muxed, the RTCP socket on port+1
+// (with an ephemeral RTP port, it retries until port+1 is free too).
+func (in *Ingest) listen() (*net.UDPConn, *net.UDPConn, error) {
+	ua, err := net.ResolveUDPAddr("udp", in.cfg.Listen)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: listen: %v", ErrConfig, err)
+	}
+	for attempt := 0; ; attempt++ {
+		rtpConn, err := net.ListenUDP("udp", ua)
+		if err != nil {
+			return nil, nil, fmt.Errorf("video: listen rtp %s: %w", ua, err)
+		}
+		in.sockBuf.Store(int64(tuneSocket(rtpConn, in.cfg.SocketBuffer)))
+		if in.cfg.RTCPListen == "mux" {
+			return rtpConn, nil, nil
+		}
+		var ra *net.UDPAddr
+		if in.cfg.RTCPListen != "" {
+			ra, _ = net.ResolveUDPAddr("udp", in.cfg.RTCPListen)
+		} else {
+			local := rtpConn.LocalAddr().(*net.UDPAddr)
+			ra = &net.UDPAddr{IP: local.IP, Port: local.Port + 1, Zone: local.Zone}
+		}
+		rtcpConn, err := net.ListenUDP("udp", ra)
+		if err == nil {
+			tuneSocket(rtcpConn, 1<<20)
+			return rtpConn, rtcpConn, nil
+		}
+		rtpConn.Close()
+		if ua.Port != 0 || in.cfg.RTCPListen != "" || attempt > 20 {
+			return nil, nil, fmt.Errorf("video: listen rtcp %s: %w", ra, err)
+		}
+	}
+}
+
+// read receives datagrams in batches and routes them. sock 0 = RTP, 1 = RTCP.
+func (in *Ingest) read(c *net.UDPConn, sock int) {
+	pc := ipv4.NewPacketConn(c)
+	msgs := make([]ipv4.Message, in.cfg.ReadBatch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, in.cfg.MaxPacketSize+1)}
+		msgs[i].OOB = make([]byte, 64)
+	}
+	for {
+		n, err := pc.ReadBatch(msgs, 0)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select {
+			case <-in.closed:
+				return
+			default:
+			}
+			time.Sleep(time.Millisecond) // transient (ECONNREFUSED from ICMP, ENOBUFS)
+			continue
+		}
+		now := in.now()
+		in.rc.readBatches.Add(1)
+		in.mu.Lock()
+		for i := 0; i < n; i++ {
+			m := &msgs[i]
+			in.rc.datagrams.Add(1)
+			in.rc.bytes.Add(uint64(m.N))
+			if d := kernelDrops(m.OOB[:m.NN]); d >= 0 {
+				in.dropsBySck[sock].Store(d)
+			}
+			if m.N > in.cfg.MaxPacketSize {
+				in.rc.oversize.Add(1)
+				continue
+			}
+			ua, ok := m.Addr.(*net.UDPAddr)
+			if !ok {
+				continue
+			}
+			b := make([]byte, m.N)
+			copy(b, m.Buffers[0][:m.N])
+			in.router.dispatch(b, ua.AddrPort(), now, sock == 1)
+		}
+		in.mu.Unlock()
+	}
+}
+
+// tickInterval is how often a drone runs its timers.
+func (in *Ingest) tickInterval() time.Duration {
+	t := in.cfg.ReorderMaxWait / 4
+	if t < 10*time.Millisecond {
+		t = 10 * time.Millisecond
+	}
+	return t
+}
+
+// startDrone creates a drone and its goroutine. in.mu is held.
+func (in *Ingest) startDrone(ctx context.Context, id string, dc *DroneConfig) *droneRun {
+	c := in.counters[id] // cumulative across restarts of the drone
+	if c == nil {
+		c = &droneCounters{}
+		in.counters[id] = c
+	}
+	d := newDrone(id, &in.cfg, dc, in.sink, in.marks, in.now, c)
+	dr := &droneRun{d: d, ch: make(chan item, in.cfg.QueueDepth)}
+	in.rc.dronesStarted.Add(1)
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		in.runDrone(ctx, dr)
+	}()
+	return dr
+}
+
+// runDrone is a drone's goroutine: packets, timers, idle timeout, shutdown.
+func (in *Ingest) runDrone(ctx context.Context, dr *droneRun) {
+	d := dr.d
+	t := time.NewTicker(in.tickInterval())
+	defer t.Stop()
+	handle := func(ctx context.Context, it item) error {
+		if it.rtcp {
+			return d.rtcpPacket(ctx, it.b, it.arrival)
+		}
+		return d.rtp(ctx, it.b, it.arrival)
+	}
+	for {
+		var err error
+		select {
+		case it := <-dr.ch:
+			err = handle(ctx, it)
+		case <-t.C:
+			now := in.now()
+			err = d.tick(ctx, now)
+			if now.Sub(d.lastSeen) >= in.cfg.SessionTimeout {
+				in.mu.Lock()
+				in.router.remove(dr)
+				in.mu.Unlock()
+				in.finish(context.WithoutCancel(ctx), dr, handle)
+				return
+			}
+		case <-ctx.Done():
+			in.mu.Lock()
+			if in.router != nil {
+				in.router.remove(dr)
+			}
+			in.mu.Unlock()
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			in.finish(fctx, dr, handle)
+			cancel()
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			in.log.Debug("video: append failed", "drone", d.id, "err", err)
+		}
+	}
+}
+
+// finish processes what is queued for a removed drone, then closes it.
+func (in *Ingest) finish(ctx context.Context, dr *droneRun, handle func(context.Context, item) error) {
+	for {
+		select {
+		case it := <-dr.ch:
+			_ = handle(ctx, it)
+			continue
+		default:
+		}
+		break
+	}
+	if err := dr.d.close(ctx); err != nil {
+		in.log.Warn("video: closing drone", "drone", dr.d.id, "err", err)
+	}
+	in.rc.dronesClosed.Add(1)
+}
+
+// Stats returns a snapshot of the counters.
+func (in *Ingest) Stats() Stats {
+	s := Stats{
+		Datagrams: in.rc.datagrams.Load(), Bytes: in.rc.bytes.Load(), ReadBatches: in.rc.readBatches.Load(),
+		Oversize: in.rc.oversize.Load(), NotRTP: in.rc.notRTP.Load(),
+		Rejected: in.rc.rejected.Load(), Unverified: in.rc.unverified.Load(),
+		TooManyDrones: in.rc.tooManyDrones.Load(), UnknownRTCP: in.rc.unknownRTCP.Load(),
+		KernelDrops:   uint64(in.dropsBySck[0].Load() + in.dropsBySck[1].Load()),
+		DronesStarted: in.rc.dronesStarted.Load(), DronesClosed: in.rc.dronesClosed.Load(),
+		SocketBuffer: int(in.sockBuf.Load()),
+		PerDrone:     map[string]DroneStats{},
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.router != nil {
+		s.Drones = len(in.router.byID)
+	}
+	for id, c := range in.counters {
+		ds := c.snapshot()
+		s.PerDrone[id] = ds
+		s.DroneStats.add(ds)
+	}
+	return s
+}

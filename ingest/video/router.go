@@ -1,0 +1,238 @@
+package video
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// maxCandidates bounds the SSRCs on probation.
+const maxCandidates = 256
+
+// probationPackets is how many packets in sequence a new SSRC must send
+// before it becomes a drone (RFC 3550 A.1 MIN_SEQUENTIAL).
+const probationPackets = 2
+
+// item is one datagram queued for a drone.
+type item struct {
+	b       []byte
+	arrival time.Time
+	rtcp    bool
+}
+
+// droneRun is a running drone: its state machine and its queue.
+type droneRun struct {
+	d     *drone
+	ch    chan item
+	ssrcs []uint32 // bound SSRCs (router lock)
+	gone  bool     // removed from the router (router lock)
+}
+
+// candidate is an SSRC on probation.
+type candidate struct {
+	src     netip.AddrPort
+	lastSeq uint16
+	hits    int
+	held    []item
+	since   time.Time
+}
+
+// router maps datagrams to drones: by SSRC once known, else by probation
+// and configuration. All methods are called with mu held by the Ingest.
+type router struct {
+	cfg       *Config
+	allow     []netip.Prefix
+	cfgBySSRC map[uint32]*DroneConfig
+	bySSRC    map[uint32]*droneRun
+	byID      map[string]*droneRun
+	cands     map[uint32]*candidate
+	rc        *receiveCounters
+	// start launches a drone (the Ingest's goroutine).
+	start func(id string, dc *DroneConfig) *droneRun
+}
+
+func newRouter(cfg *Config, rc *receiveCounters, start func(string, *DroneConfig) *droneRun) *router {
+	r := &router{
+		cfg: cfg, rc: rc, start: start,
+		cfgBySSRC: map[uint32]*DroneConfig{},
+		bySSRC:    map[uint32]*droneRun{},
+		byID:      map[string]*droneRun{},
+		cands:     map[uint32]*candidate{},
+	}
+	for _, a := range cfg.Allow {
+		p, _ := parsePrefix(a) // checked by Validate
+		r.allow = append(r.allow, p)
+	}
+	for i := range cfg.Drones {
+		if dc := &cfg.Drones[i]; dc.SSRC != 0 {
+			r.cfgBySSRC[dc.SSRC] = dc
+		}
+	}
+	return r
+}
+
+func (r *router) allowed(a netip.Addr) bool {
+	if len(r.allow) == 0 {
+		return true
+	}
+	for _, p := range r.allow {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// dispatch routes one datagram; rtcpPort is true for the RTCP socket.
+func (r *router) dispatch(b []byte, src netip.AddrPort, arrival time.Time, rtcpPort bool) {
+	if len(b) < 8 || b[0]>>6 != 2 {
+		r.rc.notRTP.Add(1)
+		return
+	}
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+	if !r.allowed(src.Addr()) {
+		r.rc.rejected.Add(1)
+		return
+	}
+	it := item{b: b, arrival: arrival}
+	// RFC 5761 §4: RTCP packet types 192-223 occupy the second byte.
+	if rtcpPort || (b[1] >= 192 && b[1] <= 223) {
+		it.rtcp = true
+		r.routeRTCP(binary.BigEndian.Uint32(b[4:8]), it)
+		return
+	}
+	if len(b) < 12 {
+		r.rc.notRTP.Add(1)
+		return
+	}
+	r.routeRTP(binary.BigEndian.Uint32(b[8:12]), binary.BigEndian.Uint16(b[2:4]), src, it)
+}
+
+func (r *router) routeRTCP(ssrc uint32, it item) {
+	if dr := r.bySSRC[ssrc]; dr != nil {
+		r.enqueue(dr, it)
+		return
+	}
+	if c := r.cands[ssrc]; c != nil && len(c.held) < 2*probationPackets {
+		c.held = append(c.held, it)
+		return
+	}
+	r.rc.unknownRTCP.Add(1)
+}
+
+func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) {
+	if dr := r.bySSRC[ssrc]; dr != nil {
+		r.enqueue(dr, it)
+		return
+	}
+	if dc := r.cfgBySSRC[ssrc]; dc != nil {
+		if dr := r.bind(ssrc, dc.ID, dc); dr != nil {
+			r.enqueue(dr, it)
+		}
+		return
+	}
+	c := r.cands[ssrc]
+	switch {
+	case c == nil:
+		r.evictCandidate()
+		c = &candidate{src: src, since: it.arrival}
+		r.cands[ssrc] = c
+	case c.src != src || seq != c.lastSeq+1:
+		r.rc.unverified.Add(uint64(len(c.held)))
+		*c = candidate{src: src, since: it.arrival, held: c.held[:0]}
+	}
+	c.lastSeq, c.hits = seq, c.hits+1
+	c.held = append(c.held, it)
+	if c.hits < probationPackets {
+		return
+	}
+	delete(r.cands, ssrc)
+	id, dc := r.identify(ssrc, src)
+	if id == "" {
+		r.rc.unverified.Add(uint64(len(c.held)))
+		return
+	}
+	dr := r.bind(ssrc, id, dc)
+	if dr == nil {
+		return
+	}
+	for _, h := range c.held {
+		r.enqueue(dr, h)
+	}
+}
+
+// identify names the drone of a verified SSRC: configured by source
+// address (ip:port, then ip), else discovered, else "" (refused).
+func (r *router) identify(ssrc uint32, src netip.AddrPort) (string, *DroneConfig) {
+	for pass := 0; pass < 2; pass++ {
+		for i := range r.cfg.Drones {
+			dc := &r.cfg.Drones[i]
+			if !dc.src.IsValid() || dc.src.Addr() != src.Addr() {
+				continue
+			}
+			if (pass == 0 && dc.src.Port() == src.Port()) || (pass == 1 && dc.src.Port() == 0) {
+				return dc.ID, dc
+			}
+		}
+	}
+	if r.cfg.Discover != nil && *r.cfg.Discover {
+		return fmt.Sprintf("ssrc-%08x", ssrc), nil
+	}
+	return "", nil
+}
+
+// bind maps ssrc to drone id, starting the drone if needed.
+func (r *router) bind(ssrc uint32, id string, dc *DroneConfig) *droneRun {
+	dr := r.byID[id]
+	if dr == nil {
+		if len(r.byID) >= r.cfg.MaxDrones {
+			r.rc.tooManyDrones.Add(1)
+			return nil
+		}
+		dr = r.start(id, dc)
+		r.byID[id] = dr
+	}
+	r.bySSRC[ssrc] = dr
+	dr.ssrcs = append(dr.ssrcs, ssrc)
+	if len(dr.ssrcs) > 4 { // an old SSRC of this drone stops mapping to it
+		delete(r.bySSRC, dr.ssrcs[0])
+		dr.ssrcs = dr.ssrcs[1:]
+	}
+	return dr
+}
+
+// evictCandidate makes room for a new candidate by dropping one at random
+// (map order): O(1) under a flood of random SSRCs, and a real sender that
+// loses its place simply tries again with its next two packets.
+func (r *router) evictCandidate() {
+	if len(r.cands) < maxCandidates {
+		return
+	}
+	for s, c := range r.cands {
+		r.rc.unverified.Add(uint64(len(c.held)))
+		delete(r.cands, s)
+		return
+	}
+}
+
+func (r *router) enqueue(dr *droneRun, it item) {
+	select {
+	case dr.ch <- it:
+	default:
+		dr.d.c.queueDrops.Add(1)
+	}
+}
+
+// remove unbinds a drone that is closing.
+func (r *router) remove(dr *droneRun) {
+	dr.gone = true
+	for _, s := range dr.ssrcs {
+		if r.bySSRC[s] == dr {
+			delete(r.bySSRC, s)
+		}
+	}
+	if r.byID[dr.d.id] == dr {
+		delete(r.byID, dr.d.id)
+	}
+}
