@@ -34,6 +34,8 @@ var (
 	ErrNotReplicated = errors.New("localstream: data not yet replicated")
 	// ErrEndOfCut: a bounded reader reached its end cut.
 	ErrEndOfCut = errors.New("localstream: end of cut")
+	// ErrDiskFull: free space is below Options.MinFreeBytes; the append was not written.
+	ErrDiskFull = errors.New("localstream: disk full")
 	// ErrCaughtUp: a non-blocking read found no durable event beyond the reader's position.
 	ErrCaughtUp = errors.New("localstream: caught up")
 )

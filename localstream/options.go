@@ -61,6 +61,17 @@ type Options struct {
 	ValueThreshold int64
 	// MemTableSize is Badger's memtable size. Default 64 MiB.
 	MemTableSize int64
+	// ValueLogFileSize is the size of one Badger value-log file. Default 256 MiB.
+	ValueLogFileSize int64
+	// MinFreeBytes is the free space of the data directory's filesystem
+	// below which appends fail with ErrDiskFull (nothing written) instead
+	// of letting Badger run out of space mid-write. Default 128 MiB;
+	// negative disables the check. Disk-pressure policies (retention,
+	// shedding) act on thresholds above it.
+	MinFreeBytes int64
+	// FreeSpace reports the free bytes of the filesystem holding dir.
+	// Default statfs(2); tests inject a filling filesystem here.
+	FreeSpace func(dir string) (int64, error)
 	// Logger receives the store's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (ingest times of gap markers, scaling windows). Default time.Now.
@@ -96,6 +107,15 @@ func (o Options) withDefaults() Options {
 		o.ValueThreshold = 1 << 10
 	}
 	o.MaxEventBytes = min(o.MaxEventBytes, o.MaxBatchBytes)
+	if o.ValueLogFileSize <= 0 {
+		o.ValueLogFileSize = 256 << 20
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = 128 << 20
+	}
+	if o.FreeSpace == nil {
+		o.FreeSpace = statfsFree
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

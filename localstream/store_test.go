@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func openStore(t *testing.T, dir string, opts Options) *Store {
@@ -292,5 +294,42 @@ func TestLiveTailReader(t *testing.T) {
 	cancel()
 	if _, ok := <-got; ok {
 		t.Fatal("reader did not stop with ctx")
+	}
+}
+
+func TestDiskFullAdmission(t *testing.T) {
+	var free atomic.Int64
+	free.Store(10 << 20)
+	s := openStore(t, t.TempDir(), Options{MinFreeBytes: 8 << 20, FreeSpace: func(string) (int64, error) { return free.Load(), nil }})
+	st := mustStream(t, s, "video", 1)
+	ctx := context.Background()
+	ok := 0
+	var err error
+	for range 100 {
+		if _, err = st.Append(ctx, Event{RoutingKey: "d", Writer: "w", Payload: make([]byte, 100<<10)}); err != nil {
+			break
+		}
+		ok++
+	}
+	if !errors.Is(err, ErrDiskFull) || ok == 0 || ok > 21 {
+		t.Fatalf("after %d appends: %v", ok, err)
+	}
+	if s.Stats().DiskFullRejects != 1 {
+		t.Fatalf("stats %+v", s.Stats())
+	}
+	if got := len(readAll(t, st)); got != ok {
+		t.Fatalf("%d stored, %d acknowledged", got, ok)
+	}
+	free.Store(1 << 30) // space returns
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = st.Append(ctx, Event{RoutingKey: "d", Writer: "w"})
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("no recovery when space returned: %v", err)
 	}
 }

@@ -261,6 +261,9 @@ func (st *Stream) AppendAsync(ctx context.Context, ev Event, cb func(Position, e
 	if err := st.s.Err(); err != nil {
 		return err
 	}
+	if err := st.s.admit(size); err != nil {
+		return err
+	}
 	req := &appendReq{st: st, hash: KeyHash(ev.RoutingKey), rec: appendRecord(make([]byte, 0, size), &ev),
 		size: len(ev.Payload), cb: cb}
 	for _, o := range opts {
