@@ -37,7 +37,7 @@ type Options struct {
 type Summary struct {
 	// Packets sent, of which RTP and RTCP; Bytes of UDP payload.
 	Packets, RTP, RTCP int
-	Bytes               int64
+	Bytes              int64
 	// Skipped are capture records not sent (not UDP, other ports, not RTP/RTCP).
 	Skipped int
 	// SSRCs are the distinct SSRCs sent (after rewriting), sorted.
