@@ -2,7 +2,6 @@ package watermark
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"sort"
 
@@ -83,14 +82,12 @@ func (c *core) late(id string, t, now int64) bool {
 		w.closed, w.dirty = false, true
 	}
 	w.lastActive = now
+	// One event in flight per writer: a new one replaces the last.
+	w.inflight, w.inflightT, w.inflightSince = !late, t, now
 	if late {
 		c.stats.Late++
-		return true
 	}
-	if !w.hasMark && (!w.pending || t < w.pendingFloor) {
-		w.pending, w.pendingFloor = true, t
-	}
-	return false
+	return late
 }
 
 // note applies writer id's mark "time t at durable position p". topo must
@@ -102,10 +99,12 @@ func (c *core) note(topo localstream.Topology, id string, t int64, p localstream
 	}
 	if w.hasMark {
 		if t < w.noted {
+			w.inflight = false
 			c.stats.RejectedBackwards++
 			return fmt.Errorf("%w: writer %q noted %d, now %d", ErrTimeBackwards, id, w.noted, t)
 		}
 		if err := w.checkPosition(topo, p); err != nil {
+			w.inflight = false
 			c.stats.RejectedNotAdvancing++
 			return err
 		}
@@ -122,7 +121,10 @@ func (c *core) note(topo localstream.Topology, id string, t int64, p localstream
 	}
 	w.noted = max(w.noted, noted)
 	w.advance(topo, p)
-	w.hasMark, w.closed, w.pending, w.dirty = true, false, false, true
+	// The writer returns with this mark, unless it was closed while this
+	// event was in flight.
+	reopen := !(w.closed && w.inflight)
+	w.hasMark, w.closed, w.inflight, w.dirty = true, w.closed && !reopen, false, true
 	w.lastActive = now
 	c.stats.HistoryThinned += uint64(w.record())
 	c.stats.Notes++
@@ -135,7 +137,7 @@ func (c *core) close(id string) {
 	if !ok || w.closed {
 		return
 	}
-	w.closed, w.pending, w.dirty = true, false, true
+	w.closed, w.dirty = true, true
 	c.stats.Closes++
 }
 
@@ -159,19 +161,25 @@ func (k *candidate) count(t int64) {
 	k.lower = min(k.lower, t)
 }
 
-// use takes a mark into the cut and the upper bound.
-func (k *candidate) use(m mark) {
-	k.positions = append(k.positions, m.pos...)
+// use takes a mark into the cut and the upper bound. Positions topo does
+// not hold are skipped (a smaller cut is the safe side); they cannot occur
+// unless the store lost durable data.
+func (k *candidate) use(topo localstream.Topology, m mark) {
+	for _, p := range m.pos {
+		if validPosition(topo, p) {
+			k.positions = append(k.positions, p)
+		}
+	}
 	k.upper = max(k.upper, m.t)
 }
 
 // localAt computes and emits the local watermark at time now over topo.
 func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) {
 	var k candidate
-	for _, id := range slices.Sorted(maps.Keys(c.writers)) {
+	for _, id := range c.writerIDs() {
 		w := c.writers[id]
 		if w.hasMark {
-			k.use(mark{t: w.noted, pos: w.pos})
+			k.use(topo, mark{t: w.noted, pos: w.pos})
 		}
 		if !w.active(now, c.idleNs) {
 			continue
@@ -179,13 +187,11 @@ func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) 
 		switch {
 		case w.hasMark:
 			k.count(w.noted)
-		case w.pending:
-			k.count(w.pendingFloor)
+		case w.inflight:
+			k.count(w.inflightT)
 		}
 	}
-	base := topo.OpenAtZero()
-	base.Stream = c.stream
-	next, emitted, err := c.emit(topo, c.local, k, base)
+	next, emitted, err := c.emit(topo, c.local, k, topo.OpenAtZero(), topo.TailCut())
 	if err != nil {
 		return c.local, err
 	}
@@ -213,13 +219,13 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 		}
 	}
 	var k candidate
-	for _, id := range slices.Sorted(maps.Keys(c.writers)) {
+	for _, id := range c.writerIDs() {
 		w := c.writers[id]
 		if err := c.promote(topo, cut, w); err != nil {
 			return c.committed, err
 		}
 		if w.base != nil {
-			k.use(*w.base)
+			k.use(topo, *w.base)
 		}
 		active := w.active(now, c.idleNs)
 		uncommitted := len(w.hist) > 0
@@ -232,12 +238,12 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 		case uncommitted:
 			// Nothing committed yet: its events are at or after its first mark.
 			k.count(w.floor)
-		case w.pending:
+		case w.inflight:
 			// First event in flight, not yet noted.
-			k.count(w.pendingFloor)
+			k.count(w.inflightT)
 		}
 	}
-	next, emitted, err := c.emit(topo, c.committed, k, cut)
+	next, emitted, err := c.emit(topo, c.committed, k, cut, cut)
 	if err != nil {
 		return c.committed, err
 	}
@@ -292,14 +298,22 @@ func markInside(topo localstream.Topology, cut localstream.StreamCut, m mark) (b
 
 // emit applies the emission rule: a new watermark only when the lower
 // bound advances; its cut is joined with the previous one so that it
-// never moves back. base fills the key ranges no position touches.
-func (c *core) emit(topo localstream.Topology, prev Watermark, k candidate, base localstream.StreamCut) (Watermark, bool, error) {
+// never moves back. base fills the key ranges no position touches. safe
+// is a cut at or after every position that may stand in for the covering
+// cut when the topology cannot compute it (the committed cut, or the tail
+// cut): a larger cut only makes the watermark's promise weaker.
+func (c *core) emit(topo localstream.Topology, prev Watermark, k candidate, base, safe localstream.StreamCut) (Watermark, bool, error) {
 	if !k.ok || (!prev.IsZero() && k.lower <= prev.LowerNs) {
 		return prev, false, nil
 	}
 	cut, err := topo.Covering(base, k.positions...)
 	if err != nil {
-		return prev, false, err
+		// Positions are checked against topo and base is valid, so this is
+		// localstream's internal error (see docs/readme-watermark.md): a
+		// position at the end of a merged predecessor with base inside the
+		// merge successor. Fall back to the safe cut.
+		c.stats.CoveringFallbacks++
+		cut = safe
 	}
 	upper := max(k.upper, k.lower)
 	if !prev.IsZero() {

@@ -21,6 +21,9 @@ type Stats struct {
 	HistoryThinned uint64
 	// WritersRefused counts writer ids refused beyond the writer bound.
 	WritersRefused uint64
+	// CoveringFallbacks counts watermarks whose cut fell back to the
+	// committed (or tail) cut because localstream's Covering failed.
+	CoveringFallbacks uint64
 	// PersistErrors counts failed writes of marks or watermarks to the store.
 	PersistErrors uint64
 	// Writers is the number of known writers; ActiveWriters of those that

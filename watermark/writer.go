@@ -50,18 +50,31 @@ type writer struct {
 	lastActive int64
 	// closed is set by CloseWriter and cleared when the writer returns.
 	closed bool
-	// pending is set when Late answered "not late" for a writer with no
-	// mark yet: its first event is in flight and holds the watermark at
-	// pendingFloor until its mark arrives (or it goes idle).
-	pending      bool
-	pendingFloor int64
+	// inflight is set when Late answered "not late": the event is being
+	// appended. Until its Note (or the writer's next Late, or its close)
+	// the writer stays active, and a writer with no mark yet holds the
+	// watermark at the event's time inflightT. inflightSince bounds the
+	// hold to inflightHold idle timeouts.
+	inflight      bool
+	inflightT     int64
+	inflightSince int64
 	// dirty is set when the persisted record is out of date.
 	dirty bool
 }
 
-// active reports whether w holds the watermark back at time now.
+// inflightHold is how many idle timeouts an event in flight (Late asked,
+// Note not yet) keeps its writer active: an append slower than that may
+// land behind the watermark without the late flag.
+const inflightHold = 10
+
+// active reports whether w holds the watermark back at time now. An event
+// in flight holds it even past a close or the idle timeout: the event is
+// not flagged late, so the watermark must not pass it.
 func (w *writer) active(now, idleNs int64) bool {
-	if w.closed {
+	switch {
+	case w.inflight && (idleNs <= 0 || now-w.inflightSince < inflightHold*idleNs):
+		return true
+	case w.closed:
 		return false
 	}
 	return idleNs <= 0 || now-w.lastActive < idleNs

@@ -1,0 +1,333 @@
+package watermark
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// MetaStore is the small part of *localstream.Store the Tracker persists
+// marks and watermarks in.
+type MetaStore interface {
+	PutMeta(key string, val []byte) error
+	GetMeta(key string) ([]byte, bool, error)
+	ScanMeta(prefix string) (map[string][]byte, error)
+	DeleteMeta(key string) error
+}
+
+// StreamView is what the Tracker reads of its stream; *localstream.Stream
+// satisfies it.
+type StreamView interface {
+	Name() string
+	Topology() localstream.Topology
+}
+
+// Options configure a Tracker. The zero value is usable.
+type Options struct {
+	// IdleTimeout is how long a writer may go without noting time before
+	// it stops holding the watermark back. Default 30s; negative disables.
+	IdleTimeout time.Duration
+	// AllowedLateness is the out-of-orderness allowed to every writer of
+	// the stream: a writer's noted time is the max event time it noted
+	// minus this. Default 0 (sources in order).
+	AllowedLateness time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives rare events (load problems, persist failures).
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultIdleTimeout is Options.IdleTimeout's default.
+const DefaultIdleTimeout = 30 * time.Second
+
+func (o Options) withDefaults() Options {
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Validate rejects impossible options.
+func (o Options) Validate() error {
+	if o.AllowedLateness < 0 {
+		return fmt.Errorf("watermark: allowed lateness %s is negative; use 0 for in-order sources", o.AllowedLateness)
+	}
+	return nil
+}
+
+// Meta keys. Writer ids may contain '/', stream names may not, so the
+// stream's prefix is unambiguous.
+func writerPrefix(stream string) string        { return "wm/" + stream + "/" }
+func writerKey(stream, writer string) string   { return writerPrefix(stream) + writer }
+func publishedKey(stream, which string) string { return "wmpub/" + stream + "/" + which }
+
+// Tracker turns the writer marks of one stream into local and committed
+// watermarks and persists them. It is safe for concurrent use; calls for
+// one writer are expected in order (one goroutine per writer), as an
+// ingest produces them: Late, append, Note.
+//
+// Persistence: a writer's first mark and its close are written before
+// Note and CloseWriter return; other marks are written, together with the
+// watermark, before Local or CommittedAt returns a new watermark (and by
+// Flush). A restart therefore resumes with every published watermark and
+// the marks it was computed from: never an older watermark.
+type Tracker struct {
+	st   StreamView
+	meta MetaStore
+	opts Options
+	log  *slog.Logger
+
+	// persistMu serialises writes to meta so that an older record never
+	// overwrites a newer one. Acquired before mu.
+	persistMu sync.Mutex
+	// mu guards the fields below.
+	mu sync.Mutex
+	// c is the deterministic core.
+	c *core
+	// topo is the newest topology snapshot taken (segments never vanish
+	// and predecessor links never change, so it serves Note's ancestry checks).
+	topo localstream.Topology
+}
+
+// NewTracker returns the tracker of stream st, loading the marks and
+// watermarks persisted in meta. It starts nothing.
+func NewTracker(st StreamView, meta MetaStore, opts Options) (*Tracker, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	t := &Tracker{st: st, meta: meta, opts: opts, log: opts.Logger,
+		c: newCore(st.Name(), int64(opts.IdleTimeout), int64(opts.AllowedLateness))}
+	if err := t.load(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// load reads the persisted writers and watermarks. A record that cannot be
+// decoded is an error: starting without it could publish an older watermark.
+func (t *Tracker) load() error {
+	name := t.st.Name()
+	t.topo = t.st.Topology()
+	recs, err := t.meta.ScanMeta(writerPrefix(name))
+	if err != nil {
+		return fmt.Errorf("watermark: load marks of %q: %w", name, err)
+	}
+	dropped := 0
+	for key, b := range recs {
+		id := strings.TrimPrefix(key, writerPrefix(name))
+		r, err := unmarshalWriterRecord(b)
+		if err != nil {
+			return fmt.Errorf("watermark: writer %q of %q: %w", id, name, err)
+		}
+		dropped += t.c.restore(t.topo, id, r)
+	}
+	if dropped > 0 {
+		t.log.Warn("watermark: dropped persisted positions the store does not hold", "stream", name, "positions", dropped)
+	}
+	var ws [2]*Watermark
+	for i, which := range []string{"local", "committed"} {
+		b, ok, err := t.meta.GetMeta(publishedKey(name, which))
+		if err != nil {
+			return fmt.Errorf("watermark: load %s watermark of %q: %w", which, name, err)
+		}
+		if !ok {
+			continue
+		}
+		w, err := unmarshalWatermark(b)
+		if err != nil {
+			return fmt.Errorf("watermark: %s watermark of %q: %w", which, name, err)
+		}
+		ws[i] = &w
+	}
+	t.c.restoreWatermarks(t.topo, ws[0], ws[1])
+	return nil
+}
+
+func (t *Tracker) now() int64 { return t.opts.Now().UnixNano() }
+
+// Late reports whether an event of writer with time eventTimeNs, about to
+// be appended, is late: earlier than a watermark already published (local
+// or committed) or than the writer's own noted time. The caller still
+// appends it, flagged localstream.FlagLate. Late also marks the writer
+// active: a closed or idle writer comes back with its next event.
+func (t *Tracker) Late(writer string, eventTimeNs int64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.c.late(writer, eventTimeNs, t.now())
+}
+
+// Note records that writer's event with time eventTimeNs is durable at
+// pos: all its later events are at or after that time (minus the allowed
+// lateness). A time earlier than the writer's noted time (ErrTimeBackwards)
+// or a position not after its previous one (ErrPositionNotAdvancing) is
+// refused and counted, never applied.
+func (t *Tracker) Note(writer string, eventTimeNs int64, pos localstream.Position) error {
+	t.mu.Lock()
+	if _, ok := t.topo.Segments[pos.Segment]; !ok {
+		t.topo = t.st.Topology()
+	}
+	if _, ok := t.topo.Segments[pos.Segment]; !ok {
+		t.mu.Unlock()
+		return fmt.Errorf("%w: writer %q noted %s, an unknown segment", localstream.ErrForeignCut, writer, pos)
+	}
+	w := t.c.writers[writer]
+	first := w == nil || !w.hasMark
+	err := t.c.note(t.topo, writer, eventTimeNs, pos, t.now())
+	t.mu.Unlock()
+	if err != nil || !first {
+		return err
+	}
+	// The first mark carries the writer's floor: write it now.
+	return t.persist(nil)
+}
+
+// CloseWriter stops writer from counting at once (drone landed, source
+// gone). It comes back with its next event. Closing is persisted.
+func (t *Tracker) CloseWriter(writer string) error {
+	t.mu.Lock()
+	t.c.close(writer)
+	t.mu.Unlock()
+	return t.persist(nil)
+}
+
+// Local returns the local watermark, over durable marks (for /status). A
+// new one is emitted only when the lower bound advances; otherwise the
+// previous one is returned. The zero Watermark means none yet.
+func (t *Tracker) Local() (Watermark, error) {
+	var w Watermark
+	err := t.persist(func() error {
+		t.topo = t.st.Topology()
+		var err error
+		w, err = t.c.localAt(t.topo, t.now())
+		return err
+	})
+	return w, err
+}
+
+// CommittedAt returns the committed watermark for committed cut cut: only
+// marks whose positions lie inside cut count, and the result's cut is at
+// or before cut. Results are monotone across calls; a cut before the
+// previous result's cut is refused with ErrCutRegressed. The zero
+// Watermark means none yet.
+func (t *Tracker) CommittedAt(cut localstream.StreamCut) (Watermark, error) {
+	var w Watermark
+	err := t.persist(func() error {
+		t.topo = t.st.Topology()
+		var err error
+		w, err = t.c.committedAt(t.topo, cut, t.now())
+		return err
+	})
+	return w, err
+}
+
+// Flush writes every mark not yet persisted.
+func (t *Tracker) Flush() error { return t.persist(nil) }
+
+// Stats returns a snapshot of the counters.
+func (t *Tracker) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.c.stats
+	now := t.now()
+	s.Writers = len(t.c.writers)
+	for _, w := range t.c.writers {
+		if w.active(now, t.c.idleNs) && (w.hasMark || w.inflight) {
+			s.ActiveWriters++
+		}
+	}
+	return s
+}
+
+// persist runs compute (if any) under the lock, then writes the dirty
+// writers and the newly emitted watermarks. A failed write leaves them
+// dirty for the next call and is returned.
+func (t *Tracker) persist(compute func() error) error {
+	t.persistMu.Lock()
+	defer t.persistMu.Unlock()
+	name := t.st.Name()
+
+	t.mu.Lock()
+	var cerr error
+	if compute != nil {
+		cerr = compute()
+	}
+	recs := t.c.takeDirty()
+	var pubs []struct {
+		which string
+		w     Watermark
+	}
+	if t.c.localDirty {
+		pubs = append(pubs, struct {
+			which string
+			w     Watermark
+		}{"local", t.c.local})
+		t.c.localDirty = false
+	}
+	if t.c.committedDirty {
+		pubs = append(pubs, struct {
+			which string
+			w     Watermark
+		}{"committed", t.c.committed})
+		t.c.committedDirty = false
+	}
+	t.mu.Unlock()
+
+	var errs []error
+	var failed []string
+	for id, r := range recs {
+		if err := t.meta.PutMeta(writerKey(name, id), r.marshal()); err != nil {
+			failed = append(failed, id)
+			errs = append(errs, err)
+		}
+	}
+	// Watermarks after the marks they were computed from.
+	var failedPub []string
+	if len(failed) > 0 {
+		for _, p := range pubs {
+			failedPub = append(failedPub, p.which)
+		}
+	} else {
+		for _, p := range pubs {
+			b, err := marshalWatermark(p.w)
+			if err == nil {
+				err = t.meta.PutMeta(publishedKey(name, p.which), b)
+			}
+			if err != nil {
+				failedPub = append(failedPub, p.which)
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		t.mu.Lock()
+		t.c.putBackDirty(failed)
+		for _, which := range failedPub {
+			if which == "local" {
+				t.c.localDirty = true
+			} else {
+				t.c.committedDirty = true
+			}
+		}
+		t.c.stats.PersistErrors++
+		n := t.c.stats.PersistErrors
+		t.mu.Unlock()
+		if n&(n-1) == 0 { // 1, 2, 4, 8, ...: bounded logging
+			t.log.Error("watermark: persisting marks failed", "stream", name, "failures", n, "err", errs[0])
+		}
+		return errors.Join(cerr, fmt.Errorf("watermark: persist %q: %w", name, errors.Join(errs...)))
+	}
+	return cerr
+}
