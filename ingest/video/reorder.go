@@ -26,6 +26,9 @@ type reorder struct {
 	c          *droneCounters
 
 	started bool
+	// warm: the first packets are held until warmPackets arrived or maxWait
+	// passed, so that a reordered start is not taken for late packets.
+	warm    bool
 	next    uint16 // next sequence number to deliver
 	count   int    // packets buffered
 	badSeq  int32  // expected next seq of a suspected restart, -1 if none
@@ -58,7 +61,11 @@ func newReorder(maxPackets int, maxWait time.Duration, c *droneCounters) *reorde
 func (r *reorder) push(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 	s := p.SequenceNumber
 	if !r.started {
-		r.started, r.next = true, s
+		r.started, r.warm, r.next, r.gapSince = true, true, s, arrival
+	}
+	if r.warm {
+		r.warmUp(p, arrival, out)
+		return
 	}
 	d := int16(s - r.next)
 	switch {
@@ -104,9 +111,48 @@ func (r *reorder) push(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 	}
 }
 
+// warmPackets is how many packets are held at the start of a session.
+const warmPackets = 8
+
+// warmUp holds the first packets of a session, moving the start back to
+// the lowest sequence number seen.
+func (r *reorder) warmUp(p *rtp.Packet, arrival time.Time, out deliverFunc) {
+	s := p.SequenceNumber
+	d := int16(s - r.next)
+	if d < 0 && d >= -maxMisorder {
+		r.next, d = s, 0
+	}
+	if d < 0 || int(d) >= reorderWindow-maxMisorder {
+		r.c.late.Add(1)
+		return
+	}
+	sl := &r.slots[s%reorderWindow]
+	if sl.ok {
+		r.c.duplicates.Add(1)
+		return
+	}
+	sl.ok, sl.pkt, sl.arrival = true, *p, arrival
+	r.count++
+	if r.count >= warmPackets || r.count > r.maxPackets {
+		r.endWarm(out)
+	}
+}
+
+// endWarm starts delivering after the warm-up.
+func (r *reorder) endWarm(out deliverFunc) {
+	r.warm = false
+	r.drain(out)
+	if r.count > 0 {
+		r.resetGapSince()
+	}
+}
+
 // expire declares lost the gap that the oldest buffered packet has waited
 // for longer than maxWait, and delivers what follows it.
 func (r *reorder) expire(now time.Time, out deliverFunc) {
+	if r.warm && now.Sub(r.gapSince) >= r.maxWait {
+		r.endWarm(out)
+	}
 	for r.count > 0 && now.Sub(r.gapSince) >= r.maxWait {
 		r.skipGap(out)
 	}
@@ -114,6 +160,7 @@ func (r *reorder) expire(now time.Time, out deliverFunc) {
 
 // flushAll delivers every buffered packet in order, declaring the gaps lost.
 func (r *reorder) flushAll(out deliverFunc) {
+	r.warm = false
 	for r.count > 0 {
 		r.skipGap(out)
 	}
