@@ -1,0 +1,280 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"strconv"
+	stdsync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+const testStream = "telemetry"
+
+// openStore opens a real Badger store with the test stream (two segments).
+func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
+	t.Helper()
+	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.CreateStream(testStream, localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}})
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	return s, st
+}
+
+// appender appends events for drones d0..d(n-1). Event times are one
+// global increasing counter, so every later event is later in time: a
+// correct committed watermark is then ≤ every event committed after it.
+type appender struct {
+	st     *localstream.Stream
+	drones int
+	base   int64
+	n      atomic.Int64
+}
+
+func newAppender(st *localstream.Stream, drones int) *appender {
+	a := &appender{st: st, drones: drones, base: time.Now().UnixNano()}
+	// Continue the counter after a restart (times stay increasing).
+	topo := st.Topology()
+	var total uint64
+	for _, s := range topo.Segments {
+		total += s.Length
+	}
+	a.n.Store(int64(total) * 10)
+	return a
+}
+
+func (a *appender) event(drone int) localstream.Event {
+	i := a.n.Add(10)
+	d := fmt.Sprintf("d%d", drone)
+	ev := localstream.Event{
+		RoutingKey: d, Writer: "telemetry/" + d, EventTime: a.base + i*1000, IngestTime: time.Now().UnixNano(),
+		ContentType: "application/json",
+		Headers:     []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + d + "/telemetry"}},
+		Payload:     fmt.Appendf(nil, `{"drone":%q,"i":%d}`, d, i),
+	}
+	if i%70 == 0 {
+		ev.Flags |= localstream.FlagDiscontinuity
+	}
+	return ev
+}
+
+// warm appends one event per drone, in order, so that every writer is
+// known before the replicator starts.
+func (a *appender) warm(ctx context.Context) error {
+	for d := range a.drones {
+		if _, err := a.st.Append(ctx, a.event(d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run appends a burst of events of distinct drones (concurrently, so group
+// commit gathers them) every interval until ctx ends. One drone's events
+// are appended one after the other, so its times grow in append order.
+func (a *appender) run(ctx context.Context, interval time.Duration, burst int) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	burst = min(burst, a.drones)
+	for k := 0; ; k += burst {
+		var wg stdsync.WaitGroup
+		var firstErr atomic.Value
+		for j := range burst {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := a.st.Append(ctx, a.event((k+j)%a.drones)); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}()
+		}
+		wg.Wait()
+		if err, _ := firstErr.Load().(error); err != nil && ctx.Err() == nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// scanWatermark is a committed-watermark function for tests: per writer
+// the time of its last event inside the cut (the writers' times only
+// grow), lower = min, upper = max. It reads the store incrementally.
+type scanWatermark struct {
+	st   *localstream.Stream
+	mu   stdsync.Mutex
+	cut  localstream.StreamCut
+	last map[string]int64
+}
+
+func newScanWatermark(st *localstream.Stream) *scanWatermark {
+	return &scanWatermark{st: st, cut: st.HeadCut(), last: map[string]int64{}}
+}
+
+func (w *scanWatermark) at(cut localstream.StreamCut) (Watermark, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	topo := w.st.Topology()
+	if le, err := topo.LessEq(w.cut, cut); err != nil || !le {
+		w.cut, w.last = w.st.HeadCut(), map[string]int64{}
+	}
+	rd, err := w.st.NewReader(w.cut, &cut)
+	if err != nil {
+		return Watermark{}, err
+	}
+	defer rd.Close()
+	for {
+		rec, err := rd.TryNext()
+		if errors.Is(err, localstream.ErrEndOfCut) {
+			break
+		}
+		if err != nil {
+			return Watermark{}, err
+		}
+		w.last[rec.Writer] = max(w.last[rec.Writer], rec.EventTime)
+	}
+	w.cut = cut
+	var wm Watermark
+	for _, t := range w.last {
+		if wm.LowerNs == 0 || t < wm.LowerNs {
+			wm.LowerNs = t
+		}
+		wm.UpperNs = max(wm.UpperNs, t)
+	}
+	wm.Cut = cut
+	return wm, nil
+}
+
+// localEvents reads every event of the stream from its head.
+func localEvents(t testing.TB, st *localstream.Stream) map[localstream.Position]localstream.Record {
+	t.Helper()
+	tail := st.TailCut()
+	rd, err := st.NewReader(st.HeadCut(), &tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	out := map[localstream.Position]localstream.Record{}
+	for {
+		rec, err := rd.TryNext()
+		if errors.Is(err, localstream.ErrEndOfCut) {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[rec.Position] = rec
+	}
+}
+
+// waitCaughtUp waits until the central commit of agent reaches the local tail.
+func waitCaughtUp(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string, d time.Duration) Committed {
+	t.Helper()
+	tail := st.TailCut()
+	deadline := time.Now().Add(d)
+	var c Committed
+	var err error
+	for time.Now().Before(deadline) {
+		c, err = lastCommitted(context.Background(), nc, testStream, agent, 2*time.Second)
+		if err == nil && c.Seq > 0 {
+			cut, _ := c.Record.StreamCut()
+			if le, _ := st.Topology().LessEq(tail, cut); le {
+				return c
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("central did not catch up with the local tail %s in %s: last %+v (%v)", tail, d, c.Record.CutText, err)
+	return c
+}
+
+// verifyCentral proves the exactly-once contract for one agent: every
+// local event exactly once, nothing else, per drone in order, every event
+// equal to what was appended, each event's reported watermark the one of
+// the commit before it, the commit chain gapless, and each commit's
+// watermark lower ≤ the time of every non-late event committed after it.
+func verifyCentral(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string) (events, commits int) {
+	t.Helper()
+	local := localEvents(t, st)
+	items, err := ReadAll(testCtx(t, 60*time.Second), nc, testStream, ReadOptions{Agent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[localstream.Position]uint64{}
+	lastPerDrone := map[string]int64{}
+	var wm WatermarkJSON
+	var txn uint64
+	var lowers []int64 // watermark lowers of commits so far, in order
+	var maxLower int64
+	pendingTxn := uint64(0)
+	for _, it := range items {
+		switch it.Kind {
+		case ItemCommit:
+			commits++
+			if it.Commit.Txn != txn+1 {
+				t.Fatalf("seq %d: commit txn %d after txn %d (chain broken)", it.Seq, it.Commit.Txn, txn)
+			}
+			txn = it.Commit.Txn
+			wm = it.Commit.Watermark
+			lowers = append(lowers, wm.LowerNs)
+			maxLower = max(maxLower, wm.LowerNs)
+		case ItemEvent:
+			events++
+			r := it.Event.Record
+			if first, dup := seen[r.Position]; dup {
+				t.Fatalf("event %s twice: seqs %d and %d", r.Position, first, it.Seq)
+			}
+			seen[r.Position] = it.Seq
+			want, ok := local[r.Position]
+			if !ok {
+				t.Fatalf("seq %d: central event %s is not in the local store", it.Seq, r.Position)
+			}
+			if !reflect.DeepEqual(want, r) {
+				t.Fatalf("seq %d: central event differs:\n got %+v\nwant %+v", it.Seq, r, want)
+			}
+			if it.Event.Txn != txn+1 {
+				t.Fatalf("seq %d: event of txn %d after commit of txn %d", it.Seq, it.Event.Txn, txn)
+			}
+			pendingTxn = it.Event.Txn
+			if it.Watermark.LowerNs != wm.LowerNs || it.Watermark.UpperNs != wm.UpperNs {
+				t.Fatalf("seq %d: reported watermark %+v, want %+v", it.Seq, it.Watermark, wm)
+			}
+			if prev, ok := lastPerDrone[r.RoutingKey]; ok && r.EventTime <= prev {
+				t.Fatalf("seq %d: drone %s out of order: time %d after %d", it.Seq, r.RoutingKey, r.EventTime, prev)
+			}
+			lastPerDrone[r.RoutingKey] = r.EventTime
+			if !r.Flags.Has(localstream.FlagLate) && r.EventTime < maxLower {
+				t.Fatalf("seq %d: event time %d is below an earlier commit's watermark lower %d", it.Seq, r.EventTime, maxLower)
+			}
+		}
+	}
+	_ = pendingTxn
+	for p := range local {
+		if _, ok := seen[p]; !ok {
+			t.Fatalf("local event %s never reached the centre (%d of %d did)", p, len(seen), len(local))
+		}
+	}
+	if len(lowers) > 0 && lowers[len(lowers)-1] == 0 && len(local) > 0 {
+		t.Fatalf("last commit has no watermark")
+	}
+	return events, commits
+}
+
+// itoa is strconv.Itoa for brevity in env building.
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,232 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ReadOptions select what a CentralReader returns.
+type ReadOptions struct {
+	// Agent limits the read to one agent ("" = all agents).
+	Agent string
+	// RoutingKey limits events to one drone ("" = all). Commit records are
+	// still read, for the watermarks.
+	RoutingKey string
+	// StartSeq starts at this stream sequence (0 = the beginning).
+	StartSeq uint64
+	// Follow keeps reading new messages; otherwise Next returns io.EOF
+	// once it has returned what the stream held when the reader started.
+	Follow bool
+	// PollWait is how long one fetch waits in Follow mode. Default 1 s.
+	PollWait time.Duration
+}
+
+// ItemKind tells an event from a commit record.
+type ItemKind int
+
+const (
+	// ItemEvent is a data message.
+	ItemEvent ItemKind = iota + 1
+	// ItemCommit is a commit record.
+	ItemCommit
+)
+
+// Item is one message of a central stream, in stream order.
+type Item struct {
+	Kind ItemKind
+	// Seq is the stream sequence.
+	Seq uint64
+	// Agent is the writer agent.
+	Agent string
+	// Event is set for ItemEvent.
+	Event CentralEvent
+	// Commit is set for ItemCommit.
+	Commit CommitRecord
+	// Watermark is the agent's committed watermark current at this point:
+	// for an event, that of the last commit record before it; for a commit
+	// record, its own.
+	Watermark WatermarkJSON
+}
+
+// CentralReader reads one central stream in order (an ordered consumer:
+// no state on the server beyond an ephemeral consumer). It is not safe for
+// concurrent use.
+type CentralReader struct {
+	stream string
+	opts   ReadOptions
+	cons   jetstream.Consumer
+	// last is the sequence to stop at when not following.
+	last uint64
+	done bool
+	wm   map[string]WatermarkJSON
+	// buf holds fetched messages not yet returned.
+	buf []jetstream.Msg
+}
+
+// NewCentralReader opens a reader of the local stream's central copy.
+func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts ReadOptions) (*CentralReader, error) {
+	if opts.PollWait <= 0 {
+		opts.PollWait = time.Second
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	st, err := js.Stream(ctx, StreamName(stream))
+	if err != nil {
+		return nil, fmt.Errorf("sync: central stream %s: %w", StreamName(stream), err)
+	}
+	agentTok := "*"
+	if opts.Agent != "" {
+		agentTok = EscapeToken(opts.Agent)
+	}
+	keyTok := "*"
+	if opts.RoutingKey != "" {
+		keyTok = EscapeToken(opts.RoutingKey)
+	}
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{
+			"edge." + stream + "." + agentTok + ".data." + keyTok,
+			"edge." + stream + "." + agentTok + ".cut",
+		},
+	}
+	if opts.StartSeq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
+	}
+	cons, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("sync: read %s: %w", StreamName(stream), err)
+	}
+	r := &CentralReader{stream: stream, opts: opts, cons: cons, wm: map[string]WatermarkJSON{}}
+	if !opts.Follow {
+		info, err := st.Info(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.last = info.State.LastSeq
+		if r.last == 0 || r.last < opts.StartSeq {
+			r.done = true
+		}
+	}
+	return r, nil
+}
+
+// Next returns the next item; io.EOF at the end of a non-following read.
+func (r *CentralReader) Next(ctx context.Context) (Item, error) {
+	for {
+		if len(r.buf) > 0 {
+			m := r.buf[0]
+			r.buf = r.buf[1:]
+			md, err := m.Metadata()
+			if err != nil {
+				return Item{}, err
+			}
+			seq := md.Sequence.Stream
+			if !r.opts.Follow {
+				if seq > r.last {
+					r.done, r.buf = true, nil
+					return Item{}, io.EOF
+				}
+				if seq == r.last || md.NumPending == 0 {
+					r.done = true
+				}
+			}
+			return r.decode(m.Subject(), m.Headers(), m.Data(), seq)
+		}
+		if r.done {
+			return Item{}, io.EOF
+		}
+		if err := ctx.Err(); err != nil {
+			return Item{}, err
+		}
+		wait := r.opts.PollWait
+		if dl, ok := ctx.Deadline(); ok {
+			wait = min(wait, max(time.Until(dl), time.Millisecond))
+		}
+		// What is there now, in one round trip; then, when nothing is,
+		// wait for one more message.
+		if err := r.fetch(r.cons.FetchNoWait(fetchBatch)); err != nil {
+			return Item{}, err
+		}
+		if len(r.buf) > 0 {
+			continue
+		}
+		if !r.opts.Follow && r.caughtUp(ctx) {
+			r.done = true
+			continue
+		}
+		if err := r.fetch(r.cons.Fetch(1, jetstream.FetchMaxWait(wait))); err != nil {
+			return Item{}, err
+		}
+	}
+}
+
+// fetch moves a fetched batch into buf.
+func (r *CentralReader) fetch(batch jetstream.MessageBatch, err error) error {
+	if err == nil {
+		for m := range batch.Messages() {
+			r.buf = append(r.buf, m)
+		}
+		err = batch.Error()
+	}
+	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
+		return err
+	}
+	return nil
+}
+
+// fetchBatch is the number of messages one fetch asks for.
+const fetchBatch = 512
+
+// caughtUp reports whether the consumer has nothing pending.
+func (r *CentralReader) caughtUp(ctx context.Context) bool {
+	info, err := r.cons.Info(ctx)
+	return err == nil && info.NumPending == 0
+}
+
+func (r *CentralReader) decode(subj string, h nats.Header, data []byte, seq uint64) (Item, error) {
+	p, err := parseSubject(subj)
+	if err != nil {
+		return Item{}, err
+	}
+	if p.kind == subjectCut {
+		rec, err := DecodeCommitRecord(data)
+		if err != nil {
+			return Item{}, fmt.Errorf("seq %d: %w", seq, err)
+		}
+		r.wm[p.agent] = rec.Watermark
+		return Item{Kind: ItemCommit, Seq: seq, Agent: p.agent, Commit: rec, Watermark: rec.Watermark}, nil
+	}
+	ev, err := DecodeEvent(subj, h, data)
+	if err != nil {
+		return Item{}, fmt.Errorf("seq %d: %w", seq, err)
+	}
+	ev.Seq = seq
+	return Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]}, nil
+}
+
+// ReadAll reads a whole central stream (not following) into items.
+func ReadAll(ctx context.Context, nc *nats.Conn, stream string, opts ReadOptions) ([]Item, error) {
+	opts.Follow = false
+	r, err := NewCentralReader(ctx, nc, stream, opts)
+	if err != nil {
+		return nil, err
+	}
+	var out []Item
+	for {
+		it, err := r.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, it)
+	}
+}
