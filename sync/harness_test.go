@@ -22,17 +22,27 @@ const testStream = "telemetry"
 // openStore opens a real Badger store with the test stream (two segments).
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()
-	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	s, st, err := openStoreErr(dir)
 	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.CreateStream(testStream, localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}})
-	if err != nil {
-		s.Close()
 		t.Fatal(err)
 	}
 	return s, st
 }
+
+func openStoreErr(dir string) (*localstream.Store, *localstream.Stream, error) {
+	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := s.CreateStream(testStream, localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}})
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	return s, st, nil
+}
+
+type natsMsg = nats.Msg
 
 // appender appends events for drones d0..d(n-1). Event times are one
 // global increasing counter, so every later event is later in time: a
