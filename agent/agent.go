@@ -1,0 +1,391 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	stdsync "sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// Agent wires the parts: the local store and its streams, the watermark
+// trackers, video and telemetry intake, host health, replication to the
+// centre (optionally an embedded central server) and the HTTP endpoints.
+// It owns the process lifecycle: Run starts everything and, when ctx
+// ends, stops in pipeline order — intake, local flush, final commit,
+// central connection, embedded central, store.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	id       string
+	instance string // random per run: marks this run's commit records
+
+	ready   chan struct{}
+	started time.Time
+
+	// Set during Run before ready is closed; read-only afterwards.
+	store    *localstream.Store
+	streams  map[string]*localstream.Stream
+	trackers map[string]*watermark.Tracker
+	central  *central.Server
+	nc       *nats.Conn
+	repls    []*sync.Replicator
+	video    *video.Ingest
+	telem    *telemetry.Ingester
+	devices  *deviceParts
+	httpAddr string
+
+	// mu guards errs.
+	mu   stdsync.Mutex
+	errs map[string]string // component → last error, for /status
+}
+
+// New checks the configuration and resolves the agent id. It starts nothing.
+func New(cfg Config, logger *slog.Logger) (*Agent, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	id, err := ResolveAgentID(cfg.AgentID, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	var r [6]byte
+	rand.Read(r[:])
+	return &Agent{cfg: cfg, log: logger.With("agent", id), id: id, instance: hex.EncodeToString(r[:]),
+		ready: make(chan struct{}), errs: map[string]string{}}, nil
+}
+
+// ID returns the agent id.
+func (a *Agent) ID() string { return a.id }
+
+// Ready is closed once every part is running.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// HTTPAddr is the bound HTTP address (after Ready; empty when disabled).
+func (a *Agent) HTTPAddr() string { return a.httpAddr }
+
+// CentralURL is the URL of the central server in use (after Ready).
+func (a *Agent) CentralURL() string {
+	if a.nc == nil {
+		return ""
+	}
+	return a.nc.ConnectedUrl()
+}
+
+// VideoAddr is the bound RTP address (after Ready; nil when disabled).
+func (a *Agent) VideoAddr() net.Addr {
+	if a.video == nil {
+		return nil
+	}
+	return a.video.Addr()
+}
+
+// Store returns the local store (after Ready).
+func (a *Agent) Store() *localstream.Store { return a.store }
+
+func (a *Agent) setErr(component string, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.errs[component] = err.Error()
+}
+
+// Run runs the agent until ctx ends or a part fails, then shuts down in
+// pipeline order. It returns nil after a clean shutdown.
+func (a *Agent) Run(ctx context.Context) (err error) {
+	a.started = time.Now()
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+
+	// Store, streams, trackers.
+	if err := a.openStore(); err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() {
+		if err := a.store.Close(); err != nil {
+			a.log.Error("closing store", "err", err)
+		}
+	})
+
+	// Central: embedded server and connection.
+	if err := a.startCentral(); err != nil {
+		return err
+	}
+	cleanup = append(cleanup, a.stopCentral)
+
+	// Replication runs until the final commit after intake stopped.
+	replCtx, stopRepl := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRepl()
+	var replWG stdsync.WaitGroup
+	for _, r := range a.repls {
+		replWG.Go(func() {
+			if err := r.Run(replCtx); err != nil && !errors.Is(err, context.Canceled) {
+				a.setErr("sync/"+r.Stream(), err)
+				a.log.Error("replication stopped", "stream", r.Stream(), "err", err)
+			}
+		})
+	}
+	cleanup = append(cleanup, func() { stopRepl(); replWG.Wait() })
+
+	// Intake: video, telemetry, devices. A failing part stops the agent.
+	g, gctx := errgroup.WithContext(ctx)
+	if err := a.startIntake(gctx, g); err != nil {
+		return err
+	}
+	srv, err := a.startHTTP()
+	if err != nil {
+		return err
+	}
+	close(a.ready)
+	a.log.Info("agent running", "data_dir", a.cfg.DataDir, "central", a.CentralURL(), "http", a.httpAddr,
+		"video", a.VideoAddr(), "mqtt", a.cfg.Telemetry.Broker)
+
+	<-gctx.Done()
+	// 1. intake
+	intakeErr := g.Wait()
+	if a.video != nil {
+		a.video.Close()
+	}
+	if a.telem != nil {
+		a.telem.Close()
+	}
+	// 2. local flush: writer marks
+	for name, t := range a.trackers {
+		if err := t.Flush(); err != nil {
+			a.log.Warn("flushing watermark marks", "stream", name, "err", err)
+		}
+	}
+	// 3. final commit within a deadline
+	a.finalCommit()
+	stopRepl()
+	replWG.Wait()
+	if srv != nil {
+		shutCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		srv.Shutdown(shutCtx)
+		cancel()
+	}
+	// 4. central connection and 5. store: by the deferred cleanup.
+	if intakeErr != nil && !errors.Is(intakeErr, context.Canceled) {
+		return intakeErr
+	}
+	return nil
+}
+
+func (a *Agent) openStore() error {
+	dur, _ := localstream.ParseDurability(a.cfg.Store.Durability)
+	s, err := localstream.Open(filepath.Join(a.cfg.DataDir, "store"), localstream.Options{
+		Durability: dur, SyncInterval: a.cfg.Store.SyncInterval, MaxEventBytes: a.cfg.Store.MaxEventBytes,
+		QueueDepth: a.cfg.Store.QueueDepth, MinFreeBytes: a.cfg.Store.MinFreeBytes, Logger: a.log,
+	})
+	if err != nil {
+		return err
+	}
+	a.store = s
+	a.streams = map[string]*localstream.Stream{}
+	a.trackers = map[string]*watermark.Tracker{}
+	for _, name := range slices.Sorted(maps.Keys(a.cfg.Streams)) {
+		st, err := s.CreateStream(name, localstream.StreamConfig{Scaling: a.cfg.Streams[name].Scaling})
+		if err != nil {
+			s.Close()
+			return err
+		}
+		tr, err := watermark.NewTracker(st, s, watermark.Options{IdleTimeout: a.cfg.Watermark.IdleTimeout,
+			AllowedLateness: a.cfg.Watermark.AllowedLateness, Logger: a.log})
+		if err != nil {
+			s.Close()
+			return err
+		}
+		a.streams[name], a.trackers[name] = st, tr
+	}
+	return nil
+}
+
+func (a *Agent) startCentral() error {
+	c := a.cfg.Central
+	if c.URL == "" {
+		a.log.Warn("central.url is empty: capturing locally without replication")
+		return nil
+	}
+	urls := c.URLs()
+	if c.URL == "embedded" {
+		dir := c.Embedded.DataDir
+		if dir == "" {
+			dir = filepath.Join(a.cfg.DataDir, "central")
+		}
+		// The embedded server's notices are many and routine: warnings up.
+		quiet := slog.New(minLevel{a.log.Handler(), slog.LevelWarn})
+		srv, err := central.New(central.Config{Listen: c.Embedded.Listen, DataDir: dir, Logger: quiet.With("part", "central")})
+		if err != nil {
+			return err
+		}
+		if err := srv.Start(); err != nil {
+			return err
+		}
+		a.central = srv
+		urls = []string{srv.ClientURL()}
+	}
+	var password string
+	if c.PasswordFile != "" {
+		b, err := os.ReadFile(c.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("%w: central.password_file: %w", ErrConfig, err)
+		}
+		password = strings.TrimSpace(string(b))
+	}
+	nc, err := sync.Connect(sync.ConnConfig{URLs: urls, Name: "edge-agent " + a.id, CAFile: c.CAFile,
+		CertFile: c.CertFile, KeyFile: c.KeyFile, CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile,
+		User: c.User, Password: password, IgnoreDiscoveredServers: c.IgnoreDiscoveredServers}, a.log)
+	if err != nil {
+		return err
+	}
+	a.nc = nc
+	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas})
+	if err != nil {
+		return err
+	}
+	var uplink *sync.Uplink
+	if c.UplinkBytesPerSec > 0 {
+		uplink = sync.NewUplink(c.UplinkBytesPerSec)
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.streams)) {
+		tr := a.trackers[name]
+		prio := sync.DefaultPriority(name)
+		if p, ok := c.Priorities[name]; ok {
+			prio = p
+		}
+		a.repls = append(a.repls, sync.NewReplicator(a.streams[name], sink, a.instance, sync.ReplicatorConfig{
+			Priority: &prio, MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
+			CommitInterval: c.CommitInterval, Uplink: uplink, Logger: a.log.With("stream", name),
+			Watermark: func(cut localstream.StreamCut) (sync.Watermark, error) {
+				w, err := tr.CommittedAt(cut)
+				return sync.Watermark{LowerNs: w.LowerNs, UpperNs: w.UpperNs, Cut: w.Cut}, err
+			},
+		}))
+	}
+	return nil
+}
+
+func (a *Agent) stopCentral() {
+	if a.nc != nil {
+		a.nc.Close()
+	}
+	if a.central != nil {
+		a.central.Close()
+	}
+}
+
+// finalCommit waits until every replicator has committed the whole local
+// backlog, or the shutdown timeout.
+func (a *Agent) finalCommit() {
+	if len(a.repls) == 0 {
+		return
+	}
+	deadline := time.Now().Add(a.cfg.Central.ShutdownTimeout)
+	for time.Now().Before(deadline) {
+		behind := uint64(0)
+		for _, r := range a.repls {
+			s := r.Stats()
+			if s.State == "stopped" {
+				continue
+			}
+			behind += s.BacklogEvents
+		}
+		if behind == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a.log.Warn("shutdown: final commit incomplete; the backlog replicates on the next start")
+}
+
+func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
+	a.devices = newDeviceParts(a)
+	if err := a.devices.start(ctx, g); err != nil {
+		return err
+	}
+	if a.cfg.Video.Enabled {
+		st, tr := a.streams["video"], a.trackers["video"]
+		if st == nil {
+			return fmt.Errorf("%w: video.enabled needs a streams.video entry", ErrConfig)
+		}
+		in, err := video.New(a.cfg.Video.Config, a.devices.appender(st, "video"), video.WithLogger(a.log.With("part", "video")),
+			video.WithMarks(a.devices.marks(tr)))
+		if err != nil {
+			return err
+		}
+		a.video = in
+		g.Go(func() error { return in.Run(ctx) })
+		select {
+		case <-in.Ready():
+		case <-ctx.Done():
+		}
+	}
+	if a.cfg.Telemetry.Enabled {
+		st, tr := a.streams["telemetry"], a.trackers["telemetry"]
+		if st == nil {
+			return fmt.Errorf("%w: telemetry.enabled needs a streams.telemetry entry", ErrConfig)
+		}
+		t := a.cfg.Telemetry
+		unit, err := telemetry.ParseTimeUnit(t.TimeUnit)
+		if err != nil {
+			return fmt.Errorf("%w: telemetry.time_unit: %w", ErrConfig, err)
+		}
+		tc := telemetry.NewDefaultConfig()
+		tc.Broker, tc.ClientID, tc.Topics, tc.StatusTopic = t.Broker, t.ClientID, t.Topics, t.StatusTopic
+		if tc.ClientID == "" {
+			tc.ClientID = telemetry.ClientIDFor(a.id)
+		}
+		tc.TimeField, tc.TimeUnit, tc.MaxPayload = t.TimeField, unit, t.MaxPayload
+		tc.Username, tc.PasswordFile, tc.PasswordEnv = t.Username, t.PasswordFile, t.PasswordEnv
+		tc.CAFile, tc.CertFile, tc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
+		tc.Logger = a.log.With("part", "telemetry")
+		in, err := telemetry.New(tc, telemetry.Sink{Stream: a.devices.appender(st, "telemetry"), Meta: a.store,
+			Marks: a.devices.marks(tr)})
+		if err != nil {
+			return fmt.Errorf("%w: telemetry: %w", ErrConfig, err)
+		}
+		a.telem = in
+		g.Go(func() error { return in.Run(ctx) })
+	}
+	return nil
+}
+
+func (a *Agent) startHTTP() (*http.Server, error) {
+	if a.cfg.HTTP.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.HTTP.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("http.listen %s: %w", a.cfg.HTTP.Listen, err)
+	}
+	a.httpAddr = ln.Addr().String()
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
+}

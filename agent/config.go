@@ -1,0 +1,371 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// ErrConfig marks an invalid configuration (exit status 2).
+var ErrConfig = errors.New("config")
+
+// Config is the agent's whole configuration: the YAML file, overridden by
+// flags. NewDefaultConfig holds every default; agent.example.yaml
+// documents each key.
+type Config struct {
+	// AgentID names the agent at the centre (subjects, fencing). Empty:
+	// generated once and kept in <data_dir>/agent-id.
+	AgentID string `yaml:"agent_id"`
+	// DataDir holds the local store, the agent id and an embedded central's files.
+	DataDir string `yaml:"data_dir"`
+	// Log configures logging.
+	Log LogConfig `yaml:"log"`
+	// HTTP serves /metrics, /healthz and /status.
+	HTTP HTTPConfig `yaml:"http"`
+	// Store configures the local store.
+	Store StoreConfig `yaml:"store"`
+	// Streams configures the local streams by name (video, telemetry, health).
+	Streams map[string]StreamConfig `yaml:"streams"`
+	// Watermark configures the watermark trackers.
+	Watermark WatermarkConfig `yaml:"watermark"`
+	// Video configures RTP capture.
+	Video VideoConfig `yaml:"video"`
+	// Telemetry configures MQTT capture.
+	Telemetry TelemetryConfig `yaml:"telemetry"`
+	// Central configures replication to the central JetStream.
+	Central CentralConfig `yaml:"central"`
+	// Devices configures the drone registry, host health and disk pressure.
+	Devices DevicesConfig `yaml:"devices"`
+}
+
+// LogConfig configures log/slog.
+type LogConfig struct {
+	// Level is debug, info, warn or error. Default info.
+	Level string `yaml:"level"`
+	// Format is text or json. Default text.
+	Format string `yaml:"format"`
+}
+
+// HTTPConfig configures the HTTP endpoints.
+type HTTPConfig struct {
+	// Listen is HOST:PORT; empty disables. Default 127.0.0.1:9464.
+	Listen string `yaml:"listen"`
+}
+
+// StoreConfig configures the local store (see localstream.Options).
+type StoreConfig struct {
+	// Durability is always (fsync before ack, default) or periodic.
+	Durability string `yaml:"durability"`
+	// SyncInterval is the fsync period in periodic mode. Default 1s.
+	SyncInterval time.Duration `yaml:"sync_interval"`
+	// MaxEventBytes bounds one event. Default 4 MiB.
+	MaxEventBytes int `yaml:"max_event_bytes"`
+	// QueueDepth bounds the append queue. Default 8192.
+	QueueDepth int `yaml:"queue_depth"`
+	// MinFreeBytes: appends fail below this free space. Default 128 MiB.
+	MinFreeBytes int64 `yaml:"min_free_bytes"`
+}
+
+// StreamConfig configures one local stream.
+type StreamConfig struct {
+	// Scaling is the stream's scaling policy.
+	Scaling localstream.ScalingPolicy `yaml:"scaling"`
+}
+
+// WatermarkConfig configures the watermark trackers.
+type WatermarkConfig struct {
+	// IdleTimeout: a writer silent this long stops holding the watermark back. Default 30s.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// AllowedLateness: out-of-orderness allowed to every writer. Default 0.
+	AllowedLateness time.Duration `yaml:"allowed_lateness"`
+}
+
+// VideoConfig configures RTP capture.
+type VideoConfig struct {
+	// Enabled turns video capture on. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Config is the video package's configuration (listen, drones, chunks, ...).
+	video.Config `yaml:",inline"`
+}
+
+// TelemetryConfig configures MQTT capture.
+type TelemetryConfig struct {
+	// Enabled turns telemetry capture on. Default true.
+	Enabled bool `yaml:"enabled"`
+	// Broker is the MQTT broker URL (tcp://, ssl://, ws://). Default tcp://127.0.0.1:1883.
+	Broker string `yaml:"broker"`
+	// ClientID is the MQTT client id; default derived from the agent id.
+	ClientID string `yaml:"client_id"`
+	// Topics are the subscriptions, with {drone} marking the drone id level.
+	Topics []string `yaml:"topics"`
+	// StatusTopic carries online/offline (and the drones' last will).
+	StatusTopic string `yaml:"status_topic"`
+	// TimeField is the JSON field holding the event time. Default timestamp.
+	TimeField string `yaml:"time_field"`
+	// TimeUnit of a numeric time field: auto, s, ms, us, ns. Default auto.
+	TimeUnit string `yaml:"time_unit"`
+	// MaxPayload: bigger messages are counted, dropped and acked. Default 64 KiB.
+	MaxPayload int `yaml:"max_payload"`
+	// Username, PasswordFile / PasswordEnv authenticate (never logged).
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	// CAFile, CertFile, KeyFile configure TLS.
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// CentralConfig configures the central JetStream and replication.
+type CentralConfig struct {
+	// URL is "embedded" (an in-process JetStream server) or a comma-separated
+	// list of nats:// or tls:// URLs. Empty disables replication.
+	URL string `yaml:"url"`
+	// Embedded configures the in-process server when URL is "embedded".
+	Embedded EmbeddedCentral `yaml:"embedded"`
+	// Replicas of created EDGE_<STREAM> streams. Default 1 (3 for a cluster).
+	Replicas int `yaml:"replicas"`
+	// CredsFile, NkeySeedFile, User/PasswordFile authenticate (never logged).
+	CredsFile    string `yaml:"creds_file"`
+	NkeySeedFile string `yaml:"nkey_seed_file"`
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"password_file"`
+	// CAFile, CertFile, KeyFile configure TLS.
+	CAFile   string `yaml:"ca_file"`
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	// IgnoreDiscoveredServers uses only the configured URLs (proxies, NAT).
+	IgnoreDiscoveredServers bool `yaml:"ignore_discovered_servers"`
+	// CommitInterval is the longest a transaction stays open. Default 100ms.
+	CommitInterval time.Duration `yaml:"commit_interval"`
+	// MaxTxnEvents bounds a transaction (below the server's 1000). Default 999.
+	MaxTxnEvents int `yaml:"max_txn_events"`
+	// MaxTxnBytes bounds a transaction's bytes. Default 8 MiB.
+	MaxTxnBytes int64 `yaml:"max_txn_bytes"`
+	// UplinkBytesPerSec caps replication over all streams; 0 = unlimited.
+	UplinkBytesPerSec int64 `yaml:"uplink_bytes_per_sec"`
+	// Priorities order streams on the uplink (lower first). Default
+	// telemetry 0, health 1, video 2.
+	Priorities map[string]int `yaml:"priorities"`
+	// ShutdownTimeout bounds the final commit on shutdown. Default 5s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// EmbeddedCentral configures an in-process JetStream server.
+type EmbeddedCentral struct {
+	// Listen is the client HOST:PORT. Default 127.0.0.1:4222.
+	Listen string `yaml:"listen"`
+	// DataDir defaults to <data_dir>/central.
+	DataDir string `yaml:"data_dir"`
+}
+
+// DevicesConfig configures the registry, host health and disk pressure.
+type DevicesConfig struct {
+	// HealthInterval is the host health sampling period; 0 disables. Default 10s.
+	HealthInterval time.Duration `yaml:"health_interval"`
+	// OfflineAfter: a drone silent this long is offline. Default 30s.
+	OfflineAfter time.Duration `yaml:"offline_after"`
+	// Disk configures disk pressure.
+	Disk DiskConfig `yaml:"disk"`
+}
+
+// DiskConfig configures the disk-pressure policy on the data directory.
+type DiskConfig struct {
+	// RetainBelowBytes: below this free space, replicated data is deleted
+	// early. Default 2 GiB.
+	RetainBelowBytes int64 `yaml:"retain_below_bytes"`
+	// ShedBelowBytes: below this free space, data is shed by policy (video
+	// before telemetry before health, oldest first), with gap markers.
+	// Default 1 GiB.
+	ShedBelowBytes int64 `yaml:"shed_below_bytes"`
+	// AllowUnreplicated lets shedding drop data the centre has not seen.
+	// Default false.
+	AllowUnreplicated bool `yaml:"allow_unreplicated"`
+	// Interval is how often free space is checked. Default 5s.
+	Interval time.Duration `yaml:"interval"`
+}
+
+// NewDefaultConfig returns the defaults of every knob.
+func NewDefaultConfig() Config {
+	return Config{
+		DataDir: "/var/lib/edge-agent",
+		Log:     LogConfig{Level: "info", Format: "text"},
+		HTTP:    HTTPConfig{Listen: "127.0.0.1:9464"},
+		Store: StoreConfig{Durability: "always", SyncInterval: time.Second, MaxEventBytes: 4 << 20,
+			QueueDepth: 8192, MinFreeBytes: 128 << 20},
+		Streams: map[string]StreamConfig{
+			"video":     {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByDataRate, MinSegments: 1, TargetRate: 4 << 20}},
+			"telemetry": {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByEventRate, MinSegments: 1, TargetRate: 2000}},
+			"health":    {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleFixed, MinSegments: 1}},
+		},
+		Watermark: WatermarkConfig{IdleTimeout: 30 * time.Second},
+		Video:     VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
+		Telemetry: TelemetryConfig{Enabled: true, Broker: "tcp://127.0.0.1:1883",
+			Topics: []string{"drones/{drone}/telemetry/#"}, StatusTopic: "drones/{drone}/status",
+			TimeField: "timestamp", TimeUnit: "auto", MaxPayload: 64 << 10},
+		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
+			CommitInterval: 100 * time.Millisecond, MaxTxnEvents: 999, MaxTxnBytes: 8 << 20,
+			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
+		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second,
+			Disk: DiskConfig{RetainBelowBytes: 2 << 30, ShedBelowBytes: 1 << 30, Interval: 5 * time.Second}},
+	}
+}
+
+// LoadConfig reads a YAML file over the defaults. Unknown keys are errors.
+func LoadConfig(path string) (Config, error) {
+	cfg := NewDefaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+	}
+	return cfg, nil
+}
+
+// Validate reports the first invalid field, naming it and the fix.
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	if c.AgentID != "" && !agentIDRE.MatchString(c.AgentID) {
+		return bad("agent_id", "%q must match %s (it becomes a NATS subject token)", c.AgentID, agentIDRE)
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", "required: a directory for the local store")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		return bad("log.level", "%q: want debug, info, warn or error", c.Log.Level)
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		return bad("log.format", "%q: want text or json", c.Log.Format)
+	}
+	if c.HTTP.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {
+			return bad("http.listen", "%q: want HOST:PORT (e.g. 127.0.0.1:9464)", c.HTTP.Listen)
+		}
+	}
+	if _, err := localstream.ParseDurability(c.Store.Durability); err != nil {
+		return bad("store.durability", "%q: want always or periodic", c.Store.Durability)
+	}
+	if c.Store.MaxEventBytes < 0 || c.Store.QueueDepth < 0 {
+		return bad("store", "max_event_bytes and queue_depth must not be negative")
+	}
+	for name, s := range c.Streams {
+		if err := localstream.ValidateStreamName(name); err != nil {
+			return bad("streams."+name, "invalid stream name: lower case letters, digits, _ and -")
+		}
+		if err := s.Scaling.Validate(); err != nil {
+			return bad("streams."+name+".scaling", "%v", err)
+		}
+	}
+	if c.Watermark.IdleTimeout < 0 && c.Watermark.IdleTimeout != -1 {
+		return bad("watermark.idle_timeout", "must be positive (or -1 to disable)")
+	}
+	if c.Watermark.AllowedLateness < 0 {
+		return bad("watermark.allowed_lateness", "must not be negative")
+	}
+	if c.Video.Enabled {
+		if err := c.Video.Config.Validate(); err != nil {
+			return bad("video", "%v", err)
+		}
+	}
+	if c.Telemetry.Enabled {
+		u, err := url.Parse(c.Telemetry.Broker)
+		if err != nil || u.Host == "" {
+			return bad("telemetry.broker", "%q: want a URL such as tcp://127.0.0.1:1883", c.Telemetry.Broker)
+		}
+		if len(c.Telemetry.Topics) == 0 {
+			return bad("telemetry.topics", "at least one topic pattern such as drones/{drone}/telemetry/#")
+		}
+		if c.Telemetry.PasswordFile != "" && c.Telemetry.PasswordEnv != "" {
+			return bad("telemetry.password_file", "set password_file or password_env, not both")
+		}
+		if (c.Telemetry.CertFile == "") != (c.Telemetry.KeyFile == "") {
+			return bad("telemetry.cert_file", "a client certificate needs both cert_file and key_file")
+		}
+	}
+	if err := c.Central.validate(); err != nil {
+		return err
+	}
+	d := c.Devices.Disk
+	if d.ShedBelowBytes > 0 && d.RetainBelowBytes > 0 && d.ShedBelowBytes > d.RetainBelowBytes {
+		return bad("devices.disk.shed_below_bytes", "%d is above retain_below_bytes %d: shedding must start below retention", d.ShedBelowBytes, d.RetainBelowBytes)
+	}
+	if d.ShedBelowBytes > 0 && d.ShedBelowBytes <= c.Store.MinFreeBytes {
+		return bad("devices.disk.shed_below_bytes", "%d must be above store.min_free_bytes %d, or appends fail before shedding starts", d.ShedBelowBytes, c.Store.MinFreeBytes)
+	}
+	return nil
+}
+
+func (c CentralConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.URL == "", c.URL == "embedded":
+	default:
+		for _, u := range c.URLs() {
+			pu, err := url.Parse(u)
+			if err != nil || (pu.Scheme != "nats" && pu.Scheme != "tls") || pu.Host == "" {
+				return bad("central.url", "%q: want embedded or nats://host:port[,nats://...]", u)
+			}
+		}
+	}
+	if c.URL == "embedded" {
+		if _, _, err := net.SplitHostPort(c.Embedded.Listen); err != nil {
+			return bad("central.embedded.listen", "%q: want HOST:PORT", c.Embedded.Listen)
+		}
+	}
+	if c.MaxTxnEvents < 1 || c.MaxTxnEvents > 999 {
+		return bad("central.max_txn_events", "%d: want 1..999 (the server's batch limit is 1000 with the commit record)", c.MaxTxnEvents)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return bad("central.replicas", "%d: want 1..5", c.Replicas)
+	}
+	if c.CommitInterval <= 0 || c.CommitInterval > 5*time.Second {
+		return bad("central.commit_interval", "%v: want a duration in (0, 5s]", c.CommitInterval)
+	}
+	if c.UplinkBytesPerSec < 0 {
+		return bad("central.uplink_bytes_per_sec", "must not be negative (0 = unlimited)")
+	}
+	auth := 0
+	for _, set := range []bool{c.CredsFile != "", c.NkeySeedFile != "", c.User != ""} {
+		if set {
+			auth++
+		}
+	}
+	if auth > 1 {
+		return bad("central.creds_file", "use one of creds_file, nkey_seed_file, user")
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return bad("central.cert_file", "a client certificate needs both cert_file and key_file")
+	}
+	return nil
+}
+
+// URLs splits URL into its comma-separated server URLs.
+func (c CentralConfig) URLs() []string {
+	var out []string
+	for u := range strings.SplitSeq(c.URL, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}

@@ -1,0 +1,180 @@
+package agent
+
+import (
+	"reflect"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// statusCollector exposes the agent's status as Prometheus metrics at
+// scrape time: every numeric field of every part's Stats becomes a metric
+// named edge_<part>_<field> (snake case of the field or its JSON name).
+// uint64 fields are counters (suffix _total); other numbers, booleans and
+// durations (in seconds) are gauges. Maps keyed by drone become a "drone"
+// label; per-stream values carry a "stream" label.
+type statusCollector struct{ a *Agent }
+
+// Describe sends nothing: the collector is unchecked, its metric set
+// follows the parts that run.
+func (c *statusCollector) Describe(chan<- *prometheus.Desc) {}
+
+// Collect builds the metrics from a fresh Status.
+func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
+	ch := &emitter{out: out, seen: map[string]bool{}}
+	s := c.a.Status()
+	now := time.Now()
+	emitStruct(ch, "edge_store", nil, nil, reflect.ValueOf(s.Store))
+	for _, st := range s.Streams {
+		l, v := []string{"stream"}, []string{st.Name}
+		emitStruct(ch, "edge_stream", l, v, reflect.ValueOf(st.Stats))
+		emitStruct(ch, "edge_watermark_marks", l, v, reflect.ValueOf(st.Marks))
+		if st.Replication != nil {
+			emitStruct(ch, "edge_replication", l, v, reflect.ValueOf(*st.Replication))
+		}
+		gauge(ch, "edge_stream_segments_open", l, v, float64(countOpen(st)))
+		if lw := st.LocalWatermark.LowerNs; lw > 0 {
+			gauge(ch, "edge_watermark_local_lag_seconds", l, v, now.Sub(time.Unix(0, lw)).Seconds())
+			gauge(ch, "edge_watermark_local_lower_seconds", l, v, float64(lw)/1e9)
+		}
+		if st.CommittedWatermark != nil {
+			gauge(ch, "edge_watermark_committed_lag_seconds", l, v, now.Sub(time.Unix(0, st.CommittedWatermark.LowerNs)).Seconds())
+			gauge(ch, "edge_watermark_committed_lower_seconds", l, v, float64(st.CommittedWatermark.LowerNs)/1e9)
+		}
+	}
+	if s.Video != nil {
+		emitStruct(ch, "edge_video", nil, nil, reflect.ValueOf(*s.Video))
+	}
+	if s.Telemetry != nil {
+		emitStruct(ch, "edge_telemetry", nil, nil, reflect.ValueOf(*s.Telemetry))
+	}
+	if s.Devices != nil {
+		emitStruct(ch, "edge_devices", nil, nil, reflect.ValueOf(s.Devices))
+	}
+	gauge(ch, "edge_errors", nil, nil, float64(len(s.Errors)))
+}
+
+func countOpen(st StreamStatus) int {
+	n := 0
+	for _, sg := range st.Segments {
+		if !sg.Sealed {
+			n++
+		}
+	}
+	return n
+}
+
+// emitter sends each metric once: a name repeated by a nested Stats
+// struct (an aggregate beside its parts) keeps its first value.
+type emitter struct {
+	out  chan<- prometheus.Metric
+	seen map[string]bool
+}
+
+func (e *emitter) send(name string, labels, values []string, t prometheus.ValueType, v float64) {
+	key := name + "\x00" + strings.Join(values, "\x00")
+	if e.seen[key] {
+		return
+	}
+	e.seen[key] = true
+	e.out <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, name, labels, nil), t, v, values...)
+}
+
+func gauge(ch *emitter, name string, labels, values []string, v float64) {
+	ch.send(name, labels, values, prometheus.GaugeValue, v)
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// emitStruct walks v (a struct, pointer or interface) and emits its numeric fields.
+func emitStruct(ch *emitter, prefix string, labels, values []string, v reflect.Value) {
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name := prefix
+		if !f.Anonymous {
+			name = prefix + "_" + fieldName(f)
+		}
+		emitValue(ch, name, labels, values, v.Field(i))
+	}
+}
+
+func emitValue(ch *emitter, name string, labels, values []string, fv reflect.Value) {
+	switch {
+	case fv.Type() == durationType:
+		gauge(ch, strings.TrimSuffix(name, "_ns")+"_seconds", labels, values, time.Duration(fv.Int()).Seconds())
+		return
+	}
+	switch fv.Kind() {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		if isLevel(name) {
+			gauge(ch, name, labels, values, float64(fv.Uint()))
+			return
+		}
+		ch.send(name+"_total", labels, values, prometheus.CounterValue, float64(fv.Uint()))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		gauge(ch, name, labels, values, float64(fv.Int()))
+	case reflect.Float32, reflect.Float64:
+		gauge(ch, name, labels, values, fv.Float())
+	case reflect.Bool:
+		b := 0.0
+		if fv.Bool() {
+			b = 1
+		}
+		gauge(ch, name, labels, values, b)
+	case reflect.Struct, reflect.Pointer, reflect.Interface:
+		emitStruct(ch, name, labels, values, fv)
+	case reflect.Map:
+		if fv.Type().Key().Kind() != reflect.String || len(labels) > 0 {
+			return
+		}
+		label := "key"
+		if strings.Contains(name, "drone") {
+			label = "drone"
+		}
+		it := fv.MapRange()
+		for it.Next() {
+			emitValue(ch, name, []string{label}, []string{it.Key().String()}, it.Value())
+		}
+	}
+}
+
+// fieldName is the JSON name of a field, else its name in snake case.
+func fieldName(f reflect.StructField) string {
+	if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag != "" && tag != "-" {
+		return tag
+	}
+	var b strings.Builder
+	rs := []rune(f.Name)
+	for i, r := range rs {
+		if unicode.IsUpper(r) && i > 0 && (unicode.IsLower(rs[i-1]) || (i+1 < len(rs) && unicode.IsLower(rs[i+1]))) {
+			b.WriteByte('_')
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	return b.String()
+}
+
+// isLevel tells the uint64 fields that are levels, not counts since start.
+func isLevel(name string) bool {
+	for _, w := range []string{"backlog", "_last_", "queue", "free", "_length", "_len"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}

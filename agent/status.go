@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// Status is the JSON document served at /status.
+type Status struct {
+	// Agent is the agent id; Instance marks this run's commit records.
+	Agent    string `json:"agent"`
+	Instance string `json:"instance"`
+	// Uptime since Run started.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Central is the connected central URL ("" when disconnected or disabled).
+	Central string `json:"central"`
+	// Store holds store-wide counters (free space, queue, disk-full rejects).
+	Store localstream.StoreStats `json:"store"`
+	// Streams describes each local stream.
+	Streams []StreamStatus `json:"streams"`
+	// Video and Telemetry are the intake counters (nil when disabled).
+	Video     *video.Stats     `json:"video,omitempty"`
+	Telemetry *telemetry.Stats `json:"telemetry,omitempty"`
+	// Devices is the drone registry, host health and disk pressure.
+	Devices any `json:"devices,omitempty"`
+	// Errors holds the latest error of each part that has one.
+	Errors map[string]string `json:"errors"`
+}
+
+// StreamStatus describes one local stream.
+type StreamStatus struct {
+	Name     string                `json:"name"`
+	Segments []localstream.Segment `json:"segments"`
+	// Head and Tail are the first retained and the after-last durable cuts (text form).
+	Head string `json:"head"`
+	Tail string `json:"tail"`
+	// Committed is the committed cut of each sink.
+	Committed map[string]string `json:"committed"`
+	// LocalWatermark is over durable positions; CommittedWatermark is the
+	// one in the last commit record.
+	LocalWatermark     watermark.Watermark `json:"local_watermark"`
+	CommittedWatermark *sync.Watermark     `json:"committed_watermark,omitempty"`
+	// Stats are the stream's append counters; Marks the tracker's.
+	Stats localstream.StreamStats `json:"stats"`
+	Marks watermark.Stats         `json:"marks"`
+	// Replication is the replicator's state, lag and backlog (nil without central).
+	Replication *sync.StreamStats `json:"replication,omitempty"`
+}
+
+// Status assembles the current status. Safe to call after Ready.
+func (a *Agent) Status() Status {
+	s := Status{Agent: a.id, Instance: a.instance, UptimeSeconds: time.Since(a.started).Seconds(),
+		Central: a.CentralURL(), Store: a.store.Stats(), Errors: map[string]string{}}
+	a.mu.Lock()
+	maps.Copy(s.Errors, a.errs)
+	a.mu.Unlock()
+	repl := map[string]*sync.StreamStats{}
+	for _, r := range a.repls {
+		rs := r.Stats()
+		repl[rs.Stream] = &rs
+		if rs.LastError != "" {
+			s.Errors["sync/"+rs.Stream] = rs.LastError
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(a.streams)) {
+		st := a.streams[name]
+		topo := st.Topology()
+		ss := StreamStatus{Name: name, Head: st.HeadCut().String(), Tail: topo.TailCut().String(),
+			Committed: map[string]string{}, Stats: st.Stats(), Marks: a.trackers[name].Stats(), Replication: repl[name]}
+		for _, id := range slices.Sorted(maps.Keys(topo.Segments)) {
+			ss.Segments = append(ss.Segments, topo.Segments[id])
+		}
+		if cuts, err := st.CommittedCuts(); err == nil {
+			for sink, c := range cuts {
+				ss.Committed[sink] = c.String()
+			}
+		}
+		if w, err := a.trackers[name].Local(); err == nil {
+			ss.LocalWatermark = w
+		}
+		if r := repl[name]; r != nil && r.WatermarkLowerNs != 0 {
+			ss.CommittedWatermark = &sync.Watermark{LowerNs: r.WatermarkLowerNs, UpperNs: r.WatermarkUpperNs}
+		}
+		s.Streams = append(s.Streams, ss)
+	}
+	if a.video != nil {
+		v := a.video.Stats()
+		s.Video = &v
+	}
+	if a.telem != nil {
+		t := a.telem.Stats()
+		s.Telemetry = &t
+	}
+	s.Devices = a.devices.status()
+	return s
+}

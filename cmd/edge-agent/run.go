@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/edge-agent/edge-agent/agent"
+)
+
+func init() {
+	commands["run"] = command{
+		summary: "run the agent (video + telemetry capture, replication, HTTP endpoints)",
+		run:     runAgent,
+	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// loadAgentConfig reads --config (when given) and applies the flags that were set.
+func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
+	path := fs.String("config", "", "YAML configuration file (see agent.example.yaml)")
+	dataDir := fs.String("data-dir", "", "data directory (overrides data_dir)")
+	agentID := fs.String("agent-id", "", "agent id (overrides agent_id)")
+	rtp := fs.String("rtp-listen", "", "RTP listen HOST:PORT, RTCP on the next port (overrides video.listen)")
+	broker := fs.String("mqtt-broker", "", "MQTT broker URL (overrides telemetry.broker)")
+	var topics stringList
+	fs.Var(&topics, "mqtt-topic", "MQTT topic pattern with {drone}, repeatable (overrides telemetry.topics)")
+	centralURL := fs.String("central", "", "central JetStream: nats://host:port[,...] or embedded (overrides central.url)")
+	httpListen := fs.String("http-listen", "", "HTTP HOST:PORT for /metrics, /healthz, /status (overrides http.listen)")
+	logFormat := fs.String("log-format", "", "text or json (overrides log.format)")
+	if err := parseFlags(fs, args); err != nil {
+		return agent.Config{}, err
+	}
+	cfg := agent.NewDefaultConfig()
+	if *path != "" {
+		var err error
+		if cfg, err = agent.LoadConfig(*path); err != nil {
+			return cfg, usageError{err}
+		}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["data-dir"] {
+		cfg.DataDir = *dataDir
+	}
+	if set["agent-id"] {
+		cfg.AgentID = *agentID
+	}
+	if set["rtp-listen"] {
+		cfg.Video.Listen = *rtp
+		cfg.Video.RTCPListen = ""
+	}
+	if set["mqtt-broker"] {
+		cfg.Telemetry.Broker = *broker
+	}
+	if len(topics) > 0 {
+		cfg.Telemetry.Topics = topics
+	}
+	if set["central"] {
+		cfg.Central.URL = *centralURL
+	}
+	if set["http-listen"] {
+		cfg.HTTP.Listen = *httpListen
+	}
+	if set["log-format"] {
+		cfg.Log.Format = *logFormat
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", stderr)
+	cfg, err := loadAgentConfig(fs, args)
+	if err != nil {
+		return err
+	}
+	log := agent.NewLogger(cfg.Log, stderr)
+	a, err := agent.New(cfg, log)
+	if err != nil {
+		if errors.Is(err, agent.ErrConfig) {
+			return usageError{err}
+		}
+		return err
+	}
+	if err := a.Run(ctx); err != nil {
+		if errors.Is(err, agent.ErrConfig) {
+			return usageError{err}
+		}
+		return fmt.Errorf("agent %s: %w", a.ID(), err)
+	}
+	return nil
+}
+
