@@ -101,4 +101,3 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return nil
 }
-
