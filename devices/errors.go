@@ -1,0 +1,13 @@
+package devices
+
+import "errors"
+
+// Sentinel errors callers branch on; test with errors.Is.
+var (
+	// ErrConfig: a configuration field is invalid; the message names the field and the fix.
+	ErrConfig = errors.New("devices: invalid config")
+	// ErrThreshold: a disk threshold ("2GiB", "10%", "536870912") cannot be parsed.
+	ErrThreshold = errors.New("devices: invalid threshold")
+	// ErrClosed: the component was closed.
+	ErrClosed = errors.New("devices: closed")
+)

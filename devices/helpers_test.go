@@ -1,0 +1,103 @@
+package devices
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// clock is an injected, manually advanced clock.
+type clock struct {
+	mu  stdsync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Add(d time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	return c.now
+}
+
+// recMarks records what the sampler and wrappers tell a watermark tracker.
+type recMarks struct {
+	mu     stdsync.Mutex
+	notes  []note
+	closed []string
+}
+
+type note struct {
+	writer string
+	t      int64
+	pos    localstream.Position
+}
+
+func (m *recMarks) Late(string, int64) bool { return false }
+
+func (m *recMarks) Note(w string, t int64, p localstream.Position) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.notes = append(m.notes, note{w, t, p})
+	return nil
+}
+
+func (m *recMarks) CloseWriter(w string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = append(m.closed, w)
+	return nil
+}
+
+func (m *recMarks) Notes() []note {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]note(nil), m.notes...)
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// openStore opens a real store in dir, closed at cleanup.
+func openStore(t testing.TB, dir string, opts localstream.Options) *localstream.Store {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	s, err := localstream.Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// readAll reads a stream from its head to its tail.
+func readAll(t testing.TB, st *localstream.Stream) []localstream.Record {
+	t.Helper()
+	tail := st.TailCut()
+	r, err := st.NewReader(st.HeadCut(), &tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []localstream.Record
+	for {
+		rec, err := r.Next(context.Background())
+		if err != nil {
+			return out
+		}
+		out = append(out, rec)
+	}
+}

@@ -1,0 +1,154 @@
+package devices
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// Header keys the ingest packages put on their events, read by SourceOf.
+// They are copied here (devices does not import the ingest packages).
+const (
+	headerMQTTTopic = "mqtt-topic" // telemetry.HeaderTopic
+	headerSSRC      = "ssrc"       // video.HeaderSSRC (8 hex digits)
+)
+
+// SourceRTP names an RTP source: "rtp:ssrc=<8 hex>" and, when addr is
+// known, "@<addr>".
+func SourceRTP(ssrc uint32, addr string) string {
+	if addr == "" {
+		return fmt.Sprintf("rtp:ssrc=%08x", ssrc)
+	}
+	return fmt.Sprintf("rtp:ssrc=%08x@%s", ssrc, addr)
+}
+
+// SourceMQTT names an MQTT source: "mqtt:<topic>".
+func SourceMQTT(topic string) string { return "mqtt:" + topic }
+
+// SourceOf names the source of an event from its headers: the MQTT topic
+// of a telemetry event, the SSRC of a video chunk, else "writer:<writer>".
+func SourceOf(ev *localstream.Event) string {
+	if t, ok := ev.Header(headerMQTTTopic); ok {
+		return SourceMQTT(t)
+	}
+	if s, ok := ev.Header(headerSSRC); ok {
+		return "rtp:ssrc=" + s
+	}
+	return "writer:" + ev.Writer
+}
+
+// Appender is the synchronous append of a stream (the video ingest's
+// sink, the health sampler); satisfied by *localstream.Stream.
+type Appender interface {
+	Append(ctx context.Context, ev localstream.Event, opts ...localstream.AppendOption) (localstream.Position, error)
+}
+
+// AsyncAppender is the asynchronous append of a stream (the telemetry
+// ingest's sink); satisfied by *localstream.Stream.
+type AsyncAppender interface {
+	AppendAsync(ctx context.Context, ev localstream.Event, cb func(localstream.Position, error), opts ...localstream.AppendOption) error
+}
+
+// Observe wraps a stream's Append so that every durable append is recorded
+// in the registry (Seen with SourceOf, the payload size, and the event's
+// ingest time) and every failed one is counted as a drop ("disk_full" for
+// localstream.ErrDiskFull, else "store_error"). Gap markers are not drone
+// activity and pass through unrecorded.
+func (r *Registry) Observe(a Appender) Appender { return observed{a: a, r: r} }
+
+// ObserveAsync is Observe for AppendAsync: the registry is updated in the
+// callback, once the outcome is known; callback order is unchanged.
+func (r *Registry) ObserveAsync(a AsyncAppender) AsyncAppender { return observedAsync{a: a, r: r} }
+
+type observed struct {
+	a Appender
+	r *Registry
+}
+
+func (o observed) Append(ctx context.Context, ev localstream.Event, opts ...localstream.AppendOption) (localstream.Position, error) {
+	pos, err := o.a.Append(ctx, ev, opts...)
+	o.r.note(&ev, err)
+	return pos, err
+}
+
+type observedAsync struct {
+	a AsyncAppender
+	r *Registry
+}
+
+func (o observedAsync) AppendAsync(ctx context.Context, ev localstream.Event, cb func(localstream.Position, error), opts ...localstream.AppendOption) error {
+	err := o.a.AppendAsync(ctx, ev, func(p localstream.Position, err error) {
+		o.r.note(&ev, err)
+		cb(p, err)
+	}, opts...)
+	if err != nil {
+		o.r.note(&ev, err)
+	}
+	return err
+}
+
+// note records the outcome of one append.
+func (r *Registry) note(ev *localstream.Event, err error) {
+	if ev.Flags.Has(localstream.FlagGap) {
+		return
+	}
+	if err != nil {
+		r.Drop(ev.RoutingKey, DropReason(err))
+		return
+	}
+	now := r.cfg.Now()
+	if ev.IngestTime > 0 {
+		now = time.Unix(0, ev.IngestTime)
+	}
+	r.Seen(ev.RoutingKey, SourceOf(ev), len(ev.Payload), now)
+}
+
+// DropReason is the drop-counter reason of an append error.
+func DropReason(err error) string {
+	switch {
+	case errors.Is(err, localstream.ErrDiskFull):
+		return "disk_full"
+	case errors.Is(err, localstream.ErrEventTooLarge):
+		return "too_large"
+	case errors.Is(err, localstream.ErrInvalidEvent):
+		return "invalid"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "store_error"
+}
+
+// Marks is what the ingest needs from a stream's watermark tracker
+// (satisfied by *watermark.Tracker); the health sampler uses Note.
+type Marks interface {
+	// Late reports, before the append, whether to flag the event FlagLate.
+	Late(writer string, eventTimeNs int64) bool
+	// Note records the event time at its durable position (after the append).
+	Note(writer string, eventTimeNs int64, pos localstream.Position) error
+	// CloseWriter stops a writer from holding the watermark back.
+	CloseWriter(writer string) error
+}
+
+// ObserveOffline wraps the telemetry ingest's Marks: the ingest closes a
+// drone's writer ("<kind>/<drone>") when the drone's status or last will
+// says offline, so CloseWriter also marks the drone offline (explicit) in
+// the registry. Wrap only the telemetry marks: the video ingest closes its
+// writer when the RTP flow stops, which does not make the drone offline.
+func (r *Registry) ObserveOffline(m Marks) Marks { return offlineMarks{Marks: m, r: r} }
+
+type offlineMarks struct {
+	Marks
+	r *Registry
+}
+
+func (o offlineMarks) CloseWriter(writer string) error {
+	err := o.Marks.CloseWriter(writer)
+	if _, drone, ok := strings.Cut(writer, "/"); ok && drone != "" {
+		o.r.SetOnline(drone, false, o.r.cfg.Now())
+	}
+	return err
+}
