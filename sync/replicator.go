@@ -259,8 +259,12 @@ func (r *Replicator) adopt(c Committed) (localstream.StreamCut, error) {
 		err = r.st.Topology().Validate(cut)
 	}
 	if err != nil {
-		if foreignNew {
-			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: foreign commit %d does not fit the local stream: %v", ErrFenced, r.st.Name(), c.Seq, err)
+		// A commit of our own dead predecessor always fits (same store). A
+		// foreign one that does not fit and is recent comes from a live
+		// agent with our id.
+		recent := r.cfg.Now().Sub(time.Unix(0, c.Record.CommittedAtNs)) < time.Minute
+		if foreignNew || c.Record.Instance != r.instance && recent {
+			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: commit %d by instance %s does not fit the local stream: %v", ErrFenced, r.st.Name(), c.Seq, c.Record.Instance, err)
 		}
 		return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: commit %d (agent %s): %v (local data lost, or another agent uses this id)", ErrCutMismatch, r.st.Name(), c.Seq, c.Record.Agent, err)
 	}
