@@ -61,14 +61,19 @@ func (c *chunker) flush(emit func(*Chunk)) {
 	}
 }
 
-// abandon drops the current chunk (it cannot be decoded after a lost one)
-// and flags the next; it returns the number of frames dropped.
-func (c *chunker) abandon() int {
-	n := 0
+// afterLost handles a chunk the store refused: the chunk being built is
+// kept, flagged, if it starts with a keyframe (it decodes on its own);
+// otherwise it is dropped. It returns the frames dropped and whether the
+// stream must wait for a keyframe.
+func (c *chunker) afterLost() (dropped int, waitKey bool) {
+	if c.cur != nil && c.cur.Frames[0].Key {
+		c.cur.Discontinuity = true
+		return 0, false
+	}
 	if c.cur != nil {
-		n = len(c.cur.Frames)
+		dropped = len(c.cur.Frames)
 		c.cur = nil
 	}
 	c.disc = true
-	return n
+	return dropped, true
 }

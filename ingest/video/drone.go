@@ -238,10 +238,12 @@ func (d *drone) appendChunk(ctx context.Context, c *Chunk) error {
 	if err != nil {
 		// The chunk is lost: the stream resumes at a keyframe, flagged.
 		d.c.appendErrors.Add(1)
-		if d.chunker != nil {
-			d.c.framesDropped.Add(uint64(d.chunker.abandon()))
+		if d.chunker == nil {
+			return err
 		}
-		d.waitKey = true
+		dropped, wait := d.chunker.afterLost()
+		d.c.framesDropped.Add(uint64(dropped))
+		d.waitKey = d.waitKey || wait
 		return err
 	}
 	d.c.chunks.Add(1)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -224,3 +225,5 @@ func testConfig() Config {
 	}
 	return c
 }
+
+var netipLoopback = netip.MustParseAddrPort("127.0.0.1:40000")

@@ -28,10 +28,10 @@ type reorder struct {
 	started bool
 	// warm: the first packets are held until warmPackets arrived or maxWait
 	// passed, so that a reordered start is not taken for late packets.
-	warm    bool
-	next    uint16 // next sequence number to deliver
-	count   int    // packets buffered
-	badSeq  int32  // expected next seq of a suspected restart, -1 if none
+	warm   bool
+	next   uint16 // next sequence number to deliver
+	count  int    // packets buffered
+	badSeq int32  // expected next seq of a suspected restart, -1 if none
 	// gapSince is when the oldest buffered packet arrived.
 	gapSince time.Time
 	slots    [reorderWindow]reorderSlot
