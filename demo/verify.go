@@ -1,0 +1,301 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replay"
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// Report is the demo's verification.
+type Report struct {
+	// Streams has one entry per local stream.
+	Streams []StreamReport
+	// TelemetryPublished is what the simulator had acked by the broker.
+	TelemetryPublished uint64
+	// TelemetryMissing and TelemetryDuplicated count simulator messages
+	// (drone, seq) absent from or repeated at the centre.
+	TelemetryMissing, TelemetryDuplicated uint64
+	// VideoPacketsSent is what the replay sent.
+	VideoPacketsSent int
+	// Clip is the exported clip; ClipChunks its chunks; ClipFrames the
+	// frames ffprobe decoded (-1 when ffprobe is absent); ClipError what
+	// ffprobe complained about.
+	Clip       string
+	ClipChunks int
+	ClipFrames int
+	ClipError  string
+	// Problems lists every failed check.
+	Problems []string
+}
+
+// StreamReport verifies one stream.
+type StreamReport struct {
+	Name string
+	// Local is the events in the local stream; Central those at the centre.
+	Local, Central int
+	// Duplicates are local positions seen more than once at the centre;
+	// Missing local events absent there; OutOfOrder routing keys whose
+	// central order differs from the local order.
+	Duplicates, Missing, OutOfOrder int
+	// Commits is the number of commit records; WatermarkViolations events
+	// earlier than a watermark committed before them (late events excepted).
+	Commits, WatermarkViolations int
+	// FinalWatermark is the last commit record's watermark lower bound.
+	FinalWatermark time.Time
+	// Drones is the number of routing keys.
+	Drones int
+}
+
+// OK reports whether every check passed.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+func (r *Report) problem(format string, args ...any) {
+	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+}
+
+// Print writes the report.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintln(w, "\nverification (read back from the central store):")
+	for _, s := range r.Streams {
+		wm := "none"
+		if !s.FinalWatermark.IsZero() {
+			wm = s.FinalWatermark.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Fprintf(w, "  %-9s local %6d  central %6d  duplicates %d  missing %d  out-of-order keys %d  drones %d  commits %d  watermark violations %d  final watermark %s\n",
+			s.Name, s.Local, s.Central, s.Duplicates, s.Missing, s.OutOfOrder, s.Drones, s.Commits, s.WatermarkViolations, wm)
+	}
+	fmt.Fprintf(w, "  telemetry: simulator published %d, missing at the centre %d, duplicated %d\n",
+		r.TelemetryPublished, r.TelemetryMissing, r.TelemetryDuplicated)
+	frames := "ffprobe not installed"
+	if r.ClipFrames >= 0 {
+		frames = fmt.Sprintf("ffprobe decoded %d frames", r.ClipFrames)
+	}
+	fmt.Fprintf(w, "  video: replay sent %d packets; clip %s: %d chunks, %s\n", r.VideoPacketsSent, r.Clip, r.ClipChunks, frames)
+	if r.OK() {
+		fmt.Fprintln(w, "RESULT: OK — every local event is at the centre exactly once, in per-drone order, under its watermarks")
+		return
+	}
+	fmt.Fprintln(w, "RESULT: FAILED")
+	for _, p := range r.Problems {
+		fmt.Fprintln(w, "  -", p)
+	}
+}
+
+// verify compares the local store of the stopped agent with the centre.
+func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string, sim telemetry.SimResult, sent []replay.Summary) (*Report, error) {
+	rep := &Report{TelemetryPublished: sim.Published, ClipFrames: -1}
+	for _, s := range sent {
+		rep.VideoPacketsSent += s.Packets
+	}
+	store, err := localstream.Open(filepath.Join(agentDir, "store"), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, fmt.Errorf("demo: reopen local store: %w", err)
+	}
+	defer store.Close()
+	nc, err := nats.Connect(centralURL, nats.Name("edge-agent demo verify"))
+	if err != nil {
+		return nil, fmt.Errorf("demo: connect to central: %w", err)
+	}
+	defer nc.Close()
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	var clipChunks [][]byte
+	for _, st := range store.Streams() {
+		local := readLocal(st)
+		items, err := sync.ReadAll(rctx, nc, st.Name(), sync.ReadOptions{Agent: agentID})
+		if err != nil {
+			return rep, fmt.Errorf("demo: read central %s: %w", st.Name(), err)
+		}
+		sr := checkStream(st.Name(), local, items)
+		rep.Streams = append(rep.Streams, sr)
+		if sr.Local != sr.Central || sr.Duplicates+sr.Missing+sr.OutOfOrder+sr.WatermarkViolations > 0 {
+			rep.problem("stream %s: local %d central %d duplicates %d missing %d out-of-order %d watermark violations %d",
+				sr.Name, sr.Local, sr.Central, sr.Duplicates, sr.Missing, sr.OutOfOrder, sr.WatermarkViolations)
+		}
+		switch st.Name() {
+		case "telemetry":
+			checkTelemetry(rep, sim, items)
+		case "video":
+			for _, it := range items {
+				if it.Kind == sync.ItemEvent && it.Event.Record.RoutingKey == droneName(1) && !it.Event.Record.Flags.Has(localstream.FlagRaw) {
+					clipChunks = append(clipChunks, it.Event.Record.Payload)
+				}
+			}
+		}
+	}
+	if o.VideoDrones > 0 {
+		exportClip(rep, o, clipChunks)
+	}
+	return rep, nil
+}
+
+// readLocal returns the local events in per-key order.
+func readLocal(st *localstream.Stream) []localstream.Record {
+	tail := st.TailCut()
+	r, err := st.NewReader(st.HeadCut(), &tail)
+	if err != nil {
+		return nil
+	}
+	var out []localstream.Record
+	for {
+		rec, err := r.TryNext()
+		if err != nil {
+			return out
+		}
+		out = append(out, rec)
+	}
+}
+
+func checkStream(name string, local []localstream.Record, items []sync.Item) StreamReport {
+	sr := StreamReport{Name: name, Local: len(local)}
+	localByKey := map[string][]localstream.Position{}
+	for _, r := range local {
+		localByKey[r.RoutingKey] = append(localByKey[r.RoutingKey], r.Position)
+	}
+	sr.Drones = len(localByKey)
+	centralByKey := map[string][]localstream.Position{}
+	seen := map[localstream.Position]int{}
+	for _, it := range items {
+		switch it.Kind {
+		case sync.ItemCommit:
+			sr.Commits++
+			if it.Commit.Watermark.LowerNs > 0 {
+				sr.FinalWatermark = time.Unix(0, it.Commit.Watermark.LowerNs)
+			}
+		case sync.ItemEvent:
+			r := it.Event.Record
+			sr.Central++
+			seen[r.Position]++
+			if seen[r.Position] == 2 {
+				sr.Duplicates++
+			}
+			centralByKey[r.RoutingKey] = append(centralByKey[r.RoutingKey], r.Position)
+			if r.EventTime > 0 && !r.Flags.Has(localstream.FlagLate) && r.EventTime < it.Watermark.LowerNs {
+				sr.WatermarkViolations++
+			}
+		}
+	}
+	for _, r := range local {
+		if seen[r.Position] == 0 {
+			sr.Missing++
+		}
+	}
+	for key, pos := range localByKey {
+		if !slices.Equal(pos, centralByKey[key]) {
+			sr.OutOfOrder++
+		}
+	}
+	return sr
+}
+
+// checkTelemetry checks each simulated message (drone, seq) arrived exactly once, in order.
+func checkTelemetry(rep *Report, sim telemetry.SimResult, items []sync.Item) {
+	got := map[string][]uint64{}
+	for _, it := range items {
+		if it.Kind != sync.ItemEvent || it.Event.Record.Flags.Has(localstream.FlagGap) {
+			continue
+		}
+		var m telemetry.Telemetry
+		if json.Unmarshal(it.Event.Record.Payload, &m) != nil || m.Drone == "" {
+			continue // status messages and other payloads
+		}
+		got[m.Drone] = append(got[m.Drone], m.Seq)
+	}
+	for _, drone := range slices.Sorted(maps.Keys(sim.Drones)) {
+		d := sim.Drones[drone]
+		seqs := got[drone]
+		count := map[uint64]int{}
+		for _, s := range seqs {
+			count[s]++
+		}
+		for s := d.FirstSeq; d.Published > 0 && s <= d.LastSeq; s++ {
+			switch count[s] {
+			case 0:
+				rep.TelemetryMissing++
+			case 1:
+			default:
+				rep.TelemetryDuplicated += uint64(count[s] - 1)
+			}
+		}
+		if !slices.IsSorted(seqs) {
+			rep.problem("telemetry of %s out of order at the centre", drone)
+		}
+	}
+	if rep.TelemetryMissing+rep.TelemetryDuplicated > 0 {
+		rep.problem("telemetry: %d simulator messages missing, %d duplicated", rep.TelemetryMissing, rep.TelemetryDuplicated)
+	}
+}
+
+// exportClip writes the first video drone's chunks as one Annex-B file and
+// has ffprobe decode it when installed.
+func exportClip(rep *Report, o Options, chunks [][]byte) {
+	rep.ClipChunks = len(chunks)
+	rep.Clip = o.Clip
+	if rep.Clip == "" {
+		rep.Clip = filepath.Join(o.DataDir, droneName(1)+".h264")
+	}
+	if len(chunks) == 0 {
+		rep.problem("video: no chunk of %s at the centre", droneName(1))
+		return
+	}
+	f, err := os.Create(rep.Clip)
+	if err != nil {
+		rep.problem("video: clip: %v", err)
+		return
+	}
+	for _, c := range chunks {
+		f.Write(c)
+	}
+	if err := f.Close(); err != nil {
+		rep.problem("video: clip: %v", err)
+		return
+	}
+	frames, errText, err := ffprobeFrames(rep.Clip)
+	if errors.Is(err, exec.ErrNotFound) {
+		return
+	}
+	if err != nil {
+		rep.problem("video: ffprobe: %v", err)
+		return
+	}
+	rep.ClipFrames, rep.ClipError = frames, errText
+	if frames == 0 || errText != "" {
+		rep.problem("video: the exported clip does not decode cleanly: %d frames, %q", frames, errText)
+	}
+}
+
+// ffprobeFrames counts the decodable frames of an H.264 elementary stream.
+func ffprobeFrames(path string) (int, string, error) {
+	bin, err := exec.LookPath("ffprobe")
+	if err != nil {
+		return 0, "", exec.ErrNotFound
+	}
+	cmd := exec.Command(bin, "-v", "error", "-f", "h264", "-count_frames", "-select_streams", "v:0",
+		"-show_entries", "stream=nb_read_frames", "-of", "csv=p=0", path)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, stderr.String(), err
+	}
+	var n int
+	fmt.Sscanf(strings.TrimSpace(string(out)), "%d", &n)
+	return n, strings.TrimSpace(stderr.String()), nil
+}
