@@ -106,7 +106,8 @@ func (a *appender) run(ctx context.Context, interval time.Duration, burst int) e
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if _, err := a.st.Append(ctx, a.event((k+j)%a.drones)); err != nil {
+				// Not ctx: a cancelled append may still land after run returns.
+				if _, err := a.st.Append(context.Background(), a.event((k+j)%a.drones)); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 				}
 			}()
