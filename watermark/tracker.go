@@ -41,6 +41,13 @@ type Options struct {
 	// Logger receives rare events (load problems, persist failures).
 	// Default slog.Default().
 	Logger *slog.Logger
+	// MarkFlushInterval is how often Local and CommittedAt also write the
+	// writers' marks (each is one store write, fsync'd). The watermark they
+	// return is always written first. Marks older on disk than in memory
+	// only make the first watermarks after a restart wait for new marks;
+	// they are never older than the last one published. Default 1s;
+	// negative writes marks on every call.
+	MarkFlushInterval time.Duration
 }
 
 // DefaultIdleTimeout is Options.IdleTimeout's default.
@@ -55,6 +62,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.MarkFlushInterval == 0 {
+		o.MarkFlushInterval = time.Second
 	}
 	return o
 }
@@ -78,11 +88,12 @@ func publishedKey(stream, which string) string { return "wmpub/" + stream + "/" 
 // one writer are expected in order (one goroutine per writer), as an
 // ingest produces them: Late, append, Note.
 //
-// Persistence: a writer's first mark and its close are written before
-// Note and CloseWriter return; other marks are written, together with the
-// watermark, before Local or CommittedAt returns a new watermark (and by
-// Flush). A restart therefore resumes with every published watermark and
-// the marks it was computed from: never an older watermark.
+// Persistence: a writer's first mark (its floor) and its close are written
+// before Note and CloseWriter return; a new watermark is written before
+// Local or CommittedAt returns it; other marks are written by those calls
+// at most every MarkFlushInterval, and by Flush. A restart therefore
+// resumes with every published watermark, never an older one; marks lost
+// with it only make the next watermarks wait for new marks.
 type Tracker struct {
 	st   StreamView
 	meta MetaStore
@@ -99,6 +110,8 @@ type Tracker struct {
 	// topo is the newest topology snapshot taken (segments never vanish
 	// and predecessor links never change, so it serves Note's ancestry checks).
 	topo localstream.Topology
+	// lastMarkFlush is when dirty marks were last written, Unix ns.
+	lastMarkFlush int64
 }
 
 // NewTracker returns the tracker of stream st, loading the marks and
@@ -191,7 +204,7 @@ func (t *Tracker) Note(writer string, eventTimeNs int64, pos localstream.Positio
 		return err
 	}
 	// The first mark carries the writer's floor: write it now.
-	return t.persist(nil)
+	return t.persist(nil, true)
 }
 
 // CloseWriter stops writer from counting at once (drone landed, source
@@ -200,7 +213,7 @@ func (t *Tracker) CloseWriter(writer string) error {
 	t.mu.Lock()
 	t.c.close(writer)
 	t.mu.Unlock()
-	return t.persist(nil)
+	return t.persist(nil, true)
 }
 
 // Local returns the local watermark, over durable marks (for /status). A
@@ -213,7 +226,7 @@ func (t *Tracker) Local() (Watermark, error) {
 		var err error
 		w, err = t.c.localAt(t.topo, t.now())
 		return err
-	})
+	}, false)
 	return w, err
 }
 
@@ -229,12 +242,12 @@ func (t *Tracker) CommittedAt(cut localstream.StreamCut) (Watermark, error) {
 		var err error
 		w, err = t.c.committedAt(t.topo, cut, t.now())
 		return err
-	})
+	}, false)
 	return w, err
 }
 
 // Flush writes every mark not yet persisted.
-func (t *Tracker) Flush() error { return t.persist(nil) }
+func (t *Tracker) Flush() error { return t.persist(nil, true) }
 
 // Stats returns a snapshot of the counters.
 func (t *Tracker) Stats() Stats {
@@ -251,10 +264,11 @@ func (t *Tracker) Stats() Stats {
 	return s
 }
 
-// persist runs compute (if any) under the lock, then writes the dirty
-// writers and the newly emitted watermarks. A failed write leaves them
-// dirty for the next call and is returned.
-func (t *Tracker) persist(compute func() error) error {
+// persist runs compute (if any) under the lock, then writes the newly
+// emitted watermarks and, when marks is set or MarkFlushInterval passed,
+// the dirty writers. A failed write leaves them dirty for the next call
+// and is returned.
+func (t *Tracker) persist(compute func() error, marks bool) error {
 	t.persistMu.Lock()
 	defer t.persistMu.Unlock()
 	name := t.st.Name()
@@ -264,51 +278,43 @@ func (t *Tracker) persist(compute func() error) error {
 	if compute != nil {
 		cerr = compute()
 	}
-	recs := t.c.takeDirty()
-	var pubs []struct {
+	var recs map[string]writerRecord
+	if now := t.now(); marks || now-t.lastMarkFlush >= int64(t.opts.MarkFlushInterval) {
+		recs = t.c.takeDirty()
+		t.lastMarkFlush = now
+	}
+	type pub struct {
 		which string
 		w     Watermark
 	}
+	var pubs []pub
 	if t.c.localDirty {
-		pubs = append(pubs, struct {
-			which string
-			w     Watermark
-		}{"local", t.c.local})
+		pubs = append(pubs, pub{"local", t.c.local})
 		t.c.localDirty = false
 	}
 	if t.c.committedDirty {
-		pubs = append(pubs, struct {
-			which string
-			w     Watermark
-		}{"committed", t.c.committed})
+		pubs = append(pubs, pub{"committed", t.c.committed})
 		t.c.committedDirty = false
 	}
 	t.mu.Unlock()
 
 	var errs []error
+	var failedPub []string
+	for _, p := range pubs {
+		b, err := marshalWatermark(p.w)
+		if err == nil {
+			err = t.meta.PutMeta(publishedKey(name, p.which), b)
+		}
+		if err != nil {
+			failedPub = append(failedPub, p.which)
+			errs = append(errs, err)
+		}
+	}
 	var failed []string
 	for id, r := range recs {
 		if err := t.meta.PutMeta(writerKey(name, id), r.marshal()); err != nil {
 			failed = append(failed, id)
 			errs = append(errs, err)
-		}
-	}
-	// Watermarks after the marks they were computed from.
-	var failedPub []string
-	if len(failed) > 0 {
-		for _, p := range pubs {
-			failedPub = append(failedPub, p.which)
-		}
-	} else {
-		for _, p := range pubs {
-			b, err := marshalWatermark(p.w)
-			if err == nil {
-				err = t.meta.PutMeta(publishedKey(name, p.which), b)
-			}
-			if err != nil {
-				failedPub = append(failedPub, p.which)
-				errs = append(errs, err)
-			}
 		}
 	}
 	if len(errs) > 0 {

@@ -105,12 +105,19 @@ func checkAgainstRecords(t testing.TB, st *localstream.Stream, w Watermark, what
 // TestTrackerStoreRestart runs writers against a real store through a
 // split and a merge, takes committed cuts from a real reader, and restarts
 // the store: the tracker resumes with the same watermarks, not older ones,
-// without a Flush (only what Local and CommittedAt persisted).
+// without a Flush (only what Local and CommittedAt persisted). With marks
+// written every call, and with marks never written but first ones.
 func TestTrackerStoreRestart(t *testing.T) {
+	for _, iv := range []time.Duration{-1, time.Hour} {
+		t.Run(fmt.Sprint("markflush=", iv), func(t *testing.T) { testTrackerStoreRestart(t, iv) })
+	}
+}
+
+func testTrackerStoreRestart(t *testing.T, markFlush time.Duration) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
-	opts := Options{IdleTimeout: 10 * time.Second, Now: clock.Now}
+	opts := Options{IdleTimeout: 10 * time.Second, Now: clock.Now, MarkFlushInterval: markFlush}
 	s, st := openStore(t, dir)
 	tr, err := NewTracker(st, s, opts)
 	if err != nil {
