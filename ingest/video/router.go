@@ -114,11 +114,19 @@ func (r *router) routeRTCP(ssrc uint32, it item) {
 		r.enqueue(dr, it)
 		return
 	}
-	if c := r.cands[ssrc]; c != nil && len(c.held) < 2*probationPackets {
-		c.held = append(c.held, it)
+	// A report may come before the first RTP packet: hold it with the
+	// SSRC's candidate (creating one) so the first frames get its time.
+	c := r.cands[ssrc]
+	if c == nil {
+		r.evictCandidate()
+		c = &candidate{since: it.arrival}
+		r.cands[ssrc] = c
+	}
+	if len(c.held) >= 2*probationPackets {
+		r.rc.unknownRTCP.Add(1)
 		return
 	}
-	r.rc.unknownRTCP.Add(1)
+	c.held = append(c.held, it)
 }
 
 func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) {
@@ -138,6 +146,8 @@ func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) 
 		r.evictCandidate()
 		c = &candidate{src: src, since: it.arrival}
 		r.cands[ssrc] = c
+	case c.hits == 0: // created by an RTCP report
+		c.src = src
 	case c.src != src || seq != c.lastSeq+1:
 		r.rc.unverified.Add(uint64(len(c.held)))
 		*c = candidate{src: src, since: it.arrival, held: c.held[:0]}
