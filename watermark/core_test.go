@@ -1,0 +1,160 @@
+package watermark
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// TestCommittedAcrossMergeOfSplitSuccessor: a mark on the last event of a
+// split successor that was then merged, with the committed cut inside the
+// merge successor on a key range no mark touches (its first event is a
+// gap marker, which no writer notes). localstream's Covering fails on this
+// input (see docs/readme-watermark.md); the watermark must still come out
+// valid, at or before the committed cut, and containing the marks.
+func TestCommittedAcrossMergeOfSplitSuccessor(t *testing.T) {
+	sim := newSimStream("video", 2) // 0.0 [0,.5), 0.1 [.5,1)
+	c := newCore("video", 0, 0)
+	now := int64(1)
+	note := func(w, key string, tm int64) localstream.Position {
+		if c.late(w, tm, now) {
+			t.Fatalf("%s at %d late", w, tm)
+		}
+		p := sim.append(key)
+		if err := c.note(sim.snapshot(), w, tm, p, now); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for i := range 3 {
+		note("high", "kilo", int64(100+i)) // 0.1
+	}
+	ids, err := sim.split(localstream.NewSegmentID(0, 1), 2) // 1.2 [.5,.75), 1.3 [.75,1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := note("mid", "india", 200) // 0.515: 1.2@0, its last event
+	if mid.Segment != ids[0] {
+		t.Fatalf("india landed in %s, want %s", mid, ids[0])
+	}
+	m, err := sim.merge(localstream.NewSegmentID(0, 0), ids[0]) // 2.4 [0,.75)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gap := sim.append("papa") // 2.4@0: a gap marker, not noted
+	note("high", "kilo", 300) // 1.3@0
+	cut := localstream.StreamCut{Stream: "video", Positions: map[localstream.SegmentID]uint64{m: 1, ids[1]: 0}}
+	topo := sim.snapshot()
+	w, err := c.committedAt(topo, cut, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Validate(w.Cut); err != nil {
+		t.Fatal(err)
+	}
+	if le, err := topo.LessEq(w.Cut, cut); err != nil || !le {
+		t.Fatalf("watermark cut %s passes committed cut %s", w.Cut, cut)
+	}
+	for _, p := range []localstream.Position{mid, {Segment: localstream.NewSegmentID(0, 1), Offset: 2}} {
+		if in, err := topo.Contains(w.Cut, p); err != nil || !in {
+			t.Fatalf("watermark cut %s misses the mark at %s", w.Cut, p)
+		}
+	}
+	// high's mark at 0.1@2 (t=102) and mid's at 1.2@0 (t=200) are inside;
+	// high's at 1.3@0 is not.
+	if w.LowerNs != 102 || w.UpperNs != 200 {
+		t.Fatalf("watermark %s, want lower 102 upper 200", w)
+	}
+	t.Logf("gap marker at %s; watermark %s (Covering fallbacks: %d)", gap, w, c.stats.CoveringFallbacks)
+}
+
+// TestHistoryThinning: with the committed cut stuck, a writer's history
+// stays bounded, thinning is counted, and the committed watermark still
+// uses a mark inside the cut once it moves.
+func TestHistoryThinning(t *testing.T) {
+	sim := newSimStream("video", 1)
+	c := newCore("video", 0, 0)
+	first := sim.snapshot().OpenAtZero()
+	n := 3 * maxHistory
+	for i := range n {
+		p := sim.append("papa")
+		if err := c.note(sim.snapshot(), "w", int64(i), p, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(c.writers["w"].hist); got > maxHistory {
+		t.Fatalf("history holds %d marks, bound %d", got, maxHistory)
+	}
+	if c.stats.HistoryThinned == 0 {
+		t.Fatal("no thinning counted")
+	}
+	topo := sim.snapshot()
+	if _, err := c.committedAt(topo, first, 1); err != nil {
+		t.Fatal(err)
+	}
+	half := localstream.StreamCut{Stream: "video", Positions: map[localstream.SegmentID]uint64{localstream.NewSegmentID(0, 0): uint64(n / 2)}}
+	w, err := c.committedAt(topo, half, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kept mark nearest below the cut: at most the thinning stride back.
+	if w.LowerNs > int64(n/2-1) || w.LowerNs < int64(n/2-1-8) {
+		t.Fatalf("committed lower %d, want just below %d", w.LowerNs, n/2-1)
+	}
+	w, err = c.committedAt(topo, topo.TailCut(), 1)
+	if err != nil || w.LowerNs != int64(n-1) {
+		t.Fatalf("committed at tail: %s, %v; want lower %d", w, err, n-1)
+	}
+}
+
+// TestWriterBounds: empty, overlong and too many writer ids are refused.
+func TestWriterBounds(t *testing.T) {
+	sim := newSimStream("video", 1)
+	c := newCore("video", 0, 0)
+	p := sim.append("papa")
+	for _, id := range []string{"", string(make([]byte, maxWriterID+1))} {
+		if err := c.note(sim.snapshot(), id, 1, p, 1); !errors.Is(err, ErrInvalidWriter) {
+			t.Fatalf("writer id of %d bytes: %v", len(id), err)
+		}
+	}
+	for i := range maxWriters {
+		c.late(fmt.Sprintf("w%d", i), 1, 1)
+	}
+	if err := c.note(sim.snapshot(), "one-too-many", 1, p, 1); !errors.Is(err, ErrTooManyWriters) {
+		t.Fatalf("writer beyond the bound: %v", err)
+	}
+	if c.late("another", 0, 1) || c.stats.WritersRefused != 2 {
+		t.Fatalf("refused writers: %d", c.stats.WritersRefused)
+	}
+}
+
+// TestMultiKeyWriter: a writer of two routing keys in two segments keeps
+// one position per segment, and its committed mark needs both inside.
+func TestMultiKeyWriter(t *testing.T) {
+	sim := newSimStream("video", 2)
+	c := newCore("video", 0, 0)
+	a := sim.append("papa") // 0.0
+	if err := c.note(sim.snapshot(), "w", 10, a, 1); err != nil {
+		t.Fatal(err)
+	}
+	b := sim.append("kilo") // 0.1
+	if err := c.note(sim.snapshot(), "w", 20, b, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.writers["w"].pos; len(got) != 2 {
+		t.Fatalf("positions %v, want one per segment", got)
+	}
+	topo := sim.snapshot()
+	// Only the second segment committed: the mark at 20 also needs 0.0@0.
+	cut := localstream.StreamCut{Stream: "video", Positions: map[localstream.SegmentID]uint64{a.Segment: 0, b.Segment: 1}}
+	w, err := c.committedAt(topo, cut, 1)
+	if err != nil || w.LowerNs != 10 {
+		t.Fatalf("committed %s, %v; want lower 10 (the writer's floor)", w, err)
+	}
+	w, err = c.committedAt(topo, topo.TailCut(), 1)
+	if err != nil || w.LowerNs != 20 {
+		t.Fatalf("committed %s, %v; want lower 20", w, err)
+	}
+}
