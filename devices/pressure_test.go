@@ -1,0 +1,289 @@
+package devices
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	stdsync "sync"
+	"testing"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// fakeDisk is an injected DiskSpace whose free space the test sets.
+type fakeDisk struct {
+	mu          stdsync.Mutex
+	free, total int64
+}
+
+func (d *fakeDisk) set(free int64) { d.mu.Lock(); d.free = free; d.mu.Unlock() }
+func (d *fakeDisk) space(string) (int64, int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.free, d.total, nil
+}
+
+// pressureRig is a real store with video and telemetry streams (2 segments
+// each) and a Pressure on an injected disk.
+type pressureRig struct {
+	store *localstream.Store
+	video *localstream.Stream
+	tele  *localstream.Stream
+	disk  *fakeDisk
+	p     *Pressure
+}
+
+func newPressureRig(t *testing.T, policy []ShedRule) *pressureRig {
+	t.Helper()
+	s := openStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1})
+	cfg := localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}}
+	v, err := s.CreateStream("video", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := s.CreateStream("telemetry", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDisk{free: 1000, total: 1000}
+	p, err := NewPressure(s, PressureConfig{RetainBelow: Threshold{Percent: 50}, ShedBelow: Threshold{Bytes: 200},
+		Policy: policy, ShedFraction: 0.25, MinShedEvents: 1, DiskSpace: d.space, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pressureRig{store: s, video: v, tele: tl, disk: d, p: p}
+}
+
+// fill appends n events per drone for drones d0..d3 and returns their positions.
+func fill(t *testing.T, st *localstream.Stream, n int) map[localstream.Position]string {
+	t.Helper()
+	out := map[localstream.Position]string{}
+	for i := range n {
+		for d := range 4 {
+			id := fmt.Sprintf("%s-d%d-%d", st.Name(), d, i)
+			pos, err := st.Append(context.Background(), localstream.Event{RoutingKey: fmt.Sprintf("d%d", d),
+				Writer: st.Name() + "/d", EventTime: int64(i + 1), Payload: []byte(id)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[pos] = id
+		}
+	}
+	return out
+}
+
+// commitHalf sets sink "central"'s committed cut after the first half of st.
+func commitHalf(t *testing.T, st *localstream.Stream) localstream.StreamCut {
+	t.Helper()
+	topo := st.Topology()
+	c := topo.OpenAtZero()
+	for id, s := range topo.Segments {
+		c.Positions[id] = s.Length / 2
+	}
+	if err := st.SetCommittedCut("central", c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func payloads(t *testing.T, st *localstream.Stream) (data map[string]bool, gaps []localstream.Gap) {
+	data = map[string]bool{}
+	for _, r := range readAll(t, st) {
+		if r.Flags.Has(localstream.FlagGap) {
+			var g localstream.Gap
+			if err := json.Unmarshal(r.Payload, &g); err != nil {
+				t.Fatal(err)
+			}
+			gaps = append(gaps, g)
+			continue
+		}
+		data[string(r.Payload)] = true
+	}
+	return data, gaps
+}
+
+func TestPressureStates(t *testing.T) {
+	rig := newPressureRig(t, nil)
+	fill(t, rig.video, 10)
+	commitHalf(t, rig.video)
+	for _, tc := range []struct {
+		free int64
+		want State
+	}{{1000, StateOK}, {500, StateOK}, {499, StateRetain}, {200, StateRetain}, {199, StateShed}, {0, StateShed}} {
+		rig.disk.set(tc.free)
+		got, err := rig.p.Check(context.Background())
+		if err != nil || got != tc.want || rig.p.State() != tc.want {
+			t.Fatalf("free %d: state %s (%v), want %s", tc.free, got, err, tc.want)
+		}
+	}
+	st := rig.p.Stats()
+	if st.RetainBelowBytes != 500 || st.ShedBelowBytes != 200 || st.TotalBytes != 1000 || st.Checks < 6 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestPressureRetain: below RetainBelow exactly the replicated half goes,
+// without gap markers; nothing happens above it.
+func TestPressureRetain(t *testing.T) {
+	rig := newPressureRig(t, nil)
+	all := fill(t, rig.video, 20)
+	committed := commitHalf(t, rig.video)
+	ctx := context.Background()
+	if _, err := rig.p.Check(ctx); err != nil { // free 100%: ok
+		t.Fatal(err)
+	}
+	if data, _ := payloads(t, rig.video); len(data) != 80 {
+		t.Fatalf("retained %d of 80 with free space", len(data))
+	}
+	rig.disk.set(400)
+	if s, err := rig.p.Check(ctx); err != nil || s != StateRetain {
+		t.Fatalf("%s %v", s, err)
+	}
+	data, gaps := payloads(t, rig.video)
+	topo := rig.video.Topology()
+	for pos, id := range all {
+		in, _ := topo.Contains(committed, pos)
+		if in == data[id] {
+			t.Fatalf("%s at %s: committed %v, retained %v", id, pos, in, data[id])
+		}
+	}
+	if len(gaps) != 0 || len(data) != 40 || rig.p.Stats().Streams["video"].TruncatedEvents != 40 {
+		t.Fatalf("gaps %d, data %d, stats %+v", len(gaps), len(data), rig.p.Stats().Streams["video"])
+	}
+	// Telemetry has no sink: never truncated.
+	tele := fill(t, rig.tele, 5)
+	rig.p.Check(ctx)
+	if data, _ := payloads(t, rig.tele); len(data) != len(tele) {
+		t.Fatalf("telemetry without a sink lost data: %d of %d", len(data), len(tele))
+	}
+}
+
+// TestPressureShedPolicy: below ShedBelow, video (allowed) is shed oldest
+// first with gap markers until only markers remain, while telemetry (not
+// allowed) loses only what the centre committed, and health-like streams
+// not in the policy are never shed.
+func TestPressureShedPolicy(t *testing.T) {
+	rig := newPressureRig(t, []ShedRule{{Stream: "video", AllowUnreplicated: true}, {Stream: "telemetry"}})
+	ctx := context.Background()
+	vids := fill(t, rig.video, 25)
+	teles := fill(t, rig.tele, 25)
+	commitHalf(t, rig.video)
+	tcut := commitHalf(t, rig.tele)
+	rig.disk.set(100)
+
+	if _, err := rig.p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vs := rig.p.Stats().Streams["video"]
+	// Retention took the committed half (50), then a quarter of the 50 left was shed.
+	if vs.TruncatedEvents != 50 || vs.Sheds != 1 || vs.ShedEvents != 13 || vs.ShedUnreplicated != 13 || vs.GapMarkers == 0 {
+		t.Fatalf("video after one check: %+v", vs)
+	}
+	data, gaps := payloads(t, rig.video)
+	if len(data) != 37 || len(gaps) != int(vs.GapMarkers) {
+		t.Fatalf("video data %d, gaps %d", len(data), len(gaps))
+	}
+	var gapEvents uint64
+	for _, g := range gaps {
+		if g.Reason != ShedReason || g.Events == 0 || g.Unreplicated != g.Events {
+			t.Fatalf("gap %+v", g)
+		}
+		gapEvents += g.Events
+	}
+	if gapEvents != 13 {
+		t.Fatalf("gap markers report %d events, shed 13", gapEvents)
+	}
+	// Oldest first: per drone, what is left is a suffix of what was written.
+	checkSuffixes(t, vids, data)
+
+	for i := 0; i < 30; i++ {
+		if _, err := rig.p.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, gaps = payloads(t, rig.video)
+	vs = rig.p.Stats().Streams["video"]
+	if len(data) != 0 || vs.ShedEvents < 50 || vs.MarkersCarried == 0 {
+		t.Fatalf("video not shed to the markers: %d left, %+v", len(data), vs)
+	}
+	if len(gaps) == 0 {
+		t.Fatal("every gap marker lost")
+	}
+	// Telemetry: exactly the uncommitted half survives.
+	tdata, tgaps := payloads(t, rig.tele)
+	topo := rig.tele.Topology()
+	for pos, id := range teles {
+		in, _ := topo.Contains(tcut, pos)
+		if !in && !tdata[id] {
+			t.Fatalf("unreplicated telemetry %s at %s lost", id, pos)
+		}
+	}
+	if len(tgaps) != 0 || len(tdata) != 50 || rig.p.Stats().Streams["telemetry"].ShedEvents != 0 {
+		t.Fatalf("telemetry: %d left, %d gaps, %+v", len(tdata), len(tgaps), rig.p.Stats().Streams["telemetry"])
+	}
+}
+
+// checkSuffixes: for each drone, the retained ids are the newest ones.
+func checkSuffixes(t *testing.T, all map[localstream.Position]string, kept map[string]bool) {
+	t.Helper()
+	oldestKept := map[string]int{}
+	newestGone := map[string]int{}
+	for _, id := range all {
+		var stream, drone string
+		var i int
+		if n, err := fmt.Sscanf(id, "%5s-%2s-%d", &stream, &drone, &i); n != 3 {
+			t.Fatalf("id %q: %v", id, err)
+		}
+		if kept[id] {
+			if v, ok := oldestKept[drone]; !ok || i < v {
+				oldestKept[drone] = i
+			}
+		} else if v, ok := newestGone[drone]; !ok || i > v {
+			newestGone[drone] = i
+		}
+	}
+	for d, gone := range newestGone {
+		if k, ok := oldestKept[d]; ok && k < gone {
+			t.Fatalf("drone %s: kept #%d but dropped the newer #%d", d, k, gone)
+		}
+	}
+}
+
+// TestPressureDefaultPolicyNeverSheds: with the default policy, nothing
+// unreplicated is ever dropped, however low the disk.
+func TestPressureDefaultPolicyNeverSheds(t *testing.T) {
+	rig := newPressureRig(t, nil)
+	fill(t, rig.video, 10)
+	rig.disk.set(0)
+	for range 5 {
+		if s, err := rig.p.Check(context.Background()); err != nil || s != StateShed {
+			t.Fatalf("%s %v", s, err)
+		}
+	}
+	if data, gaps := payloads(t, rig.video); len(data) != 40 || len(gaps) != 0 {
+		t.Fatalf("default policy dropped data: %d left, %d gaps", len(data), len(gaps))
+	}
+}
+
+func TestPressureConfigValidate(t *testing.T) {
+	for _, c := range []PressureConfig{
+		{RetainBelow: Threshold{Percent: 10}, ShedBelow: Threshold{Percent: 20}},
+		{RetainBelow: Threshold{Bytes: 10}, ShedBelow: Threshold{Bytes: 10}},
+		{Interval: -1},
+		{ShedFraction: 2},
+		{MinShedEvents: -1},
+		{Policy: []ShedRule{{Stream: "Video"}}},
+		{Policy: []ShedRule{{Stream: "video"}, {Stream: "video"}}},
+	} {
+		if err := c.Validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%+v: %v", c, err)
+		}
+	}
+	if err := NewDefaultPressureConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := (PressureConfig{RetainBelow: Threshold{Percent: 5}, ShedBelow: Threshold{Bytes: 1 << 30}}).Validate(); err != nil {
+		t.Fatal(err) // mixed units are resolved at run time
+	}
+}

@@ -1,0 +1,162 @@
+package devices
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// shedNext sheds the first stream of the policy that may lose unreplicated
+// data and still holds some. It reports whether it shed anything.
+func (p *Pressure) shedNext(ctx context.Context) (bool, error) {
+	for _, rule := range p.cfg.Policy {
+		if !rule.AllowUnreplicated {
+			continue
+		}
+		st, err := p.store.Stream(rule.Stream)
+		if errors.Is(err, localstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		shed, err := p.shedStream(ctx, st)
+		if shed || err != nil {
+			return shed, err
+		}
+	}
+	return false, nil
+}
+
+// shedStream drops the oldest ShedFraction of st's retained events (at
+// least MinShedEvents) through localstream's Shed, which appends a gap
+// marker per routing key that lost events. Older gap markers that fall in
+// the range and are not yet replicated are appended again, so that no gap
+// report is lost. It reports false when st holds nothing but such markers.
+func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool, error) {
+	topo := st.Topology()
+	retained := retainedEvents(topo)
+	if retained == 0 {
+		return false, nil
+	}
+	n := max(uint64(p.cfg.MinShedEvents), uint64(math.Ceil(p.cfg.ShedFraction*float64(retained))))
+	cut, carry, read, err := shedCut(st, topo, n)
+	if err != nil || read == 0 || read == len(carry) {
+		return false, err
+	}
+	res, err := st.Shed(ctx, cut, ShedReason)
+	p.count(st.Name(), func(s *StreamPressureStats) {
+		s.Sheds++
+		s.ShedEvents += res.Events
+		s.ShedBytes += res.Bytes
+		s.ShedUnreplicated += res.Unreplicated
+		s.GapMarkers += uint64(len(res.Markers))
+	})
+	if err != nil {
+		if le, lerr := st.Topology().LessEq(cut, st.HeadCut()); lerr != nil || !le {
+			return false, fmt.Errorf("devices: shed %s at %s: %w", st.Name(), cut, err)
+		}
+		// The data is gone but some markers were refused: keep them.
+		keys := slices.Sorted(maps.Keys(res.Keys))
+		for _, k := range keys[min(len(res.Markers), len(keys)):] {
+			g := *res.Keys[k]
+			g.Reason = ShedReason
+			payload, _ := json.Marshal(g)
+			p.keepMarker(st, localstream.Event{RoutingKey: k, Writer: localstream.ShedWriter, Flags: localstream.FlagGap,
+				ContentType: "application/json", Payload: payload})
+		}
+		err = fmt.Errorf("devices: gap markers of %s deferred: %w", st.Name(), err)
+	}
+	for _, ev := range carry {
+		ev.IngestTime = p.cfg.Now().UnixNano()
+		if _, aerr := st.Append(ctx, ev); aerr != nil {
+			p.keepMarker(st, ev)
+			continue
+		}
+		p.count(st.Name(), func(s *StreamPressureStats) { s.MarkersCarried++ })
+	}
+	return true, err
+}
+
+// shedCut reads up to n events from st's head and returns the cut after
+// them, the unreplicated gap markers among them, and how many it read.
+func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (localstream.StreamCut, []localstream.Event, int, error) {
+	cuts, err := st.CommittedCuts()
+	if err != nil {
+		return localstream.StreamCut{}, nil, 0, err
+	}
+	tail := topo.TailCut()
+	r, err := st.NewReader(st.HeadCut(), &tail)
+	if err != nil {
+		return localstream.StreamCut{}, nil, 0, err
+	}
+	defer r.Close()
+	var carry []localstream.Event
+	read := 0
+	for uint64(read) < n {
+		rec, err := r.TryNext()
+		if errors.Is(err, localstream.ErrEndOfCut) || errors.Is(err, localstream.ErrCaughtUp) {
+			break
+		}
+		if err != nil {
+			return localstream.StreamCut{}, nil, 0, err
+		}
+		read++
+		if rec.Flags.Has(localstream.FlagGap) && !replicated(topo, cuts, rec.Position) {
+			carry = append(carry, rec.Event)
+		}
+	}
+	return r.Cut(), carry, read, nil
+}
+
+// replicated reports whether every sink has committed pos (false with no sink).
+func replicated(topo localstream.Topology, cuts map[string]localstream.StreamCut, pos localstream.Position) bool {
+	if len(cuts) == 0 {
+		return false
+	}
+	for _, c := range cuts {
+		if in, err := topo.Contains(c, pos); err != nil || !in {
+			return false
+		}
+	}
+	return true
+}
+
+// keepMarker keeps a refused gap marker for the next check (bounded).
+func (p *Pressure) keepMarker(st *localstream.Stream, ev localstream.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) >= p.cfg.MaxPendingMarkers {
+		p.stats.MarkersLost++
+		return
+	}
+	p.pending = append(p.pending, pendingMarker{stream: st, ev: ev})
+}
+
+// retryMarkers appends the deferred gap markers, in order, until the store
+// refuses one.
+func (p *Pressure) retryMarkers(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		if len(p.pending) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		m := p.pending[0]
+		p.mu.Unlock()
+		m.ev.IngestTime = p.cfg.Now().UnixNano()
+		if _, err := m.stream.Append(ctx, m.ev); err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.pending = p.pending[1:]
+		p.mu.Unlock()
+		p.count(m.stream.Name(), func(s *StreamPressureStats) { s.GapMarkers++ })
+	}
+}
