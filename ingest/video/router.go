@@ -114,6 +114,12 @@ func (r *router) routeRTCP(ssrc uint32, it item) {
 		r.enqueue(dr, it)
 		return
 	}
+	if dc := r.cfgBySSRC[ssrc]; dc != nil {
+		if dr := r.bind(ssrc, dc.ID, dc); dr != nil {
+			r.enqueue(dr, it)
+		}
+		return
+	}
 	// A report may come before the first RTP packet: hold it with the
 	// SSRC's candidate (creating one) so the first frames get its time.
 	c := r.cands[ssrc]
