@@ -1,0 +1,67 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/edge-agent/edge-agent/replay"
+)
+
+func init() {
+	commands["replay"] = command{
+		summary: "send a recorded RTP/RTCP capture (pcap/pcapng) to an agent",
+		run:     runReplay,
+	}
+}
+
+// runReplay: edge-agent replay --pcap FILE --to HOST:PORT [--speed max|1.0]
+// [--ssrc N] [--mux] [--from IP:PORT] [--quiet]
+func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("replay", stderr)
+	pcap := fs.String("pcap", "", "capture file, pcap or pcapng (required)")
+	to := fs.String("to", "127.0.0.1:5004", "agent RTP address HOST:PORT; RTCP goes to PORT+1 when the capture had it on a separate port")
+	speed := fs.String("speed", "1.0", `timing: "max" (as fast as possible) or a factor of the original timing (1.0 = original)`)
+	ssrc := fs.String("ssrc", "", "rewrite every SSRC to this value (decimal or 0x hex), to act as another drone")
+	mux := fs.Bool("mux", false, "send RTCP to the RTP port (RFC 5761)")
+	from := fs.String("from", "", "local source address IP[:PORT] (default any)")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *pcap == "" {
+		return usagef("--pcap FILE is required")
+	}
+	opts := replay.Options{Mux: *mux, LocalAddr: *from}
+	if *speed != "max" {
+		f, err := strconv.ParseFloat(*speed, 64)
+		if err != nil || f <= 0 {
+			return usagef("--speed %q: want \"max\" or a positive factor such as 1.0", *speed)
+		}
+		opts.Speed = f
+	}
+	if *ssrc != "" {
+		v, err := strconv.ParseUint(strings.TrimSpace(*ssrc), 0, 32)
+		if err != nil || v == 0 {
+			return usagef("--ssrc %q: want a non-zero 32-bit number (decimal or 0x hex)", *ssrc)
+		}
+		opts.SSRC = uint32(v)
+	}
+	if opts.LocalAddr != "" && !strings.Contains(opts.LocalAddr, ":") {
+		opts.LocalAddr += ":0"
+	}
+	if !*quiet {
+		opts.Progress = stderr
+	}
+	sum, err := replay.Send(ctx, *pcap, *to, opts)
+	if errors.Is(err, replay.ErrTarget) || errors.Is(err, replay.ErrFormat) || errors.Is(err, replay.ErrNoRTP) {
+		return usagef("%v", err)
+	}
+	if sum.Packets > 0 || err == nil {
+		fmt.Fprintf(stdout, "replay %s -> %s: %s\n", *pcap, *to, sum)
+	}
+	return err
+}
