@@ -18,6 +18,8 @@ type ReadOptions struct {
 	// RoutingKey limits events to one drone ("" = all). Commit records are
 	// still read, for the watermarks.
 	RoutingKey string
+	// CommitsOnly reads only commit records.
+	CommitsOnly bool
 	// StartSeq starts at this stream sequence (0 = the beginning).
 	StartSeq uint64
 	// Follow keeps reading new messages; otherwise Next returns io.EOF
@@ -90,11 +92,9 @@ func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	if opts.RoutingKey != "" {
 		keyTok = EscapeToken(opts.RoutingKey)
 	}
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{
-			"edge." + stream + "." + agentTok + ".data." + keyTok,
-			"edge." + stream + "." + agentTok + ".cut",
-		},
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"edge." + stream + "." + agentTok + ".cut"}}
+	if !opts.CommitsOnly {
+		cfg.FilterSubjects = append(cfg.FilterSubjects, "edge."+stream+"."+agentTok+".data."+keyTok)
 	}
 	if opts.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+func init() {
+	commands["read"] = command{
+		summary: "read a central stream: events in order with the committed watermark (JSON lines)",
+		run:     runRead,
+	}
+}
+
+// parseTimeFlag accepts RFC 3339 or Unix ns; "" is 0.
+func parseTimeFlag(name, v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return 0, usagef("--%s %q: want RFC 3339 (2026-01-02T15:04:05Z) or Unix ns", name, v)
+	}
+	return t.UnixNano(), nil
+}
+
+func parseCutFlag(name, v string) (*localstream.StreamCut, error) {
+	if v == "" {
+		return nil, nil
+	}
+	c, err := localstream.ParseStreamCut(v)
+	if err != nil {
+		return nil, usagef("--%s: %v", name, err)
+	}
+	return &c, nil
+}
+
+func centralConn(url string) (*sync.ConnConfig, error) {
+	if url == "" {
+		return nil, usagef("--central URL is required (nats://host:port)")
+	}
+	return &sync.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil
+}
+
+// readLine is one JSON line of `edge-agent read`.
+type readLine struct {
+	Type         string             `json:"type"`
+	Seq          uint64             `json:"seq"`
+	Agent        string             `json:"agent"`
+	Stream       string             `json:"stream"`
+	Txn          uint64             `json:"txn"`
+	Segment      string             `json:"segment,omitempty"`
+	Offset       *uint64            `json:"offset,omitempty"`
+	RoutingKey   string             `json:"routing_key,omitempty"`
+	Writer       string             `json:"writer,omitempty"`
+	EventTimeNs  int64              `json:"event_time_ns,omitempty"`
+	IngestTimeNs int64              `json:"ingest_time_ns,omitempty"`
+	Flags        []string           `json:"flags,omitempty"`
+	ContentType  string             `json:"content_type,omitempty"`
+	Headers      map[string]string  `json:"headers,omitempty"`
+	Payload      json.RawMessage    `json:"payload,omitempty"`
+	PayloadB64   string             `json:"payload_b64,omitempty"`
+	Cut          string             `json:"cut,omitempty"`
+	Watermark    sync.WatermarkJSON `json:"watermark"`
+}
+
+var flagNames = []struct {
+	f    localstream.Flags
+	name string
+}{
+	{localstream.FlagKeyframe, "keyframe"}, {localstream.FlagDiscontinuity, "discontinuity"},
+	{localstream.FlagLate, "late"}, {localstream.FlagEstimatedTime, "estimated_time"},
+	{localstream.FlagGap, "gap"}, {localstream.FlagRaw, "raw"},
+}
+
+func toLine(it sync.Item) readLine {
+	if it.Kind == sync.ItemCommit {
+		return readLine{Type: "commit", Seq: it.Seq, Agent: it.Agent, Stream: it.Commit.Stream, Txn: it.Commit.Txn, Cut: it.Commit.CutText, Watermark: it.Watermark}
+	}
+	r := it.Event.Record
+	off := r.Offset
+	l := readLine{Type: "event", Seq: it.Seq, Agent: it.Agent, Stream: it.Event.Stream, Txn: it.Event.Txn,
+		Segment: r.Segment.String(), Offset: &off, RoutingKey: r.RoutingKey, Writer: r.Writer,
+		EventTimeNs: r.EventTime, IngestTimeNs: r.IngestTime, ContentType: r.ContentType, Watermark: it.Watermark}
+	for _, f := range flagNames {
+		if r.Flags.Has(f.f) {
+			l.Flags = append(l.Flags, f.name)
+		}
+	}
+	if len(r.Headers) > 0 {
+		l.Headers = map[string]string{}
+		for _, h := range r.Headers {
+			l.Headers[h.Key] = h.Value
+		}
+	}
+	if strings.Contains(r.ContentType, "json") && json.Valid(r.Payload) {
+		l.Payload = r.Payload
+	} else {
+		l.PayloadB64 = base64.StdEncoding.EncodeToString(r.Payload)
+	}
+	return l
+}
+
+func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("read", stderr)
+	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")
+	stream := fs.String("stream", "", "local stream `NAME` (telemetry, video, health, ...); required")
+	agent := fs.String("agent", "", "only this agent `ID`")
+	drone := fs.String("drone", "", "only this drone (routing key)")
+	from := fs.String("from", "", "events at or after `TIME` (RFC 3339 or Unix ns)")
+	to := fs.String("to", "", "events at or before `TIME`; ends once the watermark passes it")
+	fromCut := fs.String("from-cut", "", "start after the agent's commit at `CUT` (text form; needs --agent)")
+	toCut := fs.String("to-cut", "", "end at the agent's commit at `CUT` (needs --agent)")
+	follow := fs.Bool("follow", false, "keep reading new events")
+	commits := fs.Bool("commits", false, "also print commit records")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := localstream.ValidateStreamName(*stream); err != nil {
+		return usagef("--stream: %v", err)
+	}
+	q := sync.Query{ReadOptions: sync.ReadOptions{Agent: *agent, RoutingKey: *drone, Follow: *follow}, Commits: *commits}
+	var err error
+	if q.FromTimeNs, err = parseTimeFlag("from", *from); err != nil {
+		return err
+	}
+	if q.ToTimeNs, err = parseTimeFlag("to", *to); err != nil {
+		return err
+	}
+	if q.FromCut, err = parseCutFlag("from-cut", *fromCut); err != nil {
+		return err
+	}
+	if q.ToCut, err = parseCutFlag("to-cut", *toCut); err != nil {
+		return err
+	}
+	if (q.FromCut != nil || q.ToCut != nil) && *agent == "" {
+		return usagef("--from-cut/--to-cut need --agent")
+	}
+	cc, err := centralConn(*url)
+	if err != nil {
+		return err
+	}
+	nc, err := sync.Connect(*cc, nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	enc := json.NewEncoder(stdout)
+	err = sync.RunQuery(ctx, nc, *stream, q, func(it sync.Item) error { return enc.Encode(toLine(it)) })
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("read %s: %w", *stream, err)
+	}
+	return nil
+}
