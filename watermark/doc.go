@@ -1,0 +1,76 @@
+// Package watermark turns the times writers note into watermarks: triples
+// (lower, upper, cut) saying "every event after cut that is not flagged
+// late has an event time of at least lower". It keeps DESIGN.md rules 5–7:
+// a committed watermark uses only marks inside the committed cut, and
+// watermarks never move back in time or in cut.
+//
+// # Marks
+//
+// An ingest calls, per event of writer W with time t:
+//
+//	Late(W, t)          before the append: flag the event late?
+//	Append(...)         durable (localstream)
+//	Note(W, t, pos)     after the append: W's mark "time t at pos"
+//
+// A mark promises that W's later events are at or after t. With an allowed
+// lateness L the noted time is max(times seen) − L. A mark whose time goes
+// below W's noted time (ErrTimeBackwards) or whose position does not
+// advance (ErrPositionNotAdvancing) is refused and counted; Late already
+// answered true for such an event. Late is true when t is before the
+// published local or committed lower bound, or before W's own noted time.
+//
+// # Aggregation
+//
+//	writers      a: ──m──m──m──m──m──►   (time, position) marks
+//	             b: ────m─────────m──►
+//	             c: ──m──m──× closed / idle
+//
+//	local      lower = min over active writers of their latest noted time
+//	           upper = max time of the marks in the cut
+//	           cut   = Covering(open segments at 0, latest positions of all writers)
+//
+//	committed  per writer: base = its newest mark inside the committed cut
+//	           lower = min over counted writers of base time (or, with no
+//	                   base yet, its first mark's time / its event in flight)
+//	           cut   = Covering(committed cut, base positions) ≤ committed cut
+//
+// A writer counts while active: it noted or asked Late within IdleTimeout,
+// is not closed, or has an event in flight (Late asked, Note not yet; for up
+// to 10 idle timeouts). In the committed view a writer that is idle or closed
+// still counts until everything it wrote is inside the committed cut. A new
+// watermark is emitted only when lower advances; its cut is joined with the
+// previous one, so both only move forward.
+//
+// Every cut operation goes through localstream.Topology (Covering, Join,
+// LessEq, Contains), so marks on sealed segments and on their successors
+// combine across splits and merges. A writer keeps one position per segment
+// it wrote to; positions in predecessors of a newer one are pruned.
+//
+// The core (core.go) is deterministic: marks, time (Unix ns) and topology
+// snapshots are arguments; the data-driven tests in testdata/ and the
+// property test drive it directly. The Tracker wraps it with a lock and
+// persistence.
+//
+// # Persisted records
+//
+// Under meta key "wm/<stream>/<writer>" (writer ids may contain '/'; stream
+// names cannot), version 1, varints as in encoding/binary:
+//
+//	+-----+-----+-------+--------+---------+------------+--------+-----------+----------------+--------+
+//	| 'W' | ver | flags | noted  | maxSeen | lastActive | floor  | positions | [base: time,   | crc32  |
+//	| u8  | =1  | u8    | varint | varint  | varint     | varint |           |  positions]    | IEEE,  |
+//	|     |     |       | ns     | ns      | Unix ns    | ns     |           | if flags bit 2 | BE u32 |
+//	+-----+-----+-------+--------+---------+------------+--------+-----------+----------------+--------+
+//	flags: bit 0 closed, bit 1 has a mark, bit 2 has a base; other bits must be 0
+//	positions: uvarint n (≤ 4096), then n × (uvarint segment id, uvarint offset)
+//
+// Under "wmpub/<stream>/local" and "wmpub/<stream>/committed", the last
+// watermark returned, version 1:
+//
+//	+-----+-----+--------+--------+-------------------------------------+--------+
+//	| 'M' | ver | lower  | upper  | uvarint n, then n bytes: the cut in | crc32  |
+//	| u8  | =1  | varint | varint | localstream's binary cut form       | BE u32 |
+//	+-----+-----+--------+--------+-------------------------------------+--------+
+//
+// The checksum covers every byte before it. Both decoders are fuzzed.
+package watermark
