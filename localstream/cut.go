@@ -179,11 +179,20 @@ func (c *StreamCut) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// MarshalText returns the text form (for JSON and YAML).
-func (c StreamCut) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+// MarshalText returns the text form (for JSON and YAML); the zero cut is "".
+func (c StreamCut) MarshalText() ([]byte, error) {
+	if c.IsZero() {
+		return nil, nil
+	}
+	return []byte(c.String()), nil
+}
 
-// UnmarshalText decodes the text form.
+// UnmarshalText decodes the text form; "" is the zero cut.
 func (c *StreamCut) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*c = StreamCut{}
+		return nil
+	}
 	p, err := ParseStreamCut(string(b))
 	if err != nil {
 		return err

@@ -1,0 +1,218 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// testConfig is an agent on free loopback ports with an embedded central.
+func testConfig(t *testing.T, dataDir, brokerURL string) Config {
+	cfg := NewDefaultConfig()
+	cfg.DataDir = dataDir
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	cfg.Store.MinFreeBytes = 16 << 20
+	cfg.Devices.Disk = DiskConfig{Interval: time.Second, RetainBelowBytes: 64 << 20, ShedBelowBytes: 32 << 20}
+	cfg.Devices.HealthInterval = 200 * time.Millisecond
+	cfg.Central.Embedded.Listen = "127.0.0.1:0"
+	cfg.Telemetry.Broker = brokerURL
+	cfg.Video.Listen = "127.0.0.1:0"
+	cfg.Video.RTCPListen = "mux"
+	return cfg
+}
+
+func startAgent(t *testing.T, cfg Config) (*Agent, context.CancelFunc, <-chan error) {
+	t.Helper()
+	a, err := New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	select {
+	case <-a.Ready():
+	case err := <-done:
+		t.Fatalf("agent did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent not ready after 30s")
+	}
+	return a, cancel, done
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getText(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %s %s", url, resp.Status, b)
+	}
+	return string(b)
+}
+
+func streamStatus(s Status, name string) StreamStatus {
+	for _, st := range s.Streams {
+		if st.Name == name {
+			return st
+		}
+	}
+	return StreamStatus{}
+}
+
+// TestEndpointsAndRestart runs the agent against a real Mosquitto and an
+// embedded JetStream: /status, /metrics and /healthz answer with the
+// documented fields while it runs; a graceful stop commits everything;
+// a restart keeps the agent id and continues without duplicates.
+func TestEndpointsAndRestart(t *testing.T) {
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	if brk.Embedded() {
+		t.Log("mosquitto not installed: using the embedded broker")
+	}
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, brk.URL())
+	cfg.Central.Embedded.DataDir = filepath.Join(dir, "central")
+	a, cancel, done := startAgent(t, cfg)
+	base := "http://" + a.HTTPAddr()
+
+	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Status
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		getJSON(t, base+"/status", &s)
+		tm := streamStatus(s, "telemetry")
+		if tm.Replication != nil && tm.Stats.Appended >= sim.Published && tm.Replication.BacklogEvents == 0 &&
+			tm.Replication.Events >= sim.Published {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("telemetry not replicated: %+v", tm)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if s.Agent != a.ID() || s.Central == "" || s.Telemetry == nil || s.Telemetry.Appended < sim.Published || s.Video == nil {
+		t.Fatalf("status: %+v", s)
+	}
+	tm := streamStatus(s, "telemetry")
+	if tm.LocalWatermark.LowerNs == 0 || tm.Committed["central"] == "" || len(tm.Segments) == 0 || tm.Replication.State == "" {
+		t.Fatalf("telemetry stream status: %+v", tm)
+	}
+	metrics := getText(t, base+"/metrics")
+	for _, want := range []string{
+		`edge_stream_appended_total{stream="telemetry"}`,
+		`edge_replication_events_total{stream="telemetry"}`,
+		`edge_replication_backlog_events{stream="video"}`,
+		`edge_replication_event_time_lag_seconds{stream="telemetry"}`,
+		`edge_watermark_local_lag_seconds{stream="telemetry"}`,
+		`edge_telemetry_received_total`,
+		`edge_telemetry_oversize_total`,
+		`edge_video_datagrams_total`,
+		`edge_video_malformed_total`,
+		`edge_store_free_bytes`,
+		`edge_store_disk_full_rejects_total`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if got := getText(t, base+"/healthz"); got != "ok\n" {
+		t.Fatalf("/healthz: %q", got)
+	}
+
+	// Graceful stop, then restart on the same data directory.
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after stop: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not stop")
+	}
+	id := a.ID()
+	a2, cancel2, done2 := startAgent(t, cfg)
+	defer func() { cancel2(); <-done2 }()
+	if a2.ID() != id {
+		t.Fatalf("agent id changed across restart: %s → %s", id, a2.ID())
+	}
+	sim2, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second, FirstSeq: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		getJSON(t, "http://"+a2.HTTPAddr()+"/status", &s)
+		tm := streamStatus(s, "telemetry")
+		if tm.Stats.Appended >= sim2.Published && tm.Replication != nil && tm.Replication.BacklogEvents == 0 &&
+			tm.Replication.Events >= sim2.Published {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after restart not replicated: %+v", tm)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The centre holds each local telemetry event once.
+	nc, err := nats.Connect(a2.CentralURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	items, err := sync.ReadAll(ctx, nc, "telemetry", sync.ReadOptions{Agent: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[localstream.Position]bool{}
+	for _, it := range items {
+		if it.Kind != sync.ItemEvent {
+			continue
+		}
+		if seen[it.Event.Record.Position] {
+			t.Fatalf("duplicate at the centre: %v", it.Event.Record.Position)
+		}
+		seen[it.Event.Record.Position] = true
+	}
+	if local := streamStatus(s, "telemetry").Stats.Appended; uint64(len(seen)) != sim.Published+sim2.Published {
+		t.Fatalf("centre has %d telemetry events, simulators published %d (local this run %d)", len(seen), sim.Published+sim2.Published, local)
+	}
+}

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// The documented example holds exactly the defaults.
+func TestExampleIsDefaults(t *testing.T) {
+	got, err := LoadConfig(filepath.Join("..", "agent.example.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := NewDefaultConfig()
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("agent.example.yaml differs from NewDefaultConfig:\n got %+v\nwant %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGoldenConfig(t *testing.T) {
+	got, err := LoadConfig(filepath.Join("testdata", "agent.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := NewDefaultConfig()
+	want.AgentID = "ground-7"
+	want.DataDir = "/srv/edge"
+	want.Log = LogConfig{Level: "debug", Format: "json"}
+	want.Store.Durability = "periodic"
+	want.Store.SyncInterval = 250 * time.Millisecond
+	want.Streams["telemetry"] = StreamConfig{Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByEventRate,
+		MinSegments: 2, TargetRate: 500, Factor: 3, Window: 5 * time.Second, Cooldown: 20 * time.Second}}
+	want.Watermark.IdleTimeout = 10 * time.Second
+	want.Video.Listen = "0.0.0.0:6000"
+	want.Video.PayloadTypes = map[uint8]video.Codec{96: video.CodecH264, 98: video.CodecH265}
+	want.Video.Drones = []video.DroneConfig{{ID: "drone-1", Addr: "10.1.0.11", SSRC: 0x1234}}
+	want.Video.ChunkMaxDuration = time.Second
+	want.Telemetry.Broker = "ssl://mqtt.local:8883"
+	want.Telemetry.Topics = []string{"fleet/{drone}/tm/#", "mav/{drone}/raw"}
+	want.Telemetry.CAFile = "/etc/edge/ca.pem"
+	want.Telemetry.PasswordEnv = "MQTT_PASSWORD"
+	want.Telemetry.Username = "edge"
+	want.Central.URL = "nats://c1:4222,nats://c2:4222,nats://c3:4222"
+	want.Central.Replicas = 3
+	want.Central.CredsFile = "/etc/edge/agent.creds"
+	want.Central.UplinkBytesPerSec = 1250000
+	want.Devices.Disk.AllowUnreplicated = true
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("golden config:\n got %+v\nwant %+v", got, want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if u := got.Central.URLs(); len(u) != 3 || u[2] != "nats://c3:4222" {
+		t.Fatalf("URLs() = %v", u)
+	}
+}
+
+// Each invalid field gives a message that names it and the fix.
+func TestConfigErrors(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{"agent_id: 'a b'", "agent_id: \"a b\" must match"},
+		{"data_dir: ''", "data_dir: required"},
+		{"log: {level: loud}", "log.level: \"loud\": want debug, info, warn or error"},
+		{"log: {format: xml}", "log.format: \"xml\": want text or json"},
+		{"http: {listen: nowhere}", "http.listen: \"nowhere\": want HOST:PORT"},
+		{"store: {durability: sometimes}", "store.durability: \"sometimes\": want always or periodic"},
+		{"streams: {Bad: {}}", "streams.Bad: invalid stream name"},
+		{"streams: {video: {scaling: {type: by_event_rate}}}", "streams.video.scaling: localstream: scaling.target_rate must be > 0"},
+		{"watermark: {allowed_lateness: -1s}", "watermark.allowed_lateness: must not be negative"},
+		{"video: {listen: 'x'}", "video:"},
+		{"telemetry: {broker: 'not a url'}", "telemetry.broker: \"not a url\": want a URL"},
+		{"telemetry: {topics: []}", "telemetry.topics: at least one topic pattern"},
+		{"telemetry: {password_file: f, password_env: E}", "telemetry.password_file: set password_file or password_env, not both"},
+		{"telemetry: {cert_file: c}", "telemetry.cert_file: a client certificate needs both"},
+		{"central: {url: 'http://x'}", "central.url: \"http://x\": want embedded or nats://"},
+		{"central: {embedded: {listen: x}}", "central.embedded.listen: \"x\": want HOST:PORT"},
+		{"central: {max_txn_events: 1000}", "central.max_txn_events: 1000: want 1..999"},
+		{"central: {replicas: 0}", "central.replicas: 0: want 1..5"},
+		{"central: {commit_interval: 0s}", "central.commit_interval: 0s: want a duration in (0, 5s]"},
+		{"central: {creds_file: a, user: u}", "central.creds_file: use one of creds_file, nkey_seed_file, user"},
+		{"devices: {disk: {shed_below_bytes: 3000000000}}", "devices.disk.shed_below_bytes: 3000000000 is above retain_below_bytes"},
+		{"store: {min_free_bytes: 2000000000}", "devices.disk.shed_below_bytes: 1073741824 must be above store.min_free_bytes"},
+		{"unknown_key: 1", "field unknown_key not found"},
+	}
+	for _, c := range cases {
+		path := filepath.Join(t.TempDir(), "a.yaml")
+		os.WriteFile(path, []byte(c.yaml+"\n"), 0o644)
+		cfg, err := LoadConfig(path)
+		if err == nil {
+			err = cfg.Validate()
+		}
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s:\n got %v\nwant containing %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestAgentIDPersisted(t *testing.T) {
+	dir := t.TempDir()
+	id, err := ResolveAgentID("", dir)
+	if err != nil || !agentIDRE.MatchString(id) {
+		t.Fatalf("generated %q %v", id, err)
+	}
+	again, _ := ResolveAgentID("", dir)
+	if again != id {
+		t.Fatalf("second start got %q, first %q", again, id)
+	}
+	if got, _ := ResolveAgentID("fixed", dir); got != "fixed" {
+		t.Fatal("configured id not used")
+	}
+}
