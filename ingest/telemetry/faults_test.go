@@ -1,0 +1,112 @@
+package telemetry
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func wantDrones(drones int, n uint64) map[string]uint64 {
+	want := map[string]uint64{}
+	for i := 1; i <= drones; i++ {
+		want[SimConfig{}.DroneName(i)] = n
+	}
+	return want
+}
+
+// TestBrokerRestartLosesNothing: the broker restarts (SIGTERM, persistence
+// on) while the agent is draining a backlog; then more is published. Every
+// message is stored exactly once, in order.
+func TestBrokerRestartLosesNothing(t *testing.T) {
+	b := startBroker(t)
+	if b.Embedded() {
+		t.Skip("the embedded fallback broker keeps no state across restarts; this test needs mosquitto")
+	}
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	cfg := testConfig(b.URL(), "agent-restart")
+	subscribeOnce(t, b.URL(), cfg.ClientID, "drones/+/telemetry/#", "drones/+/status")
+	const drones, n = 3, 3000
+	ctx := context.Background()
+	if _, err := Simulate(ctx, SimConfig{Broker: b.URL(), Drones: drones, Count: n, Window: 32, NoStatus: true}); err != nil {
+		t.Fatal(err)
+	}
+	in, stop := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 10*time.Second, "draining started", func() bool { return in.Stats().Appended > 0 })
+	if err := b.Restart(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	atRestart := in.Stats().Appended
+	t.Logf("broker restarted with %d of %d appended", atRestart, drones*n)
+	if atRestart >= drones*n {
+		t.Fatal("backlog drained before the restart: the restart proved nothing")
+	}
+	if _, err := Simulate(ctx, SimConfig{Broker: b.URL(), Drones: drones, Count: n, FirstSeq: n + 1, Window: 32, NoStatus: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= 2*drones*n })
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := in.Stats()
+	t.Logf("stats: connects %d, lost %d, duplicates skipped %d", got.Connects, got.ConnectionLost, got.DuplicatesSkipped)
+	if got.ConnectionLost == 0 || got.Connects < 2 {
+		t.Fatalf("the agent never saw the restart: %+v", got)
+	}
+	if msg := verifyExactlyOnce(readAll(t, st), wantDrones(drones, 2*n)); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+// TestNetworkCutLosesNothing: a proxy between agent and broker cuts the link
+// (closing live connections and refusing new ones) while the simulator keeps
+// publishing; nothing is lost or duplicated.
+func TestNetworkCutLosesNothing(t *testing.T) {
+	seed := seedFor(t)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	b := startBroker(t)
+	px := newCutProxy(t, b.Addr())
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	cfg := testConfig(px.URL(), "agent-cut")
+	in, stop := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
+
+	const drones = 3
+	n := 400 * rounds(2)
+	simDone := make(chan error, 1)
+	go func() {
+		_, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: n, Rate: 400, Window: 4, NoStatus: true})
+		simDone <- err
+	}()
+	cuts := rounds(2)
+	for i := 0; i < cuts; i++ {
+		waitFor(t, 15*time.Second, "agent connected", func() bool { return in.Stats().Connects == uint64(i+1) })
+		time.Sleep(time.Duration(150+rng.IntN(300)) * time.Millisecond)
+		before := in.Stats()
+		px.Cut()
+		time.Sleep(time.Duration(300+rng.IntN(500)) * time.Millisecond)
+		during := in.Stats()
+		px.Restore()
+		t.Logf("cut %d: appended %d -> %d during the cut", i, before.Appended, during.Appended)
+	}
+	if err := <-simDone; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= uint64(drones*n) })
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := in.Stats()
+	t.Logf("proxy: cuts %d, connections killed %d, refused %d; agent: lost %d, connects %d, duplicates skipped %d",
+		px.Cuts.Load(), px.Killed.Load(), px.Refused.Load(), got.ConnectionLost, got.Connects, got.DuplicatesSkipped)
+	if px.Killed.Load() == 0 || got.ConnectionLost < uint64(cuts) {
+		t.Fatalf("the cut did not happen: killed %d, lost %d", px.Killed.Load(), got.ConnectionLost)
+	}
+	if msg := verifyExactlyOnce(readAll(t, st), wantDrones(drones, uint64(n))); msg != "" {
+		t.Fatal(msg)
+	}
+}
