@@ -112,7 +112,9 @@ func (c PressureConfig) withDefaults() PressureConfig {
 
 // Validate checks the fields that are set; zero fields take defaults.
 func (c PressureConfig) Validate() error {
-	bad := func(f string, a ...any) error { return fmt.Errorf("%w: disk_pressure."+f, append([]any{ErrConfig}, a...)...) }
+	bad := func(f string, a ...any) error {
+		return fmt.Errorf("%w: disk_pressure."+f, append([]any{ErrConfig}, a...)...)
+	}
 	r, s := c.withDefaults().RetainBelow, c.withDefaults().ShedBelow
 	if r.Bytes < 0 || s.Bytes < 0 {
 		return bad("retain_below/shed_below: negative size: use bytes such as 2GiB or a percentage such as 10%%")
