@@ -203,6 +203,15 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 		}
 		now := in.now()
 		in.rc.readBatches.Add(1)
+		// One allocation per batch: the datagrams are copied into a slab
+		// that lives as long as any of them is queued or buffered.
+		total := 0
+		for i := 0; i < n; i++ {
+			if msgs[i].N <= in.cfg.MaxPacketSize {
+				total += msgs[i].N
+			}
+		}
+		slab := make([]byte, 0, total)
 		in.mu.Lock()
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
@@ -219,8 +228,9 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 			if !ok {
 				continue
 			}
-			b := make([]byte, m.N)
-			copy(b, m.Buffers[0][:m.N])
+			off := len(slab)
+			slab = append(slab, m.Buffers[0][:m.N]...)
+			b := slab[off:len(slab):len(slab)]
 			in.router.dispatch(b, ua.AddrPort(), now, sock == 1)
 		}
 		in.mu.Unlock()
