@@ -293,3 +293,32 @@ func TestAppendFailure(t *testing.T) {
 	}
 	ffprobeDecodes(t, CodecH264, got.stream, 150)
 }
+
+// lateMarks reports every event before t as late.
+type lateMarks struct {
+	recordMarks
+	t int64
+}
+
+func (m *lateMarks) Late(_ string, ts int64) bool { return ts < m.t }
+
+// TestLateChunks: chunks whose time the watermark has passed are still
+// stored, flagged late and counted.
+func TestLateChunks(t *testing.T) {
+	c := loadCapture(t, "h264", CodecH264)
+	pts := expectedPTS(c.pkts)
+	cfg := testConfig()
+	sink := &recordSink{}
+	m := &lateMarks{t: pts[90]} // chunks starting at frames 0, 30, 60 are late
+	d := newDrone("d1", &cfg, nil, sink, m, time.Now, nil)
+	feed(t, d, c.pkts)
+	got := decodeAll(t, sink.snapshot())
+	if len(got.frames) != 180 || d.c.snapshot().LateChunks != 3 {
+		t.Fatalf("%d frames, %d late", len(got.frames), d.c.snapshot().LateChunks)
+	}
+	for i, ev := range got.events {
+		if ev.Flags.Has(localstream.FlagLate) != (i < 3) {
+			t.Fatalf("chunk %d late=%v", i, !(i < 3))
+		}
+	}
+}
