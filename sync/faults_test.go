@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/edge-agent/edge-agent/central"
 )
 
@@ -107,6 +109,25 @@ func TestExactlyOnceAcrossLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCaughtUp(t, nc, st, "agent-d", 60*time.Second)
+	// Let the restarted replica catch up before the ordered consumer of the
+	// verification is placed.
+	js, _ := jetstream.New(nc)
+	waitFor(t, 60*time.Second, "all replicas current", func() bool {
+		info, err := js.Stream(context.Background(), name)
+		if err != nil {
+			return false
+		}
+		ci := info.CachedInfo().Cluster
+		if ci == nil || ci.Leader == "" || len(ci.Replicas) != 2 {
+			return false
+		}
+		for _, r := range ci.Replicas {
+			if !r.Current || r.Offline {
+				return false
+			}
+		}
+		return true
+	})
 	stats := rp.r.Stats()
 	rp.close()
 	ev, commits := verifyCentral(t, nc, st, "agent-d")

@@ -99,7 +99,17 @@ func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	if opts.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
 	}
-	cons, err := st.OrderedConsumer(ctx, cfg)
+	// During a leader election the consumer create can time out: retry
+	// with short attempts until ctx ends.
+	var cons jetstream.Consumer
+	for {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		cons, err = st.OrderedConsumer(actx, cfg)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sync: read %s: %w", StreamName(stream), err)
 	}
