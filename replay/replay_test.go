@@ -190,8 +190,15 @@ func TestSendTiming(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if s, err := SendPackets(ctx, pkts, 5004, rtpC.LocalAddr().String(), Options{Speed: 1}); !errors.Is(err, context.Canceled) || s.Packets > 1 {
-		t.Fatalf("cancelled: %v, %d sent", err, s.Packets)
+	// Only packets due at once (the capture's first instant) may go out.
+	atOnce := 0
+	for _, p := range pkts {
+		if p.Time.Sub(pkts[0].Time) < time.Millisecond {
+			atOnce++
+		}
+	}
+	if s, err := SendPackets(ctx, pkts, 5004, rtpC.LocalAddr().String(), Options{Speed: 1}); !errors.Is(err, context.Canceled) || s.Packets > atOnce {
+		t.Fatalf("cancelled: %v, %d sent (%d due at once)", err, s.Packets, atOnce)
 	}
 }
 
