@@ -49,3 +49,27 @@ func TestThresholdYAML(t *testing.T) {
 		t.Fatalf("bad threshold: %v", err)
 	}
 }
+
+// FuzzParseThreshold: config text never panics, and what parses
+// round-trips through its text form.
+func FuzzParseThreshold(f *testing.F) {
+	for _, s := range []string{"10%", "2GiB", "512MB", "1048576", "1.5g", "0", "-1", "NaN%", "1e300", "99.999%", " 7 kib "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		th, err := ParseThreshold(s)
+		if err != nil {
+			if !errors.Is(err, ErrThreshold) {
+				t.Fatalf("%q: unwrapped error %v", s, err)
+			}
+			return
+		}
+		if th.Bytes < 0 || th.Percent < 0 || th.Percent >= 100 {
+			t.Fatalf("%q parsed to %+v", s, th)
+		}
+		back, err := ParseThreshold(th.String())
+		if err != nil || back != th {
+			t.Fatalf("%q → %+v → %q → %+v, %v", s, th, th.String(), back, err)
+		}
+	})
+}
