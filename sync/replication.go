@@ -1,0 +1,162 @@
+package sync
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"slices"
+	stdsync "sync"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// NewInstanceID returns a random id for one run of the agent; the sink
+// writes it into commit records and the replicators tell their own
+// commits by it.
+func NewInstanceID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ReplicationConfig configures the replication of all local streams.
+type ReplicationConfig struct {
+	// Instance must be the instance id the sink writes. Required.
+	Instance string
+	// Template is the per-stream configuration (Priority, Watermark and
+	// Uplink are set per stream below).
+	Template ReplicatorConfig
+	// Priorities overrides DefaultPriority per stream name.
+	Priorities map[string]int
+	// UplinkBytesPerSec caps all streams together (≤ 0: unlimited).
+	UplinkBytesPerSec int64
+	// Watermarks gives a stream's committed-watermark function (nil or a
+	// nil result: no watermark).
+	Watermarks func(stream string) CommittedWatermarkFunc
+	// DiscoverInterval is how often streams created later are picked up.
+	// Default 1 s.
+	DiscoverInterval time.Duration
+	// Logger logs state changes. Default discard.
+	Logger *slog.Logger
+}
+
+// Replication runs one Replicator per local stream, sharing one uplink
+// cap in priority order. A stream stopped by a permanent error does not
+// stop the others. New starts nothing; Run blocks; Stats is safe for
+// concurrent use; Close is idempotent and joins the replicators.
+type Replication struct {
+	store  *localstream.Store
+	sink   Sink
+	cfg    ReplicationConfig
+	uplink *Uplink
+
+	mu stdsync.Mutex
+	// reps are the replicators by stream. Guarded by mu.
+	reps map[string]*Replicator
+	// cancel stops Run's replicators. Guarded by mu.
+	cancel context.CancelFunc
+	wg     stdsync.WaitGroup
+}
+
+// NewReplication returns the replication of store's streams into sink.
+func NewReplication(store *localstream.Store, sink Sink, cfg ReplicationConfig) *Replication {
+	if cfg.DiscoverInterval <= 0 {
+		cfg.DiscoverInterval = time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Replication{store: store, sink: sink, cfg: cfg, uplink: NewUplink(cfg.UplinkBytesPerSec), reps: map[string]*Replicator{}}
+}
+
+// Run replicates every stream (and streams created later) until ctx ends.
+func (r *Replication) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	r.mu.Lock()
+	r.cancel = cancel
+	r.mu.Unlock()
+	defer r.wg.Wait()
+	defer cancel()
+	t := time.NewTicker(r.cfg.DiscoverInterval)
+	defer t.Stop()
+	for {
+		r.discover(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// discover starts a replicator for every stream without one.
+func (r *Replication) discover(ctx context.Context) {
+	for _, st := range r.store.Streams() {
+		r.mu.Lock()
+		_, have := r.reps[st.Name()]
+		r.mu.Unlock()
+		if have {
+			continue
+		}
+		cfg := r.cfg.Template
+		p := DefaultPriority(st.Name())
+		if v, ok := r.cfg.Priorities[st.Name()]; ok {
+			p = v
+		}
+		cfg.Priority = &p
+		cfg.Uplink = r.uplink
+		if cfg.Logger == nil {
+			cfg.Logger = r.cfg.Logger
+		}
+		if r.cfg.Watermarks != nil {
+			cfg.Watermark = r.cfg.Watermarks(st.Name())
+		}
+		rep := NewReplicator(st, r.sink, r.cfg.Instance, cfg)
+		r.mu.Lock()
+		r.reps[st.Name()] = rep
+		r.mu.Unlock()
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			rep.Run(ctx) // a permanent error is kept in rep.Stats
+		}()
+	}
+}
+
+// Stats returns every stream's snapshot, in priority order.
+func (r *Replication) Stats() []StreamStats {
+	r.mu.Lock()
+	reps := make([]*Replicator, 0, len(r.reps))
+	for _, rep := range r.reps {
+		reps = append(reps, rep)
+	}
+	r.mu.Unlock()
+	out := make([]StreamStats, 0, len(reps))
+	for _, rep := range reps {
+		out = append(out, rep.Stats())
+	}
+	slices.SortFunc(out, func(a, b StreamStats) int {
+		if a.Priority != b.Priority {
+			return a.Priority - b.Priority
+		}
+		if a.Stream < b.Stream {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// Close stops the replicators and waits for them.
+func (r *Replication) Close() error {
+	r.mu.Lock()
+	cancel := r.cancel
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	r.wg.Wait()
+	return nil
+}
