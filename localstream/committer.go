@@ -100,7 +100,13 @@ func (s *Store) setReq(txn *badger.Txn, r *appendReq, seg SegmentID, off uint64)
 		return err
 	}
 	for _, m := range r.metas {
-		if err := txn.Set(metaKey(m.key), m.val); err != nil {
+		var err error
+		if m.val == nil {
+			err = txn.Delete(metaKey(m.key))
+		} else {
+			err = txn.Set(metaKey(m.key), m.val)
+		}
+		if err != nil {
 			return err
 		}
 	}

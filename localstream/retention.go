@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -35,7 +36,7 @@ func (st *Stream) Truncate(c StreamCut) error {
 			return fmt.Errorf("%w: %s is beyond %q's committed cut %s", ErrNotReplicated, c, sink, cc)
 		}
 	}
-	_, err = st.deleteBefore(c, false)
+	_, err = st.deleteBefore(c, nil)
 	return err
 }
 
@@ -70,73 +71,188 @@ const ShedWriter = "localstream/shed"
 // (disk pressure), and appends one gap marker per routing key that lost
 // events (Flags FlagGap, payload a JSON Gap), so that the loss is explicit
 // and replicated. It returns what was dropped.
+//
+// The markers survive a crash: they are recorded (fsync'd) before anything
+// is deleted, each is cleared in the same transaction as its append, and
+// Open finishes a shed that a crash interrupted. Gap markers are admitted
+// below Options.MinFreeBytes: they are small, and shedding is what frees
+// the space.
 func (st *Stream) Shed(ctx context.Context, c StreamCut, reason string) (ShedResult, error) {
-	if err := st.Topology().Validate(c); err != nil {
-		return ShedResult{}, err
-	}
-	res, err := st.deleteBefore(c, true)
+	id, hdr, res, err := st.prepareShed(c, reason)
 	if err != nil {
 		return res, err
 	}
-	for _, key := range slices.Sorted(maps.Keys(res.Keys)) {
-		g := res.Keys[key]
-		g.Reason = reason
-		payload, _ := json.Marshal(g)
-		pos, err := st.Append(ctx, Event{RoutingKey: key, Writer: ShedWriter, IngestTime: st.s.opts.Now().UnixNano(),
-			Flags: FlagGap, ContentType: "application/json", Payload: payload})
-		if err != nil {
-			return res, fmt.Errorf("localstream: gap marker for %q: %w", key, err)
-		}
-		res.Markers = append(res.Markers, pos)
+	if _, err := st.deleteBefore(c, &hdr); err != nil {
+		return res, err
 	}
-	st.mu.Lock()
-	st.stats.ShedEvents += res.Events
-	st.stats.ShedBytes += res.Bytes
-	if st.meta.Shed == nil {
-		st.meta.Shed = map[string]shedTotals{}
-	}
-	t := st.meta.Shed[reason]
-	t.Events += res.Events
-	t.Bytes += res.Bytes
-	st.meta.Shed[reason] = t
-	st.mu.Unlock()
-	return res, st.s.control(ctx, func() error {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return st.s.db.Update(st.putMeta)
-	})
+	res.Markers, err = st.appendMarkers(ctx, id)
+	return res, err
 }
 
-// deleteBefore deletes events before c and moves the head cut. With
-// summarize it decodes what it deletes into per-key gap summaries.
-func (st *Stream) deleteBefore(c StreamCut, summarize bool) (ShedResult, error) {
-	res := ShedResult{Keys: map[string]*Gap{}}
-	var committed []StreamCut
-	if summarize {
-		cuts, err := st.CommittedCuts()
-		if err != nil {
-			return res, err
-		}
-		committed = slices.Collect(maps.Values(cuts))
+// prepareShed summarizes what a shed drops and records it, with its gap
+// markers, before anything is deleted.
+func (st *Stream) prepareShed(c StreamCut, reason string) (string, shedHeader, ShedResult, error) {
+	if err := st.Topology().Validate(c); err != nil {
+		return "", shedHeader{}, ShedResult{}, err
 	}
-	err := st.s.control(context.Background(), func() error {
-		st.mu.Lock()
-		topo := st.topologyLocked()
-		ranges := map[SegmentID][2]uint64{}
-		for id := range c.Positions {
-			ranges[id] = [2]uint64{st.segs[id].Start, c.Positions[id]}
-			for anc := range topo.ancestors(id) {
-				ranges[anc] = [2]uint64{st.segs[anc].Start, st.segs[anc].final}
+	res, err := st.summarize(c)
+	if err != nil {
+		return "", shedHeader{}, res, err
+	}
+	id := fmt.Sprintf("%020d", st.s.opts.Now().UnixNano())
+	hdr := shedHeader{ID: id, Stream: st.name, Cut: c.String(), Reason: reason, Events: res.Events, Bytes: res.Bytes}
+	err = st.s.db.Update(func(txn *badger.Txn) error {
+		b, _ := json.Marshal(hdr)
+		if err := txn.Set(metaKey(shedKey(st.name, id, "")), b); err != nil {
+			return err
+		}
+		for key, g := range res.Keys {
+			g.Reason = reason
+			gb, _ := json.Marshal(g)
+			if err := txn.Set(metaKey(shedKey(st.name, id, key)), gb); err != nil {
+				return err
 			}
 		}
-		st.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		st.s.setSticky(err)
+	}
+	return id, hdr, res, err
+}
+
+// shedHeader records a shed in progress (meta key shedKey(stream, id, "")).
+type shedHeader struct {
+	ID     string `json:"id"`
+	Stream string `json:"stream"`
+	Cut    string `json:"cut"`
+	Reason string `json:"reason"`
+	Events uint64 `json:"events"`
+	Bytes  uint64 `json:"bytes"`
+	// Deleted is set, with the new head and totals, once the data is gone.
+	Deleted bool `json:"deleted"`
+}
+
+// shedKey is the meta key of a shed's header (key "") or of one routing
+// key's pending gap marker.
+func shedKey(stream, id, key string) string {
+	k := "localstream/shed/" + stream + "/" + id
+	if key != "" {
+		k += "/k/" + key
+	}
+	return k
+}
+
+// appendMarkers appends the pending gap markers of shed id, each clearing
+// its pending entry atomically, then clears the header.
+func (st *Stream) appendMarkers(ctx context.Context, id string) ([]Position, error) {
+	pending, err := st.s.ScanMeta(shedKey(st.name, id, "") + "/k/")
+	if err != nil {
+		return nil, err
+	}
+	var out []Position
+	for _, k := range slices.Sorted(maps.Keys(pending)) {
+		key := k[len(shedKey(st.name, id, ""))+3:]
+		ev := Event{RoutingKey: key, Writer: ShedWriter, IngestTime: st.s.opts.Now().UnixNano(),
+			Flags: FlagGap, ContentType: "application/json", Payload: pending[k]}
+		done := make(chan error, 1)
+		var pos Position
+		err := st.appendAsync(ctx, ev, true, func(p Position, err error) { pos = p; done <- err }, WithMeta(k, nil))
+		if err == nil {
+			err = <-done
+		}
+		if err != nil {
+			return out, fmt.Errorf("localstream: gap marker for %q: %w", key, err)
+		}
+		out = append(out, pos)
+	}
+	return out, st.s.DeleteMeta(shedKey(st.name, id, ""))
+}
+
+// recoverSheds finishes sheds interrupted by a crash: deletes again up to
+// their cut (idempotent) and appends their remaining gap markers.
+func (s *Store) recoverSheds() error {
+	hdrs, err := s.ScanMeta("localstream/shed/")
+	if err != nil {
+		return err
+	}
+	for k, v := range hdrs {
+		if strings.Contains(k, "/k/") {
+			continue
+		}
+		var h shedHeader
+		if err := json.Unmarshal(v, &h); err != nil {
+			return fmt.Errorf("%w: shed record %s: %w", ErrCorruptRecord, k, err)
+		}
+		st, err := s.Stream(h.Stream)
+		if err != nil {
+			return err
+		}
+		c, err := ParseStreamCut(h.Cut)
+		if err != nil {
+			return err
+		}
+		if !h.Deleted {
+			// Interrupted before the deletion was complete.
+			if _, err := st.deleteBefore(c, &h); err != nil {
+				return err
+			}
+		}
+		if _, err := st.appendMarkers(context.Background(), h.ID); err != nil {
+			return err
+		}
+		s.log.Warn("localstream: finished an interrupted shed", "stream", h.Stream, "cut", h.Cut, "reason", h.Reason)
+	}
+	return nil
+}
+
+// summarize describes, per routing key, the events before c that are still stored.
+func (st *Stream) summarize(c StreamCut) (ShedResult, error) {
+	res := ShedResult{Keys: map[string]*Gap{}}
+	cuts, err := st.CommittedCuts()
+	if err != nil {
+		return res, err
+	}
+	committed := slices.Collect(maps.Values(cuts))
+	topo := st.Topology()
+	for id, r := range st.ranges(c) {
+		if r[0] < r[1] {
+			if err := st.scanRange(topo, id, r[0], r[1], committed, &res); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// ranges returns, per segment, the offsets [start, end) that lie before c.
+func (st *Stream) ranges(c StreamCut) map[SegmentID][2]uint64 {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	topo := st.topologyLocked()
+	out := map[SegmentID][2]uint64{}
+	for id := range c.Positions {
+		out[id] = [2]uint64{st.segs[id].Start, c.Positions[id]}
+		for anc := range topo.ancestors(id) {
+			out[anc] = [2]uint64{st.segs[anc].Start, st.segs[anc].final}
+		}
+	}
+	return out
+}
+
+// deleteBefore deletes events before c and moves the head cut; a shed
+// adds its totals (persisted with the new head).
+func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error) {
+	var res ShedResult
+	err := st.s.control(context.Background(), func() error {
+		ranges := st.ranges(c)
 		wb := st.s.db.NewWriteBatch()
 		defer wb.Cancel()
 		for id, r := range ranges {
 			if r[0] >= r[1] {
 				continue
 			}
-			if err := st.deleteRange(wb, topo, id, r[0], r[1], summarize, committed, &res); err != nil {
+			if err := st.deleteRange(wb, id, r[0], r[1]); err != nil {
 				return err
 			}
 		}
@@ -150,12 +266,33 @@ func (st *Stream) deleteBefore(c StreamCut, summarize bool) (ShedResult, error) 
 			st.segs[id].Start = max(st.segs[id].Start, r[1])
 		}
 		head := StreamCut{Stream: st.name, Positions: st.meta.Head}
-		if j, err := topo.Join(head, c); err == nil {
+		if j, err := st.topologyLocked().Join(head, c); err == nil {
 			st.meta.Head = j.Positions
 		} else {
 			st.meta.Head = maps.Clone(c.Positions)
 		}
-		err := st.s.db.Update(st.putMeta)
+		if shed != nil {
+			if st.meta.Shed == nil {
+				st.meta.Shed = map[string]shedTotals{}
+			}
+			t := st.meta.Shed[shed.Reason]
+			t.Events += shed.Events
+			t.Bytes += shed.Bytes
+			st.meta.Shed[shed.Reason] = t
+			st.stats.ShedEvents += shed.Events
+			st.stats.ShedBytes += shed.Bytes
+		}
+		err := st.s.db.Update(func(txn *badger.Txn) error {
+			if shed != nil {
+				done := *shed
+				done.Deleted = true
+				b, _ := json.Marshal(done)
+				if err := txn.Set(metaKey(shedKey(st.name, shed.ID, "")), b); err != nil {
+					return err
+				}
+			}
+			return st.putMeta(txn)
+		})
 		if err != nil {
 			st.s.setSticky(err)
 		}
@@ -166,22 +303,33 @@ func (st *Stream) deleteBefore(c StreamCut, summarize bool) (ShedResult, error) 
 }
 
 // deleteRange deletes offsets [from, to) of one segment.
-func (st *Stream) deleteRange(wb *badger.WriteBatch, topo Topology, id SegmentID, from, to uint64,
-	summarize bool, committed []StreamCut, res *ShedResult) error {
+func (st *Stream) deleteRange(wb *badger.WriteBatch, id SegmentID, from, to uint64) error {
 	prefix := segmentPrefix(st.name, id)
 	return st.s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: summarize})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
-			off := offsetOf(it.Item().Key())
-			if off >= to {
+			if offsetOf(it.Item().Key()) >= to {
 				break
 			}
 			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
 				return err
 			}
-			if !summarize {
-				continue
+		}
+		return nil
+	})
+}
+
+// scanRange summarizes offsets [from, to) of one segment per routing key.
+func (st *Stream) scanRange(topo Topology, id SegmentID, from, to uint64, committed []StreamCut, res *ShedResult) error {
+	prefix := segmentPrefix(st.name, id)
+	return st.s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
+		defer it.Close()
+		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
+			off := offsetOf(it.Item().Key())
+			if off >= to {
+				break
 			}
 			var ev Event
 			if err := it.Item().Value(func(b []byte) (err error) { ev, err = decodeRecord(b); return err }); err != nil {
@@ -199,16 +347,15 @@ func (st *Stream) deleteRange(wb *badger.WriteBatch, topo Topology, id SegmentID
 			g.LastTimeNs = ev.EventTime
 			res.Events++
 			res.Bytes += uint64(len(ev.Payload))
-			if len(committed) == 0 {
-				g.Unreplicated++
-				res.Unreplicated++
-			}
+			unreplicated := len(committed) == 0
 			for _, cc := range committed {
 				if in, err := topo.Contains(cc, pos); err == nil && !in {
-					g.Unreplicated++
-					res.Unreplicated++
-					break
+					unreplicated = true
 				}
+			}
+			if unreplicated {
+				g.Unreplicated++
+				res.Unreplicated++
 			}
 		}
 		return nil

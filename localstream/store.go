@@ -95,6 +95,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		s.wg.Add(1)
 		go s.syncLoop()
 	}
+	if err := s.recoverSheds(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("localstream: finishing an interrupted shed: %w", err)
+	}
 	return s, nil
 }
 

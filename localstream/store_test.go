@@ -333,3 +333,74 @@ func TestDiskFullAdmission(t *testing.T) {
 		t.Fatalf("no recovery when space returned: %v", err)
 	}
 }
+
+// TestShedInterruptedByCrash: a shed recorded but not carried out (the
+// process died before deleting) is finished by the next Open: the data is
+// deleted and the gap markers are appended, once.
+func TestShedInterruptedByCrash(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := mustStream(t, s, "video", 1)
+	for i := range 10 {
+		if _, err := st.Append(context.Background(), Event{RoutingKey: fmt.Sprint("d", i%2), Writer: "w", Payload: []byte{1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cut := StreamCut{Stream: "video", Positions: map[SegmentID]uint64{0: 6}}
+	if _, _, _, err := st.prepareShed(cut, "disk_pressure"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()     // "crash" after recording the shed
+	for range 2 { // the second open finds nothing left to do
+		s2, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st2, _ := s2.Stream("video")
+		recs := readAll(t, st2)
+		gaps := 0
+		for _, r := range recs {
+			if r.Flags.Has(FlagGap) {
+				gaps++
+			} else if r.Offset < 6 {
+				t.Fatalf("event %v survived the shed", r.Position)
+			}
+		}
+		if gaps != 2 || len(recs) != 4+2 {
+			t.Fatalf("after recovery: %d records, %d gap markers", len(recs), gaps)
+		}
+		if m, _ := s2.ScanMeta("localstream/shed/"); len(m) != 0 {
+			t.Fatalf("pending shed records left: %v", m)
+		}
+		if st2.Stats().ShedEvents != 6 {
+			t.Fatalf("shed totals %+v", st2.Stats())
+		}
+		s2.Close()
+	}
+}
+
+// TestGapMarkersBelowFloor: shedding at the free-space floor still writes its markers.
+func TestGapMarkersBelowFloor(t *testing.T) {
+	var free atomic.Int64
+	free.Store(1 << 30)
+	s := openStore(t, t.TempDir(), Options{MinFreeBytes: 8 << 20, FreeSpace: func(string) (int64, error) { return free.Load(), nil }})
+	st := mustStream(t, s, "video", 1)
+	ctx := context.Background()
+	for range 5 {
+		if _, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free.Store(1 << 20)
+	time.Sleep(400 * time.Millisecond) // the free-space sampler runs every 250 ms
+	if _, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w"}); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("append below the floor: %v", err)
+	}
+	res, err := st.Shed(ctx, st.TailCut(), "disk_full")
+	if err != nil || len(res.Markers) != 1 || res.Events != 5 {
+		t.Fatalf("shed below the floor: %+v %v", res, err)
+	}
+}

@@ -197,7 +197,8 @@ func (st *Stream) broadcast() {
 type AppendOption func(*appendReq)
 
 // WithMeta writes a metadata key (see Store.PutMeta) in the same Badger
-// transaction as the event: both are durable together or not at all.
+// transaction as the event: both are durable together or not at all. A
+// nil value deletes the key.
 func WithMeta(key string, value []byte) AppendOption {
 	return func(r *appendReq) { r.metas = append(r.metas, metaKV{key, value}) }
 }
@@ -246,6 +247,11 @@ func (st *Stream) Append(ctx context.Context, ev Event, opts ...AppendOption) (P
 // blocks only while the append queue is full (back-pressure) or until ctx
 // ends. An invalid event is rejected here, and nothing is written.
 func (st *Stream) AppendAsync(ctx context.Context, ev Event, cb func(Position, error), opts ...AppendOption) error {
+	return st.appendAsync(ctx, ev, false, cb, opts...)
+}
+
+// appendAsync is AppendAsync; force skips the free-space admission (gap markers).
+func (st *Stream) appendAsync(ctx context.Context, ev Event, force bool, cb func(Position, error), opts ...AppendOption) error {
 	if ev.RoutingKey == "" || ev.Writer == "" {
 		return fmt.Errorf("%w: routing key and writer are required", ErrInvalidEvent)
 	}
@@ -261,8 +267,10 @@ func (st *Stream) AppendAsync(ctx context.Context, ev Event, cb func(Position, e
 	if err := st.s.Err(); err != nil {
 		return err
 	}
-	if err := st.s.admit(size); err != nil {
-		return err
+	if !force {
+		if err := st.s.admit(size); err != nil {
+			return err
+		}
 	}
 	req := &appendReq{st: st, hash: KeyHash(ev.RoutingKey), rec: appendRecord(make([]byte, 0, size), &ev),
 		size: len(ev.Payload), cb: cb}
