@@ -27,8 +27,10 @@ type Ingest struct {
 
 	mu     sync.Mutex // guards router, counters map, drones
 	router *router
-	// counters of every drone id seen (kept across restarts of a drone).
+	// counters of drone ids seen (kept across restarts of a drone), bounded
+	// by boundCounters; folded sums the counters of ids dropped from it.
 	counters map[string]*droneCounters
+	folded   DroneStats
 
 	ready      chan struct{}
 	rtpAddr    net.Addr
@@ -250,6 +252,7 @@ func (in *Ingest) tickInterval() time.Duration {
 func (in *Ingest) startDrone(ctx context.Context, id string, dc *DroneConfig) *droneRun {
 	c := in.counters[id] // cumulative across restarts of the drone
 	if c == nil {
+		in.boundCounters()
 		c = &droneCounters{}
 		in.counters[id] = c
 	}
@@ -262,6 +265,25 @@ func (in *Ingest) startDrone(ctx context.Context, id string, dc *DroneConfig) *d
 		in.runDrone(ctx, dr)
 	}()
 	return dr
+}
+
+// maxCountersFactor × max_drones bounds the drone ids whose counters are
+// kept; beyond it, the counters of a closed drone are folded into the totals.
+const maxCountersFactor = 4
+
+// boundCounters folds one closed drone's counters into the totals when the
+// map is full. in.mu is held.
+func (in *Ingest) boundCounters() {
+	if len(in.counters) < maxCountersFactor*in.cfg.MaxDrones {
+		return
+	}
+	for id, c := range in.counters {
+		if in.router.byID[id] == nil {
+			in.folded.add(c.snapshot())
+			delete(in.counters, id)
+			return
+		}
+	}
 }
 
 // runDrone is a drone's goroutine: packets, timers, idle timeout, shutdown.
@@ -341,6 +363,7 @@ func (in *Ingest) Stats() Stats {
 	if in.router != nil {
 		s.Drones = len(in.router.byID)
 	}
+	s.DroneStats.add(in.folded)
 	for id, c := range in.counters {
 		ds := c.snapshot()
 		s.PerDrone[id] = ds
