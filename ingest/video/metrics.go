@@ -3,7 +3,9 @@ package video
 import "github.com/prometheus/client_golang/prometheus"
 
 // Collectors returns Prometheus collectors over Stats (read at scrape time).
-func (in *Ingest) Collectors() []prometheus.Collector { return []prometheus.Collector{&collector{in: in}} }
+func (in *Ingest) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{&collector{in: in}}
+}
 
 type collector struct{ in *Ingest }
 
