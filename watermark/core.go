@@ -14,6 +14,9 @@ const (
 	maxWriters = 4096
 	// maxWriterID bounds a writer id's length in bytes.
 	maxWriterID = 255
+	// maxResults is how many recent committed watermarks are kept so that a
+	// failed transaction may be rebuilt with a smaller cut.
+	maxResults = 32
 )
 
 // core is the deterministic heart of a Tracker: it is fed marks, the
@@ -30,8 +33,12 @@ type core struct {
 	writers map[string]*writer
 	// local is the last local watermark emitted (zero: none yet).
 	local Watermark
-	// committed is the last committed watermark emitted (zero: none yet).
-	committed Watermark
+	// results are the last committed watermarks returned, oldest first,
+	// at most maxResults; the newest is the published one.
+	results []Watermark
+	// pruned is set once older results were dropped (or restored so):
+	// committedAt can then not rewind before results[0].
+	pruned bool
 	// localDirty / committedDirty: the emitted watermark is not persisted yet.
 	localDirty, committedDirty bool
 	// stats are the counters.
@@ -67,7 +74,7 @@ func (c *core) writer(id string) (*writer, error) {
 // comes back with its next event.
 func (c *core) late(id string, t, now int64) bool {
 	late := (!c.local.IsZero() && t < c.local.LowerNs) ||
-		(!c.committed.IsZero() && t < c.committed.LowerNs)
+		(len(c.results) > 0 && t < c.committedWM().LowerNs)
 	w, err := c.writer(id)
 	if err != nil {
 		// Refused writer: its marks will be refused too, so it never
@@ -205,36 +212,60 @@ func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) 
 // committedAt computes and emits the committed watermark for the committed
 // cut cut at time now over topo: only marks inside cut are used, and the
 // result's cut is at or before cut.
+//
+// A transaction whose commit failed may be rebuilt with a smaller cut, so
+// cut may lie before the watermark returned last: the core then rewinds to
+// the newest of its recent results (at most maxResults) whose cut is at or
+// before cut — the later ones were never committed — and continues from
+// there. Before all of them, when older ones were dropped: ErrCutRegressed
+// (the caller may then reuse the watermark of its last committed record).
 func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut, now int64) (Watermark, error) {
+	top := c.committedWM()
 	if err := topo.Validate(cut); err != nil {
-		return c.committed, err
+		return top, err
 	}
-	if !c.committed.IsZero() {
-		le, err := topo.LessEq(c.committed.Cut, cut)
+	j := len(c.results) - 1
+	for ; j >= 0; j-- {
+		le, err := topo.LessEq(c.results[j].Cut, cut)
 		if err != nil {
-			return c.committed, err
+			return top, err
 		}
-		if !le {
-			return c.committed, fmt.Errorf("%w: %s is not at or after %s", ErrCutRegressed, cut, c.committed.Cut)
+		if le {
+			break
 		}
 	}
+	if j < 0 && c.pruned {
+		return top, fmt.Errorf("%w: %s is before %s, the oldest of the last %d committed watermarks",
+			ErrCutRegressed, cut, c.results[0].Cut, len(c.results))
+	}
+	if j < len(c.results)-1 {
+		c.stats.CommittedRewound += uint64(len(c.results) - 1 - j)
+		c.results = c.results[:j+1]
+		c.committedDirty = true
+	}
+	prev := c.committedWM()
 	var k candidate
 	for _, id := range c.writerIDs() {
 		w := c.writers[id]
-		if err := c.promote(topo, cut, w); err != nil {
-			return c.committed, err
+		n, err := insideCount(topo, cut, w.hist)
+		if err != nil {
+			return prev, err
 		}
-		if w.base != nil {
-			k.use(topo, *w.base)
+		base := w.base
+		if n > 0 {
+			base = &w.hist[n-1]
+		}
+		if base != nil {
+			k.use(topo, *base)
 		}
 		active := w.active(now, c.idleNs)
-		uncommitted := len(w.hist) > 0
+		uncommitted := n < len(w.hist)
 		switch {
 		case !uncommitted && !active:
 			// Closed or idle, and everything it wrote is committed.
-		case w.base != nil:
+		case base != nil:
 			// Its events after the base mark are at or after the base's time.
-			k.count(w.base.t)
+			k.count(base.t)
 		case uncommitted:
 			// Nothing committed yet: its events are at or after its first mark.
 			k.count(w.floor)
@@ -243,40 +274,65 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 			k.count(w.inflightT)
 		}
 	}
-	next, emitted, err := c.emit(topo, c.committed, k, cut, cut)
+	next, emitted, err := c.emit(topo, prev, k, cut, cut)
 	if err != nil {
-		return c.committed, err
+		return prev, err
 	}
 	if emitted {
-		c.committed, c.committedDirty = next, true
+		c.results = append(c.results, next)
+		c.committedDirty = true
 		c.stats.CommittedEmitted++
+		if len(c.results) > maxResults {
+			c.results = slices.Delete(c.results, 0, len(c.results)-maxResults)
+			c.pruned = true
+			if err := c.prune(topo, c.results[0].Cut); err != nil {
+				return next, err
+			}
+		}
 	}
-	return c.committed, nil
+	return c.committedWM(), nil
 }
 
-// promote moves the writer's marks that lie inside the committed cut into
-// its base. Positions only grow along the history, so the marks inside
-// form a prefix.
-func (c *core) promote(topo localstream.Topology, cut localstream.StreamCut, w *writer) error {
+// committedWM is the committed watermark returned last (zero: none yet).
+func (c *core) committedWM() Watermark {
+	if len(c.results) == 0 {
+		return Watermark{}
+	}
+	return c.results[len(c.results)-1]
+}
+
+// prune folds every writer's marks inside oldest (the cut of the oldest
+// result kept, at or before every cut committedAt still accepts) into its
+// base.
+func (c *core) prune(topo localstream.Topology, oldest localstream.StreamCut) error {
+	for _, w := range c.writers {
+		n, err := insideCount(topo, oldest, w.hist)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			continue
+		}
+		b := w.hist[n-1]
+		w.base = &b
+		w.hist = slices.Delete(w.hist, 0, n)
+		w.dirty = true
+	}
+	return nil
+}
+
+// insideCount returns how many of the marks, oldest first, lie inside
+// cut. Positions only grow along a history, so those inside form a prefix.
+func insideCount(topo localstream.Topology, cut localstream.StreamCut, hist []mark) (int, error) {
 	var ierr error
-	n := sort.Search(len(w.hist), func(i int) bool {
-		in, err := markInside(topo, cut, w.hist[i])
+	n := sort.Search(len(hist), func(i int) bool {
+		in, err := markInside(topo, cut, hist[i])
 		if err != nil && ierr == nil {
 			ierr = err
 		}
 		return !in
 	})
-	if ierr != nil {
-		return ierr
-	}
-	if n == 0 {
-		return nil
-	}
-	b := w.hist[n-1]
-	w.base = &b
-	w.hist = slices.Delete(w.hist, 0, n)
-	w.dirty = true
-	return nil
+	return n, ierr
 }
 
 // markInside reports whether every position of m is before cut.

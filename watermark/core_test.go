@@ -158,3 +158,45 @@ func TestMultiKeyWriter(t *testing.T) {
 		t.Fatalf("committed %s, %v; want lower 20", w, err)
 	}
 }
+
+// TestCommittedRewindBound: committedAt rewinds over failed transactions
+// down to the oldest of its last maxResults results; before that, once
+// older ones were dropped, it refuses with ErrCutRegressed.
+func TestCommittedRewindBound(t *testing.T) {
+	sim := newSimStream("video", 1)
+	c := newCore("video", 0, 0)
+	var cuts []localstream.StreamCut
+	for i := range maxResults + 5 {
+		p := sim.append("papa")
+		if err := c.note(sim.snapshot(), "w", int64(100+i), p, 1); err != nil {
+			t.Fatal(err)
+		}
+		topo := sim.snapshot()
+		cuts = append(cuts, topo.TailCut())
+		if _, err := c.committedAt(topo, topo.TailCut(), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(c.results) != maxResults || !c.pruned {
+		t.Fatalf("%d results kept (pruned %v), want %d", len(c.results), c.pruned, maxResults)
+	}
+	topo := sim.snapshot()
+	// Rewind to the oldest kept result: fine.
+	oldest := cuts[len(cuts)-maxResults]
+	w, err := c.committedAt(topo, oldest, 1)
+	if err != nil || w.LowerNs != int64(100+len(cuts)-maxResults) {
+		t.Fatalf("rewind to %s: %s, %v", oldest, w, err)
+	}
+	if c.stats.CommittedRewound != maxResults-1 {
+		t.Fatalf("rewound %d, want %d", c.stats.CommittedRewound, maxResults-1)
+	}
+	// Before it: refused.
+	if _, err := c.committedAt(topo, cuts[0], 1); !errors.Is(err, ErrCutRegressed) {
+		t.Fatalf("cut before every kept result: %v, want ErrCutRegressed", err)
+	}
+	// Forward again from the rewound state.
+	w, err = c.committedAt(topo, topo.TailCut(), 1)
+	if err != nil || w.LowerNs != int64(100+len(cuts)-1) {
+		t.Fatalf("forward again: %s, %v", w, err)
+	}
+}

@@ -35,6 +35,11 @@ func envInt(name string, def int) int {
 //	(c) the cut covers [0,1) exactly once (Validate), and a committed
 //	    watermark's cut is at or before the committed cut.
 //
+// A quarter of the transactions fail: the watermark returned for them is
+// checked like any other, but the next cut is rebuilt from the last one
+// committed (so it may lie before the failed one), and monotonicity (b) is
+// checked against the last committed watermark.
+//
 // EDGE_ROUNDS sets the number of runs (default 60), WATERMARK_SEED the
 // first seed.
 func TestPropertyRandomInterleavings(t *testing.T) {
@@ -59,14 +64,14 @@ func TestPropertyRandomInterleavings(t *testing.T) {
 	}
 	// The runs must have exercised what they claim to.
 	if total.committedEmitted == 0 || total.localEmitted == 0 || total.scales == 0 || total.late == 0 ||
-		total.idleSkips == 0 || total.checkedOutside == 0 || total.rejected == 0 {
+		total.idleSkips == 0 || total.checkedOutside == 0 || total.rejected == 0 || total.rewound == 0 {
 		t.Fatalf("property runs did not exercise every path: %+v", total)
 	}
 }
 
 type propStats struct {
 	committedEmitted, localEmitted, scales, late, rejected, idleSkips, checkedOutside int
-	fallbacks                                                                         int
+	fallbacks, failedTxns, rewound                                                    int
 }
 
 func (p *propStats) add(o propStats) {
@@ -78,6 +83,8 @@ func (p *propStats) add(o propStats) {
 	p.idleSkips += o.idleSkips
 	p.checkedOutside += o.checkedOutside
 	p.fallbacks += o.fallbacks
+	p.failedTxns += o.failedTxns
+	p.rewound += o.rewound
 }
 
 // propWriter is a writer of the simulation.
@@ -171,7 +178,6 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 		}
 		return nil
 	}
-	defer func() { ps.fallbacks = int(c.stats.CoveringFallbacks) }()
 	steps := 150 + rng.IntN(250)
 	for range steps {
 		switch op := rng.IntN(100); {
@@ -273,15 +279,26 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 			if next, err = topo.Join(base, next); err != nil {
 				return ps, fmt.Errorf("sim join: %w", err)
 			}
-			committedCut = next
-			w, err := c.committedAt(topo, committedCut, now)
-			if err != nil {
-				return ps, fmt.Errorf("committedAt %s: %w", committedCut, err)
+			// A quarter of the transactions fail: their cut is not
+			// adopted, and the next one is rebuilt from the last committed
+			// cut, possibly smaller than the failed one.
+			failed := rng.IntN(4) == 0
+			if failed && rng.IntN(2) == 0 {
+				next = topo.TailCut() // a big transaction that fails
 			}
-			if err := check("committed", topo, lastComm, w, &committedCut); err != nil {
+			w, err := c.committedAt(topo, next, now)
+			if err != nil {
+				return ps, fmt.Errorf("committedAt %s: %w", next, err)
+			}
+			trace("committed %s at %s failed=%v", w, next, failed)
+			if err := check("committed", topo, lastComm, w, &next); err != nil {
 				return ps, err
 			}
-			trace("committed %s at %s", w, committedCut)
+			if failed {
+				ps.failedTxns++
+				continue
+			}
+			committedCut = next
 			if !w.Equal(lastComm) {
 				ps.committedEmitted++
 			}
@@ -302,6 +319,7 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 			lastLocal = w
 		}
 	}
+	ps.fallbacks, ps.rewound = int(c.stats.CoveringFallbacks), int(c.stats.CommittedRewound)
 	return ps, nil
 }
 

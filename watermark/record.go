@@ -169,41 +169,84 @@ func unmarshalWriterRecord(b []byte) (writerRecord, error) {
 	return r, nil
 }
 
-func marshalWatermark(w Watermark) ([]byte, error) {
-	cut, err := w.Cut.MarshalBinary()
-	if err != nil {
-		return nil, err
+// maxWatermarks bounds the watermarks of one record.
+const maxWatermarks = 64
+
+// Flags of a watermark record.
+const (
+	// wmFlagPruned: older watermarks were dropped before the first one held.
+	wmFlagPruned = 1 << 0
+	wmFlagsKnown = wmFlagPruned
+)
+
+// marshalWatermarks encodes watermarks, oldest first.
+func marshalWatermarks(ws []Watermark, flags byte) ([]byte, error) {
+	b := make([]byte, 0, 8+len(ws)*48)
+	b = append(b, watermarkMagic, recordVersion, flags)
+	b = binary.AppendUvarint(b, uint64(len(ws)))
+	for _, w := range ws {
+		cut, err := w.Cut.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		b = binary.AppendVarint(b, w.LowerNs)
+		b = binary.AppendVarint(b, w.UpperNs)
+		b = binary.AppendUvarint(b, uint64(len(cut)))
+		b = append(b, cut...)
 	}
-	b := make([]byte, 0, 24+len(cut))
-	b = append(b, watermarkMagic, recordVersion)
-	b = binary.AppendVarint(b, w.LowerNs)
-	b = binary.AppendVarint(b, w.UpperNs)
-	b = binary.AppendUvarint(b, uint64(len(cut)))
-	b = append(b, cut...)
 	return binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b)), nil
 }
 
-func unmarshalWatermark(b []byte) (Watermark, error) {
+// unmarshalWatermarks decodes a watermark record: the watermarks, oldest
+// first, and the record's flags.
+func unmarshalWatermarks(b []byte) ([]Watermark, byte, error) {
 	body, err := checkFrame(b, watermarkMagic, "watermark record")
 	if err != nil {
-		return Watermark{}, err
+		return nil, 0, err
 	}
-	d := &recDecoder{b: body}
-	var w Watermark
-	w.LowerNs = d.varint("lower")
-	w.UpperNs = d.varint("upper")
-	n := d.uvarint("cut length")
+	if len(body) < 1 || body[0]&^wmFlagsKnown != 0 {
+		return nil, 0, fmt.Errorf("%w: bad watermark record flags", ErrCorruptRecord)
+	}
+	flags := body[0]
+	d := &recDecoder{b: body[1:]}
+	ws, err := d.watermarks()
+	if err != nil {
+		return nil, 0, err
+	}
+	return ws, flags, nil
+}
+
+func (d *recDecoder) watermarks() ([]Watermark, error) {
+	n := d.uvarint("watermark count")
 	if d.err != nil {
-		return Watermark{}, d.err
+		return nil, d.err
 	}
-	if n != uint64(len(d.b)) {
-		return Watermark{}, fmt.Errorf("%w: cut of %d bytes, %d left", ErrCorruptRecord, n, len(d.b))
+	if n == 0 || n > maxWatermarks {
+		return nil, fmt.Errorf("%w: %d watermarks, want 1..%d", ErrCorruptRecord, n, maxWatermarks)
 	}
-	if err := w.Cut.UnmarshalBinary(d.b); err != nil {
-		return Watermark{}, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
+	var ws []Watermark
+	for range n {
+		var w Watermark
+		w.LowerNs = d.varint("lower")
+		w.UpperNs = d.varint("upper")
+		k := d.uvarint("cut length")
+		if d.err != nil {
+			return nil, d.err
+		}
+		if k > uint64(len(d.b)) {
+			return nil, fmt.Errorf("%w: cut of %d bytes, %d left", ErrCorruptRecord, k, len(d.b))
+		}
+		if err := w.Cut.UnmarshalBinary(d.b[:k]); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
+		}
+		d.b = d.b[k:]
+		if w.UpperNs < w.LowerNs {
+			return nil, fmt.Errorf("%w: upper %d below lower %d", ErrCorruptRecord, w.UpperNs, w.LowerNs)
+		}
+		ws = append(ws, w)
 	}
-	if w.UpperNs < w.LowerNs {
-		return Watermark{}, fmt.Errorf("%w: upper %d below lower %d", ErrCorruptRecord, w.UpperNs, w.LowerNs)
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptRecord, len(d.b))
 	}
-	return w, nil
+	return ws, nil
 }

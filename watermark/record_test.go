@@ -57,22 +57,35 @@ func sampleWatermarks() []Watermark {
 }
 
 func TestWatermarkRecordRoundTrip(t *testing.T) {
-	for i, w := range sampleWatermarks() {
-		b, err := marshalWatermark(w)
+	ws := sampleWatermarks()
+	for i, set := range [][]Watermark{ws[:1], ws} {
+		b, err := marshalWatermarks(set, byte(i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := unmarshalWatermark(b)
-		if err != nil || !got.Equal(w) {
-			t.Fatalf("%d: %s, %v; want %s", i, got, err, w)
+		got, flags, err := unmarshalWatermarks(b)
+		if err != nil || len(got) != len(set) || flags != byte(i) {
+			t.Fatalf("%d: %v, %v; want %v", i, got, err, set)
+		}
+		for k := range set {
+			if !got[k].Equal(set[k]) {
+				t.Fatalf("%d: %s, want %s", i, got[k], set[k])
+			}
 		}
 		for j := range b {
 			c := bytes.Clone(b)
 			c[j] ^= 0x01
-			if _, err := unmarshalWatermark(c); err == nil {
+			if _, _, err := unmarshalWatermarks(c); err == nil {
 				t.Fatalf("%d: bit flip at byte %d not detected", i, j)
 			}
 		}
+	}
+	b, err := marshalWatermarks(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := unmarshalWatermarks(b); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("empty watermark record: %v", err)
 	}
 }
 
@@ -115,23 +128,29 @@ func FuzzWriterRecord(f *testing.F) {
 // FuzzWatermarkRecord: decoding arbitrary bytes never panics, and whatever
 // decodes survives a re-encode unchanged.
 func FuzzWatermarkRecord(f *testing.F) {
-	for _, w := range sampleWatermarks() {
-		b, _ := marshalWatermark(w)
+	ws := sampleWatermarks()
+	for _, set := range [][]Watermark{ws[:1], ws} {
+		b, _ := marshalWatermarks(set, wmFlagPruned)
 		f.Add(b)
 	}
-	f.Add([]byte("M\x01\x00\x00\x00"))
+	f.Add([]byte("M\x01\x00\x01\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		w, err := unmarshalWatermark(b)
+		ws, flags, err := unmarshalWatermarks(b)
 		if err != nil {
 			return
 		}
-		b2, err := marshalWatermark(w)
+		b2, err := marshalWatermarks(ws, flags)
 		if err != nil {
 			t.Fatal(err)
 		}
-		w2, err := unmarshalWatermark(b2)
-		if err != nil || !w2.Equal(w) {
-			t.Fatalf("re-encode of %s: %s, %v", w, w2, err)
+		ws2, flags2, err := unmarshalWatermarks(b2)
+		if err != nil || len(ws2) != len(ws) || flags2 != flags {
+			t.Fatalf("re-encode of %v: %v, %v", ws, ws2, err)
+		}
+		for i := range ws {
+			if !ws2[i].Equal(ws[i]) {
+				t.Fatalf("re-encode of %s: %s", ws[i], ws2[i])
+			}
 		}
 	})
 }

@@ -83,14 +83,21 @@ func validPosition(topo localstream.Topology, p localstream.Position) bool {
 	return ok && p.Offset < s.Length
 }
 
-// restoreWatermarks installs the persisted published watermarks when they
+// restoreWatermarks installs the persisted published watermarks that
 // still fit topo.
-func (c *core) restoreWatermarks(topo localstream.Topology, local, committed *Watermark) {
-	if local != nil && topo.Validate(local.Cut) == nil {
-		c.local = *local
+func (c *core) restoreWatermarks(topo localstream.Topology, local, committed []Watermark, pruned bool) {
+	for _, w := range local {
+		if topo.Validate(w.Cut) == nil {
+			c.local = w
+		}
 	}
-	if committed != nil && topo.Validate(committed.Cut) == nil {
-		c.committed = *committed
+	c.results, c.pruned = nil, pruned
+	for _, w := range committed {
+		if topo.Validate(w.Cut) == nil {
+			c.results = append(c.results, w)
+		} else {
+			c.pruned = true
+		}
 	}
 }
 

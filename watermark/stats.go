@@ -16,6 +16,10 @@ type Stats struct {
 	LocalEmitted uint64
 	// CommittedEmitted counts committed watermarks emitted (lower advanced).
 	CommittedEmitted uint64
+	// CommittedRewound counts committed watermarks dropped because a later
+	// CommittedAt came with a cut before theirs (their transaction failed
+	// and was rebuilt smaller).
+	CommittedRewound uint64
 	// HistoryThinned counts marks dropped from full per-writer histories
 	// (uplink down for long; the committed watermark then advances in coarser steps).
 	HistoryThinned uint64

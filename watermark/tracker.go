@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -150,7 +151,8 @@ func (t *Tracker) load() error {
 	if dropped > 0 {
 		t.log.Warn("watermark: dropped persisted positions the store does not hold", "stream", name, "positions", dropped)
 	}
-	var ws [2]*Watermark
+	var ws [2][]Watermark
+	var flags byte
 	for i, which := range []string{"local", "committed"} {
 		b, ok, err := t.meta.GetMeta(publishedKey(name, which))
 		if err != nil {
@@ -159,13 +161,15 @@ func (t *Tracker) load() error {
 		if !ok {
 			continue
 		}
-		w, err := unmarshalWatermark(b)
-		if err != nil {
+		var f byte
+		if ws[i], f, err = unmarshalWatermarks(b); err != nil {
 			return fmt.Errorf("watermark: %s watermark of %q: %w", which, name, err)
 		}
-		ws[i] = &w
+		if which == "committed" {
+			flags = f
+		}
 	}
-	t.c.restoreWatermarks(t.topo, ws[0], ws[1])
+	t.c.restoreWatermarks(t.topo, ws[0], ws[1], flags&wmFlagPruned != 0)
 	return nil
 }
 
@@ -285,25 +289,36 @@ func (t *Tracker) persist(compute func() error, marks bool) error {
 	}
 	type pub struct {
 		which string
-		w     Watermark
+		ws    []Watermark
+		flags byte
 	}
 	var pubs []pub
 	if t.c.localDirty {
-		pubs = append(pubs, pub{"local", t.c.local})
+		pubs = append(pubs, pub{"local", []Watermark{t.c.local}, 0})
 		t.c.localDirty = false
 	}
 	if t.c.committedDirty {
-		pubs = append(pubs, pub{"committed", t.c.committed})
-		t.c.committedDirty = false
+		var f byte
+		if t.c.pruned {
+			f = wmFlagPruned
+		}
+		pubs = append(pubs, pub{"committed", slices.Clone(t.c.results), f})
 	}
+	t.c.committedDirty = false
 	t.mu.Unlock()
 
 	var errs []error
 	var failedPub []string
 	for _, p := range pubs {
-		b, err := marshalWatermark(p.w)
-		if err == nil {
-			err = t.meta.PutMeta(publishedKey(name, p.which), b)
+		var err error
+		if len(p.ws) == 0 {
+			// Rewound to before the first committed watermark.
+			err = t.meta.DeleteMeta(publishedKey(name, p.which))
+		} else {
+			var b []byte
+			if b, err = marshalWatermarks(p.ws, p.flags); err == nil {
+				err = t.meta.PutMeta(publishedKey(name, p.which), b)
+			}
 		}
 		if err != nil {
 			failedPub = append(failedPub, p.which)

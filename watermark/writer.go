@@ -13,7 +13,7 @@ import (
 // newest), so the committed watermark keeps advancing in coarser steps.
 // Dropping a mark is always safe: the committed view then uses an older
 // mark (earlier time, smaller cut).
-const maxHistory = 256
+const maxHistory = 1024
 
 // mark is what a writer noted: a time and the positions it had reached.
 type mark struct {
@@ -42,7 +42,8 @@ type writer struct {
 	// is not inside any committed cut yet, when it has no committed mark
 	// (base == nil): the time of its first mark.
 	floor int64
-	// base is the writer's latest mark known to be inside the committed cut.
+	// base is the writer's newest mark inside every committed cut still
+	// accepted (the oldest kept result's cut); nil if none.
 	base *mark
 	// hist holds marks newer than base, oldest first, at most maxHistory.
 	hist []mark
