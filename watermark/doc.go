@@ -33,6 +33,8 @@
 //	           lower = min over counted writers of base time (or, with no
 //	                   base yet, its first mark's time / its event in flight)
 //	           cut   = Covering(committed cut, base positions) ≤ committed cut
+//	           (a cut before the last result's rewinds to the newest of the
+//	           last 32 results at or before it: a failed, rebuilt transaction)
 //
 // A writer counts while active: it noted or asked Late within IdleTimeout,
 // is not closed, or has an event in flight (Late asked, Note not yet; for up
@@ -64,13 +66,18 @@
 //	flags: bit 0 closed, bit 1 has a mark, bit 2 has a base; other bits must be 0
 //	positions: uvarint n (≤ 4096), then n × (uvarint segment id, uvarint offset)
 //
-// Under "wmpub/<stream>/local" and "wmpub/<stream>/committed", the last
-// watermark returned, version 1:
+// Under "wmpub/<stream>/local" the last local watermark returned, under
+// "wmpub/<stream>/committed" the last committed ones (up to 32, oldest
+// first, so that a failed transaction can be rebuilt with a smaller cut),
+// version 1:
 //
-//	+-----+-----+--------+--------+-------------------------------------+--------+
-//	| 'M' | ver | lower  | upper  | uvarint n, then n bytes: the cut in | crc32  |
-//	| u8  | =1  | varint | varint | localstream's binary cut form       | BE u32 |
-//	+-----+-----+--------+--------+-------------------------------------+--------+
+//	+-----+-----+-------+-----------+------------------------------------------+--------+
+//	| 'M' | ver | flags | uvarint n | n × (varint lower, varint upper,         | crc32  |
+//	| u8  | =1  | u8    | 1..64     |      uvarint len, len bytes: the cut in  | BE u32 |
+//	|     |     |       |           |      localstream's binary cut form)      |        |
+//	+-----+-----+-------+-----------+------------------------------------------+--------+
+//	flags: bit 0 "older results were dropped" (no rewind before the first);
+//	other bits must be 0
 //
 // The checksum covers every byte before it. Both decoders are fuzzed.
 package watermark
