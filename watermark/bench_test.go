@@ -17,9 +17,9 @@ import (
 
 const benchWriters = 20
 
-// benchKeys are 20 routing keys spread over the key space (names that
-// differ only in their last byte hash to nearly the same point; see
-// docs/readme-watermark.md).
+// benchKeys are 20 routing keys spread over the key space (with
+// localstream.KeyHash, names that differ only in their last byte, such as
+// drone-01 and drone-02, hash to nearly the same point).
 func benchKeys() []string {
 	return []string{"alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet",
 		"kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango"}[:benchWriters]

@@ -19,15 +19,25 @@ func recordOf(w *writer) writerRecord {
 	}
 }
 
-// takeDirty returns the records of every dirty writer and clears their
-// flags. Call putBackDirty for those whose write failed.
-func (c *core) takeDirty() map[string]writerRecord {
+// takeDirty returns the records of the dirty writers among ids (all
+// writers if none given) and clears their flags. Call putBackDirty for
+// those whose write failed.
+func (c *core) takeDirty(ids ...string) map[string]writerRecord {
 	out := map[string]writerRecord{}
-	for id, w := range c.writers {
-		if w.dirty {
+	take := func(id string, w *writer) {
+		if w != nil && w.dirty {
 			out[id] = recordOf(w)
 			w.dirty = false
 		}
+	}
+	if len(ids) > 0 {
+		for _, id := range ids {
+			take(id, c.writers[id])
+		}
+		return out
+	}
+	for id, w := range c.writers {
+		take(id, w)
 	}
 	return out
 }

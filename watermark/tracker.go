@@ -208,7 +208,7 @@ func (t *Tracker) Note(writer string, eventTimeNs int64, pos localstream.Positio
 		return err
 	}
 	// The first mark carries the writer's floor: write it now.
-	return t.persist(nil, true)
+	return t.persist(nil, false, writer)
 }
 
 // CloseWriter stops writer from counting at once (drone landed, source
@@ -217,7 +217,7 @@ func (t *Tracker) CloseWriter(writer string) error {
 	t.mu.Lock()
 	t.c.close(writer)
 	t.mu.Unlock()
-	return t.persist(nil, true)
+	return t.persist(nil, false, writer)
 }
 
 // Local returns the local watermark, over durable marks (for /status). A
@@ -270,9 +270,9 @@ func (t *Tracker) Stats() Stats {
 
 // persist runs compute (if any) under the lock, then writes the newly
 // emitted watermarks and, when marks is set or MarkFlushInterval passed,
-// the dirty writers. A failed write leaves them dirty for the next call
-// and is returned.
-func (t *Tracker) persist(compute func() error, marks bool) error {
+// the dirty writers (or, with only, those writers). A failed write leaves
+// them dirty for the next call and is returned.
+func (t *Tracker) persist(compute func() error, marks bool, only ...string) error {
 	t.persistMu.Lock()
 	defer t.persistMu.Unlock()
 	name := t.st.Name()
@@ -286,6 +286,8 @@ func (t *Tracker) persist(compute func() error, marks bool) error {
 	if now := t.now(); marks || now-t.lastMarkFlush >= int64(t.opts.MarkFlushInterval) {
 		recs = t.c.takeDirty()
 		t.lastMarkFlush = now
+	} else if len(only) > 0 {
+		recs = t.c.takeDirty(only...)
 	}
 	type pub struct {
 		which string
