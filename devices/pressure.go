@@ -93,13 +93,9 @@ type Pressure struct {
 	mu      stdsync.Mutex
 	stats   PressureStats
 	pending []pendingMarker
+	seq     uint64 // numbers pending markers' metadata keys
 }
 
-// pendingMarker is a gap marker the store has not accepted yet.
-type pendingMarker struct {
-	stream *localstream.Stream
-	ev     localstream.Event
-}
 
 // NewPressure returns the disk-pressure handler of store. It starts nothing.
 func NewPressure(store *localstream.Store, cfg PressureConfig) (*Pressure, error) {
@@ -109,7 +105,11 @@ func NewPressure(store *localstream.Store, cfg PressureConfig) (*Pressure, error
 	if store == nil {
 		return nil, fmt.Errorf("%w: disk pressure: no store", ErrConfig)
 	}
-	return &Pressure{store: store, cfg: cfg.withDefaults(), stats: PressureStats{Streams: map[string]StreamPressureStats{}}}, nil
+	p := &Pressure{store: store, cfg: cfg.withDefaults(), stats: PressureStats{Streams: map[string]StreamPressureStats{}}}
+	if err := p.loadMarkers(); err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 // Run checks every Interval until ctx ends, and returns nil then. Failed

@@ -287,3 +287,106 @@ func TestPressureConfigValidate(t *testing.T) {
 		t.Fatal(err) // mixed units are resolved at run time
 	}
 }
+
+// TestPressureCarriedMarkersSurviveRestart: a shed at the store's floor
+// whose range holds unreplicated gap markers of an earlier shed deletes
+// them; their copies, refused by the full store, are kept in the store's
+// metadata, survive a restart, and are appended once when space returns.
+// Localstream's own new markers pass the floor.
+func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	var mu stdsync.Mutex
+	storeFree := int64(1 << 40)
+	freeFn := func(string) (int64, error) { mu.Lock(); defer mu.Unlock(); return storeFree, nil }
+	s, err := localstream.Open(dir, localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: freeFn, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := s.CreateStream("video", localstream.StreamConfig{})
+	disk := &fakeDisk{free: 0, total: 1000}
+	cfg := PressureConfig{RetainBelow: Threshold{Bytes: 500}, ShedBelow: Threshold{Bytes: 200}, ShedFraction: 1,
+		Policy: []ShedRule{{Stream: "video", AllowUnreplicated: true}}, DiskSpace: disk.space, Logger: quietLogger()}
+	p, err := NewPressure(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	fill(t, v, 10)
+	if _, err := p.Check(ctx); err != nil { // sheds all 40: 4 markers at the tail
+		t.Fatal(err)
+	}
+	fill(t, v, 2) // 8 events after the markers
+	mu.Lock()
+	storeFree = 0
+	mu.Unlock()
+	waitFor(t, "store refusing appends", func() bool {
+		_, err := v.Append(ctx, localstream.Event{RoutingKey: "x", Writer: "w"})
+		return errors.Is(err, localstream.ErrDiskFull)
+	})
+	if _, err := p.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	data, gaps := payloads(t, v)
+	st := p.Stats()
+	if len(data) != 0 || st.PendingMarkers != 4 || st.Streams["video"].MarkersCarried != 0 {
+		t.Fatalf("at the floor: data %d, gaps %d, stats %+v", len(data), len(gaps), st)
+	}
+	kept, _ := s.ScanMeta(markerPrefix)
+	if len(kept) != 4 {
+		t.Fatalf("%d carried markers recorded, want 4", len(kept))
+	}
+	// A recorded marker whose original is still retained (a crash between
+	// recording and shedding) must not come back: fake one.
+	var retainedMarker localstream.Record
+	for _, r := range readAll(t, v) {
+		if r.Flags.Has(localstream.FlagGap) {
+			retainedMarker = r
+			break
+		}
+	}
+	b, _ := json.Marshal(storedMarker{Origin: retainedMarker.Position, RoutingKey: "d0", Writer: localstream.ShedWriter,
+		Flags: localstream.FlagGap, Payload: []byte("{}")})
+	if err := s.PutMeta(markerPrefix+"video/99999999999999999999-00000001", b); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openStore(t, dir, localstream.Options{Logger: quietLogger()}) // space is back
+	v, _ = s.Stream("video")
+	markersBefore := len(gapsOf(t, v))
+	p, err = NewPressure(s, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Stats().PendingMarkers; n != 4 {
+		t.Fatalf("%d markers pending after restart, want 4", n)
+	}
+	disk.set(1000)
+	for range 2 {
+		if _, err := p.Check(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(gapsOf(t, v)); got != markersBefore+4 || p.Stats().PendingMarkers != 0 {
+		t.Fatalf("%d gap markers, want %d+4; stats %+v", got, markersBefore, p.Stats())
+	}
+	var first uint64
+	for _, g := range gapsOf(t, v) {
+		if g.Events == 10 { // the first shed's markers, carried
+			first++
+		}
+	}
+	if first != 4 {
+		t.Fatalf("%d carried markers of the first shed, want 4", first)
+	}
+	if left, err := s.ScanMeta(markerPrefix); err != nil || len(left) != 0 {
+		t.Fatalf("marker keys left: %v %v", left, err)
+	}
+}
+
+func gapsOf(t *testing.T, st *localstream.Stream) []localstream.Gap {
+	_, gaps := payloads(t, st)
+	return gaps
+}

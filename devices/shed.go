@@ -2,12 +2,9 @@ package devices
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
-	"slices"
 
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -50,6 +47,11 @@ func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool
 	if err != nil || read == 0 || read == len(carry) {
 		return false, err
 	}
+	// Carried markers are recorded before the shed deletes their originals.
+	kept := make([]pendingMarker, 0, len(carry))
+	for _, m := range carry {
+		kept = append(kept, p.recordMarker(st, m))
+	}
 	res, err := st.Shed(ctx, cut, ShedReason)
 	p.count(st.Name(), func(s *StreamPressureStats) {
 		s.Sheds++
@@ -59,34 +61,24 @@ func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool
 		s.GapMarkers += uint64(len(res.Markers))
 	})
 	if err != nil {
+		err = fmt.Errorf("devices: shed %s at %s: %w", st.Name(), cut, err)
 		if le, lerr := st.Topology().LessEq(cut, st.HeadCut()); lerr != nil || !le {
-			return false, fmt.Errorf("devices: shed %s at %s: %w", st.Name(), cut, err)
+			for _, m := range kept { // nothing deleted: the originals stay
+				p.store.DeleteMeta(m.key)
+			}
+			return false, err
 		}
-		// The data is gone but some markers were refused: keep them.
-		keys := slices.Sorted(maps.Keys(res.Keys))
-		for _, k := range keys[min(len(res.Markers), len(keys)):] {
-			g := *res.Keys[k]
-			g.Reason = ShedReason
-			payload, _ := json.Marshal(g)
-			p.keepMarker(st, localstream.Event{RoutingKey: k, Writer: localstream.ShedWriter, Flags: localstream.FlagGap,
-				ContentType: "application/json", Payload: payload})
-		}
-		err = fmt.Errorf("devices: gap markers of %s deferred: %w", st.Name(), err)
+		// Deleted, but a gap marker failed: localstream finishes it on Open.
 	}
-	for _, ev := range carry {
-		ev.IngestTime = p.cfg.Now().UnixNano()
-		if _, aerr := st.Append(ctx, ev); aerr != nil {
-			p.keepMarker(st, ev)
-			continue
-		}
-		p.count(st.Name(), func(s *StreamPressureStats) { s.MarkersCarried++ })
+	for _, m := range kept {
+		p.appendMarker(ctx, m, true)
 	}
 	return true, err
 }
 
 // shedCut reads up to n events from st's head and returns the cut after
 // them, the unreplicated gap markers among them, and how many it read.
-func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (localstream.StreamCut, []localstream.Event, int, error) {
+func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (localstream.StreamCut, []localstream.Record, int, error) {
 	cuts, err := st.CommittedCuts()
 	if err != nil {
 		return localstream.StreamCut{}, nil, 0, err
@@ -97,7 +89,7 @@ func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (local
 		return localstream.StreamCut{}, nil, 0, err
 	}
 	defer r.Close()
-	var carry []localstream.Event
+	var carry []localstream.Record
 	read := 0
 	for uint64(read) < n {
 		rec, err := r.TryNext()
@@ -109,7 +101,7 @@ func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (local
 		}
 		read++
 		if rec.Flags.Has(localstream.FlagGap) && !replicated(topo, cuts, rec.Position) {
-			carry = append(carry, rec.Event)
+			carry = append(carry, rec)
 		}
 	}
 	return r.Cut(), carry, read, nil
@@ -126,37 +118,4 @@ func replicated(topo localstream.Topology, cuts map[string]localstream.StreamCut
 		}
 	}
 	return true
-}
-
-// keepMarker keeps a refused gap marker for the next check (bounded).
-func (p *Pressure) keepMarker(st *localstream.Stream, ev localstream.Event) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.pending) >= p.cfg.MaxPendingMarkers {
-		p.stats.MarkersLost++
-		return
-	}
-	p.pending = append(p.pending, pendingMarker{stream: st, ev: ev})
-}
-
-// retryMarkers appends the deferred gap markers, in order, until the store
-// refuses one.
-func (p *Pressure) retryMarkers(ctx context.Context) {
-	for {
-		p.mu.Lock()
-		if len(p.pending) == 0 {
-			p.mu.Unlock()
-			return
-		}
-		m := p.pending[0]
-		p.mu.Unlock()
-		m.ev.IngestTime = p.cfg.Now().UnixNano()
-		if _, err := m.stream.Append(ctx, m.ev); err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.pending = p.pending[1:]
-		p.mu.Unlock()
-		p.count(m.stream.Name(), func(s *StreamPressureStats) { s.GapMarkers++ })
-	}
 }

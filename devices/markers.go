@@ -1,0 +1,134 @@
+package devices
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// Carried gap markers. A shed range can hold gap markers of earlier sheds
+// that no sink has committed yet; deleting them would lose the report of a
+// loss, so they are appended again. Each is recorded in the store's
+// metadata before the shed, and cleared in the same transaction as its
+// new append (WithMeta, empty value):
+//
+//	x | "devices/gap/" <stream> "/" <unix ns, 20 digits> "-" <seq, 8 digits>  →  storedMarker (JSON)
+//
+// A marker the store refuses (its free-space floor) stays pending, in
+// memory and on disk, and is retried at every check. At start, a recorded
+// marker whose original is still retained (a crash before the shed) is
+// dropped; the others are pending. So a carried marker is appended once.
+const markerPrefix = "devices/gap/"
+
+// storedMarker is a carried gap marker in the store's metadata.
+type storedMarker struct {
+	Origin      localstream.Position `json:"origin"`
+	RoutingKey  string               `json:"routing_key"`
+	Writer      string               `json:"writer"`
+	Flags       localstream.Flags    `json:"flags"`
+	ContentType string               `json:"content_type"`
+	Payload     []byte               `json:"payload"`
+}
+
+// pendingMarker is a carried gap marker not yet appended again.
+type pendingMarker struct {
+	stream *localstream.Stream
+	ev     localstream.Event
+	key    string // metadata key; "" if it could not be recorded
+}
+
+// recordMarker records a gap marker about to be carried.
+func (p *Pressure) recordMarker(st *localstream.Stream, rec localstream.Record) pendingMarker {
+	p.mu.Lock()
+	p.seq++
+	key := fmt.Sprintf("%s%s/%020d-%08d", markerPrefix, st.Name(), p.cfg.Now().UnixNano(), p.seq)
+	p.mu.Unlock()
+	b, _ := json.Marshal(storedMarker{Origin: rec.Position, RoutingKey: rec.RoutingKey, Writer: rec.Writer,
+		Flags: rec.Flags, ContentType: rec.ContentType, Payload: rec.Payload})
+	if err := p.store.PutMeta(key, b); err != nil {
+		p.fail(fmt.Errorf("devices: record carried gap marker: %w", err))
+		key = ""
+	}
+	return pendingMarker{stream: st, ev: rec.Event, key: key}
+}
+
+// appendMarker appends a carried marker again. If the store refuses, the
+// marker is kept pending (queue: when fresh) and false returned.
+func (p *Pressure) appendMarker(ctx context.Context, m pendingMarker, fresh bool) bool {
+	m.ev.IngestTime = p.cfg.Now().UnixNano()
+	var opts []localstream.AppendOption
+	if m.key != "" {
+		opts = append(opts, localstream.WithMeta(m.key, nil))
+	}
+	if _, err := m.stream.Append(ctx, m.ev, opts...); err != nil {
+		if fresh {
+			p.mu.Lock()
+			if len(p.pending) < p.cfg.MaxPendingMarkers {
+				p.pending = append(p.pending, m)
+			} else {
+				p.stats.MarkersLost++
+				p.cfg.Logger.Error("devices: carried gap marker lost: too many pending", "stream", m.stream.Name())
+			}
+			p.mu.Unlock()
+		}
+		return false
+	}
+	p.count(m.stream.Name(), func(s *StreamPressureStats) { s.MarkersCarried++ })
+	return true
+}
+
+// retryMarkers appends the pending markers, in order, until the store
+// refuses one.
+func (p *Pressure) retryMarkers(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		if len(p.pending) == 0 {
+			p.mu.Unlock()
+			return
+		}
+		m := p.pending[0]
+		p.mu.Unlock()
+		if !p.appendMarker(ctx, m, false) {
+			return
+		}
+		p.mu.Lock()
+		p.pending = p.pending[1:]
+		p.mu.Unlock()
+	}
+}
+
+// loadMarkers reads back the carried markers recorded before the last stop.
+func (p *Pressure) loadMarkers() error {
+	stored, err := p.store.ScanMeta(markerPrefix)
+	if err != nil {
+		return fmt.Errorf("devices: read carried gap markers: %w", err)
+	}
+	for _, key := range slices.Sorted(maps.Keys(stored)) {
+		v := stored[key]
+		var sm storedMarker
+		name, _, _ := strings.Cut(key[len(markerPrefix):], "/")
+		st, err := p.store.Stream(name)
+		if len(v) == 0 { // appended: only the tidy-up was missed
+			p.store.DeleteMeta(key)
+			continue
+		}
+		if err != nil || json.Unmarshal(v, &sm) != nil || sm.RoutingKey == "" || sm.Writer == "" {
+			p.stats.MarkersLost++
+			p.cfg.Logger.Error("devices: unreadable carried gap marker dropped", "key", key)
+			p.store.DeleteMeta(key)
+			continue
+		}
+		if gone, err := st.Topology().Contains(st.HeadCut(), sm.Origin); err == nil && !gone {
+			p.store.DeleteMeta(key) // crashed before the shed: the original is still there
+			continue
+		}
+		p.pending = append(p.pending, pendingMarker{stream: st, key: key, ev: localstream.Event{
+			RoutingKey: sm.RoutingKey, Writer: sm.Writer, Flags: sm.Flags, ContentType: sm.ContentType, Payload: sm.Payload}})
+	}
+	return nil
+}
