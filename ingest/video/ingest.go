@@ -40,7 +40,8 @@ type Ingest struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	wg        sync.WaitGroup // drone goroutines and readers
+	runDone   chan struct{}  // closed when Run returns (if it started)
+	wg        sync.WaitGroup // drone goroutines
 	running   atomic.Bool
 }
 
@@ -70,6 +71,7 @@ func New(cfg Config, sink Appender, opts ...Option) (*Ingest, error) {
 		counters: map[string]*droneCounters{},
 		ready:    make(chan struct{}),
 		closed:   make(chan struct{}),
+		runDone:  make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(in)
@@ -92,6 +94,7 @@ func (in *Ingest) Run(ctx context.Context) error {
 	if !in.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrClosed)
 	}
+	defer close(in.runDone)
 	select {
 	case <-in.closed:
 		return ErrClosed
@@ -139,10 +142,13 @@ func (in *Ingest) Run(ctx context.Context) error {
 	return nil
 }
 
-// Close stops Run and waits for its goroutines. Idempotent.
+// Close stops Run and waits until it returned (readers stopped, every
+// drone flushed and closed). Idempotent; safe before Run.
 func (in *Ingest) Close() error {
 	in.closeOnce.Do(func() { close(in.closed) })
-	in.wg.Wait()
+	if in.running.Load() {
+		<-in.runDone
+	}
 	return nil
 }
 
