@@ -311,7 +311,7 @@ func (in *Ingest) runDrone(ctx context.Context, dr *droneRun) {
 		case <-t.C:
 			now := in.now()
 			err = d.tick(ctx, now)
-			if now.Sub(d.lastSeen) >= in.cfg.SessionTimeout {
+			if now.Sub(d.lastSeen) >= in.cfg.SessionTimeout && len(dr.ch) == 0 {
 				in.mu.Lock()
 				in.router.remove(dr)
 				in.mu.Unlock()
