@@ -214,10 +214,12 @@ func benchDuration() time.Duration {
 func report(b *testing.B, res senderResult, received uint64, cpu time.Duration) {
 	loss := 100 * (1 - float64(received)/float64(res.Packets))
 	mbps := float64(res.Bytes) * 8 / res.Elapsed.Seconds() / 1e6
-	b.ReportMetric(mbps, "Mbit/s")
+	rx := mbps * float64(received) / float64(res.Packets)
+	b.ReportMetric(mbps, "tx_Mbit/s")
+	b.ReportMetric(rx, "rx_Mbit/s")
 	b.ReportMetric(loss, "loss%")
 	b.ReportMetric(100*cpu.Seconds()/res.Elapsed.Seconds(), "cpu%")
-	b.ReportMetric(100*cpu.Seconds()/res.Elapsed.Seconds()/mbps, "cpu%/Mbit/s")
+	b.ReportMetric(100*cpu.Seconds()/res.Elapsed.Seconds()/rx, "cpu%/Mbit/s")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -229,7 +231,7 @@ func report(b *testing.B, res senderResult, received uint64, cpu time.Duration) 
 // and reports received Mbit/s, loss %, and the receiving process's CPU.
 // The "max" cases send unpaced to find each side's ceiling.
 func BenchmarkVideoIngest(b *testing.B) {
-	for _, n := range []int{25, 50, 75} {
+	for _, n := range []int{25, 50, 75, 100} {
 		for _, mode := range []string{"bare", "ingest"} {
 			b.Run(fmt.Sprintf("streams=%d/%s", n, mode), func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
