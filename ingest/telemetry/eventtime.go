@@ -51,13 +51,9 @@ func fieldPath(field string) []string { return strings.Split(field, ".") }
 // eventTime reads the event time (Unix ns) from a JSON object payload at
 // path. The payload must already be known to be valid JSON.
 func eventTime(payload []byte, path []string, unit TimeUnit) (int64, timeStatus) {
-	raw := json.RawMessage(payload)
+	raw := payload
 	for _, key := range path {
-		var obj map[string]json.RawMessage
-		if err := json.Unmarshal(raw, &obj); err != nil {
-			return 0, timeMissing
-		}
-		v, ok := obj[key]
+		v, ok := objectField(raw, key)
 		if !ok {
 			return 0, timeMissing
 		}

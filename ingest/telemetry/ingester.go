@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -183,6 +184,9 @@ func (in *Ingester) clientOptions() (*paho.ClientOptions, error) {
 			in.c.connectionLost.Add(1)
 			in.cfg.Logger.Warn("telemetry: connection lost", "broker", cfg.Broker, "err", err)
 		})
+	if !strings.HasPrefix(cfg.Broker, "ws") {
+		o.SetCustomOpenConnectionFn(dialBuffered)
+	}
 	if cfg.Username != "" {
 		o.SetUsername(cfg.Username)
 	}

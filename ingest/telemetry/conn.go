@@ -1,0 +1,144 @@
+package telemetry
+
+import (
+	"bufio"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// paho reads a packet's fixed header one byte at a time and writes each
+// packet (every PUBACK) with its own syscall. At thousands of messages per
+// second those syscalls are most of the client's CPU. bufferedConn reads
+// through a buffer and coalesces writes: a flusher goroutine writes out
+// whatever accumulated since its last write, so an idle link flushes at once
+// and a busy one sends many PUBACKs per syscall.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+
+	// mu guards the fields below; cond signals space and flushes.
+	mu   sync.Mutex
+	cond *sync.Cond
+	// pending are the bytes written and not yet flushed.
+	pending []byte
+	// flushing is set while the flusher writes outside the lock.
+	flushing bool
+	// err is the first write error (sticky).
+	err error
+	// closed stops the flusher after a last flush.
+	closed bool
+	// wake nudges the flusher (capacity 1); done is closed when it exits.
+	wake chan struct{}
+	done chan struct{}
+}
+
+// maxPendingWrite bounds the unflushed bytes; Write blocks above it.
+const maxPendingWrite = 1 << 20
+
+func newBufferedConn(c net.Conn) *bufferedConn {
+	b := &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 64<<10), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	b.cond = sync.NewCond(&b.mu)
+	go b.flushLoop()
+	return b
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// Write queues p for the flusher. It returns the first write error, if any.
+func (b *bufferedConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	for b.err == nil && !b.closed && len(b.pending) > maxPendingWrite {
+		b.cond.Wait()
+	}
+	if b.err != nil {
+		err := b.err
+		b.mu.Unlock()
+		return 0, err
+	}
+	if b.closed {
+		b.mu.Unlock()
+		return 0, net.ErrClosed
+	}
+	b.pending = append(b.pending, p...)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	return len(p), nil
+}
+
+func (b *bufferedConn) flushLoop() {
+	defer close(b.done)
+	var spare []byte
+	for {
+		<-b.wake
+		b.mu.Lock()
+		out := b.pending
+		b.pending = spare[:0]
+		closed := b.closed
+		b.flushing = len(out) > 0
+		b.mu.Unlock()
+		if len(out) > 0 {
+			_, err := b.Conn.Write(out)
+			b.mu.Lock()
+			if err != nil && b.err == nil {
+				b.err = err
+			}
+			b.flushing = false
+			b.cond.Broadcast()
+			b.mu.Unlock()
+		}
+		spare = out
+		if closed {
+			return
+		}
+	}
+}
+
+// Close flushes what is pending (for at most a second) and closes.
+func (b *bufferedConn) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return b.Conn.Close()
+	}
+	b.closed = true
+	b.cond.Broadcast()
+	b.mu.Unlock()
+	_ = b.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	<-b.done
+	return b.Conn.Close()
+}
+
+// dialBuffered opens tcp/mqtt and ssl/tls/mqtts connections for paho,
+// wrapped in a bufferedConn. (ws/wss use paho's own dialer.)
+func dialBuffered(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
+	d := &net.Dialer{Timeout: o.ConnectTimeout}
+	var (
+		c   net.Conn
+		err error
+	)
+	switch uri.Scheme {
+	case "tcp", "mqtt":
+		c, err = d.Dial("tcp", uri.Host)
+	case "ssl", "tls", "mqtts", "tcps":
+		c, err = tls.DialWithDialer(d, "tcp", uri.Host, o.TLSConfig)
+	default:
+		return nil, fmt.Errorf("%w: scheme %q", ErrConfig, uri.Scheme)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return newBufferedConn(c), nil
+}
