@@ -96,7 +96,6 @@ type Pressure struct {
 	seq     uint64 // numbers pending markers' metadata keys
 }
 
-
 // NewPressure returns the disk-pressure handler of store. It starts nothing.
 func NewPressure(store *localstream.Store, cfg PressureConfig) (*Pressure, error) {
 	if err := cfg.Validate(); err != nil {
