@@ -39,6 +39,13 @@ type core struct {
 	// pruned is set once older results were dropped (or restored so):
 	// committedAt can then not rewind before results[0].
 	pruned bool
+	// restartTail is the stream's tail when the state was loaded. Marks
+	// noted before a crash may be lost, so until then events up to it
+	// are of unknown writers and times: the next local watermark's cut is
+	// joined with it (localHold), and no committed watermark is emitted
+	// before the committed cut reaches it (committedHold).
+	restartTail              localstream.StreamCut
+	localHold, committedHold bool
 	// localDirty / committedDirty: the emitted watermark is not persisted yet.
 	localDirty, committedDirty bool
 	// stats are the counters.
@@ -198,9 +205,24 @@ func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) 
 			k.count(w.inflightT)
 		}
 	}
-	next, emitted, err := c.emit(topo, c.local, k, topo.OpenAtZero(), topo.TailCut())
+	base := topo.OpenAtZero()
+	if c.localHold {
+		var err error
+		if base, err = topo.Join(base, c.restartTail); err != nil {
+			return c.local, err
+		}
+	}
+	next, emitted, err := c.emit(topo, c.local, k, base, topo.TailCut())
 	if err != nil {
 		return c.local, err
+	}
+	if emitted && c.localHold {
+		// Filling with the restart tail is not enough where marks touch;
+		// join so that every event from before the restart is inside.
+		if next.Cut, err = topo.Join(next.Cut, c.restartTail); err != nil {
+			return c.local, err
+		}
+		c.localHold = false
 	}
 	if emitted {
 		c.local, c.localDirty = next, true
@@ -244,6 +266,16 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 		c.committedDirty = true
 	}
 	prev := c.committedWM()
+	if c.committedHold {
+		le, err := topo.LessEq(c.restartTail, cut)
+		if err != nil {
+			return prev, err
+		}
+		if !le {
+			c.stats.CommittedHeld++
+			return prev, nil
+		}
+	}
 	var k candidate
 	for _, id := range c.writerIDs() {
 		w := c.writers[id]
@@ -278,6 +310,11 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 	if err != nil {
 		return prev, err
 	}
+	if emitted && c.committedHold {
+		if next.Cut, err = topo.Join(next.Cut, c.restartTail); err != nil {
+			return prev, err
+		}
+	}
 	if emitted {
 		c.results = append(c.results, next)
 		c.committedDirty = true
@@ -287,6 +324,14 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 			c.pruned = true
 			if err := c.prune(topo, c.results[0].Cut); err != nil {
 				return next, err
+			}
+			if c.committedHold {
+				// No rewind can go before the restart tail any more.
+				le, err := topo.LessEq(c.restartTail, c.results[0].Cut)
+				if err != nil {
+					return next, err
+				}
+				c.committedHold = !le
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func TestPropertyRandomInterleavings(t *testing.T) {
 	var total propStats
 	for r := range rounds {
 		s := seed + uint64(r)
-		st, err := runProperty(s, r%2 == 1)
+		st, err := runProperty(s, s%2 == 1)
 		if err != nil {
 			t.Fatalf("seed=%d: %v", s, err)
 		}
@@ -64,14 +65,14 @@ func TestPropertyRandomInterleavings(t *testing.T) {
 	}
 	// The runs must have exercised what they claim to.
 	if total.committedEmitted == 0 || total.localEmitted == 0 || total.scales == 0 || total.late == 0 ||
-		total.idleSkips == 0 || total.checkedOutside == 0 || total.rejected == 0 || total.rewound == 0 {
+		total.idleSkips == 0 || total.checkedOutside == 0 || total.rejected == 0 || total.rewound == 0 || total.restarts == 0 {
 		t.Fatalf("property runs did not exercise every path: %+v", total)
 	}
 }
 
 type propStats struct {
 	committedEmitted, localEmitted, scales, late, rejected, idleSkips, checkedOutside int
-	fallbacks, failedTxns, rewound                                                    int
+	fallbacks, failedTxns, rewound, restarts                                          int
 }
 
 func (p *propStats) add(o propStats) {
@@ -85,6 +86,7 @@ func (p *propStats) add(o propStats) {
 	p.fallbacks += o.fallbacks
 	p.failedTxns += o.failedTxns
 	p.rewound += o.rewound
+	p.restarts += o.restarts
 }
 
 // propWriter is a writer of the simulation.
@@ -110,8 +112,30 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 		lat = int64(rng.IntN(30))
 	}
 	sim := newSimStream("video", 1+rng.IntN(3))
-	c := newCore("video", idle, lat)
-	now := int64(1_000_000)
+	// The core is driven through a Tracker over the simulated stream and an
+	// in-memory meta store, so that restarts (a crash: the Tracker is
+	// dropped and rebuilt from what it persisted) are part of the
+	// interleavings. Marks are written every call, never but first ones
+	// and closes, or every 3 idle timeouts.
+	view := &simView{sim: sim}
+	meta := newMemMeta()
+	flush := []time.Duration{-1, time.Hour, 3 * time.Duration(idle)}[rng.IntN(3)]
+	opts := Options{IdleTimeout: time.Duration(idle), AllowedLateness: time.Duration(lat), MarkFlushInterval: flush,
+		Now: func() time.Time { return time.Unix(0, view.now) }}
+	tr, err := NewTracker(view, meta, opts)
+	if err != nil {
+		return ps, err
+	}
+	var stats Stats
+	restart := func() error {
+		s := tr.Stats()
+		stats.CoveringFallbacks += s.CoveringFallbacks
+		stats.CommittedRewound += s.CommittedRewound
+		var err error
+		tr, err = NewTracker(view, meta, opts)
+		return err
+	}
+	view.now = 1_000_000
 	keys := []string{"papa", "echo", "sierra", "delta", "november", "india", "tango", "charlie", "juliet", "kilo"}
 	var writers []*propWriter
 	for i := range 2 + rng.IntN(4) {
@@ -190,15 +214,15 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 				w.inflight = nil
 			} else {
 				et = nextTime(rng, w)
-				late = c.late(w.id, et, now)
+				late = tr.Late(w.id, et)
 			}
-			trace("now=%d append %s t=%d late=%v", now, w.id, et, late)
+			trace("now=%d append %s t=%d late=%v", view.now, w.id, et, late)
 			p := sim.append(w.keys[rng.IntN(len(w.keys))])
 			sim.events = append(sim.events, simEvent{pos: p, writer: w.id, t: et, late: late})
 			if late {
 				ps.late++
 			}
-			if err := c.note(sim.snapshot(), w.id, et, p, now); err != nil {
+			if err := tr.Note(w.id, et, p); err != nil {
 				if !errors.Is(err, ErrTimeBackwards) {
 					return ps, fmt.Errorf("note %s %d %s: %w", w.id, et, p, err)
 				}
@@ -207,48 +231,55 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 				}
 				ps.rejected++
 			}
-		case op < 60: // ask Late now, append later (an event in flight)
+		case op < 60: // ask Late view.now, append later (an event in flight)
 			w := writers[rng.IntN(len(writers))]
 			if w.inflight != nil {
 				continue
 			}
 			et := nextTime(rng, w)
-			if c.late(w.id, et, now) {
+			if tr.Late(w.id, et) {
 				// A late event: append it flagged right away.
 				p := sim.append(w.keys[0])
 				sim.events = append(sim.events, simEvent{pos: p, writer: w.id, t: et, late: true})
 				ps.late++
-				if err := c.note(sim.snapshot(), w.id, et, p, now); err != nil && !errors.Is(err, ErrTimeBackwards) {
+				if err := tr.Note(w.id, et, p); err != nil && !errors.Is(err, ErrTimeBackwards) {
 					return ps, err
 				}
 				continue
 			}
-			w.inflight, w.since = &et, now
-			trace("now=%d inflight %s t=%d", now, w.id, et)
+			w.inflight, w.since = &et, view.now
+			trace("now=%d inflight %s t=%d", view.now, w.id, et)
 		case op < 68: // time passes
 			// The model's one assumption: an append completes within
 			// inflightHold idle timeouts (here within 5).
 			for _, w := range writers {
-				if w.inflight != nil && now-w.since > 5*idle {
+				if w.inflight != nil && view.now-w.since > 5*idle {
 					p := sim.append(w.keys[0])
 					sim.events = append(sim.events, simEvent{pos: p, writer: w.id, t: *w.inflight})
-					if err := c.note(sim.snapshot(), w.id, *w.inflight, p, now); err != nil {
+					if err := tr.Note(w.id, *w.inflight, p); err != nil {
 						return ps, fmt.Errorf("note of an event in flight: %w", err)
 					}
 					w.inflight = nil
 				}
 			}
-			now += int64(rng.IntN(int(idle * 3 / 2)))
-			trace("now=%d", now)
-			for _, w := range c.writers {
-				if !w.active(now, idle) {
-					ps.idleSkips++
-				}
-			}
+			view.now += int64(rng.IntN(int(idle * 3 / 2)))
+			trace("now=%d", view.now)
+			ps.idleSkips += tr.Stats().Writers - tr.Stats().ActiveWriters
 		case op < 70:
 			w := writers[rng.IntN(len(writers))]
 			trace("close %s", w.id)
-			c.close(w.id)
+			if err := tr.CloseWriter(w.id); err != nil {
+				return ps, err
+			}
+		case op < 72: // crash and restart: events in flight are lost
+			trace("restart")
+			for _, w := range writers {
+				w.inflight = nil
+			}
+			if err := restart(); err != nil {
+				return ps, fmt.Errorf("restart: %w", err)
+			}
+			ps.restarts++
 		case op < 75:
 			if err := randomScale(rng, sim); err != nil {
 				return ps, err
@@ -286,7 +317,7 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 			if failed && rng.IntN(2) == 0 {
 				next = topo.TailCut() // a big transaction that fails
 			}
-			w, err := c.committedAt(topo, next, now)
+			w, err := tr.CommittedAt(next)
 			if err != nil {
 				return ps, fmt.Errorf("committedAt %s: %w", next, err)
 			}
@@ -305,7 +336,7 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 			lastComm = w
 		default:
 			topo := sim.snapshot()
-			w, err := c.localAt(topo, now)
+			w, err := tr.Local()
 			if err != nil {
 				return ps, fmt.Errorf("localAt: %w", err)
 			}
@@ -319,7 +350,10 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 			lastLocal = w
 		}
 	}
-	ps.fallbacks, ps.rewound = int(c.stats.CoveringFallbacks), int(c.stats.CommittedRewound)
+	if err := restart(); err != nil { // fold the last tracker's counters in
+		return ps, err
+	}
+	ps.fallbacks, ps.rewound = int(stats.CoveringFallbacks), int(stats.CommittedRewound)
 	return ps, nil
 }
 
@@ -369,4 +403,37 @@ func dumpTopo(topo localstream.Topology) string {
 		b = fmt.Appendf(b, "%s %s sealed=%v len=%d preds=%v succs=%v\n", id, s.Range, s.Sealed, s.Length, s.Predecessors, s.Successors)
 	}
 	return string(b)
+}
+
+// simView shows a simStream to a Tracker, with the test's clock.
+type simView struct {
+	sim *simStream
+	now int64
+}
+
+func (v *simView) Name() string                   { return v.sim.topo.Stream }
+func (v *simView) Topology() localstream.Topology { return v.sim.snapshot() }
+
+// memMeta is an in-memory MetaStore: what a crash leaves is exactly what
+// was put.
+type memMeta struct {
+	m map[string][]byte
+}
+
+func newMemMeta() *memMeta { return &memMeta{m: map[string][]byte{}} }
+
+func (m *memMeta) PutMeta(k string, v []byte) error { m.m[k] = slices.Clone(v); return nil }
+func (m *memMeta) DeleteMeta(k string) error        { delete(m.m, k); return nil }
+func (m *memMeta) GetMeta(k string) ([]byte, bool, error) {
+	v, ok := m.m[k]
+	return slices.Clone(v), ok, nil
+}
+func (m *memMeta) ScanMeta(prefix string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for k, v := range m.m {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = slices.Clone(v)
+		}
+	}
+	return out, nil
 }

@@ -113,3 +113,10 @@ func (c *core) restoreWatermarks(topo localstream.Topology, local, committed []W
 
 // writerIDs returns the known writer ids in order.
 func (c *core) writerIDs() []string { return slices.Sorted(maps.Keys(c.writers)) }
+
+// holdUntil makes the core treat every event up to tail (the stream's tail
+// when the state was loaded) as of unknown writer and time: see
+// core.restartTail.
+func (c *core) holdUntil(tail localstream.StreamCut) {
+	c.restartTail, c.localHold, c.committedHold = tail, true, true
+}

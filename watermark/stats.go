@@ -20,6 +20,9 @@ type Stats struct {
 	// CommittedAt came with a cut before theirs (their transaction failed
 	// and was rebuilt smaller).
 	CommittedRewound uint64
+	// CommittedHeld counts CommittedAt calls after a restart whose cut did
+	// not yet reach the tail as of the restart (no new watermark then).
+	CommittedHeld uint64
 	// HistoryThinned counts marks dropped from full per-writer histories
 	// (uplink down for long; the committed watermark then advances in coarser steps).
 	HistoryThinned uint64

@@ -170,6 +170,9 @@ func (t *Tracker) load() error {
 		}
 	}
 	t.c.restoreWatermarks(t.topo, ws[0], ws[1], flags&wmFlagPruned != 0)
+	// Marks noted before a crash may be lost: hold until the watermarks
+	// cover everything durable now.
+	t.c.holdUntil(t.topo.TailCut())
 	return nil
 }
 
