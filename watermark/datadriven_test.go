@@ -32,6 +32,8 @@ import (
 //	local                                          the local watermark
 //	commit [cut=TEXT]                              CommittedAt(cut); default the tail cut
 //	tail                                           print the tail cut
+//	restart [marks=lost]                           rebuild the core from its records (with
+//	                                               marks=lost, writer records as of their first mark)
 //
 // Set WATERMARK_REWRITE=1 to rewrite the expected outputs (then review the diff).
 func TestDataDriven(t *testing.T) {
@@ -269,9 +271,43 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 		return w.String()
 	case "tail":
 		return h.sim.snapshot().TailCut().String()
+	case "restart":
+		return h.restart(t, args["marks"] != "lost")
 	}
 	t.Fatalf("unknown command %q", line)
 	return ""
+}
+
+// restart rebuilds the core from what a Tracker would have persisted:
+// every writer record (or, with lost marks, only the first mark of each
+// writer) and the published watermarks, then holds as NewTracker does.
+func (h *ddHarness) restart(t *testing.T, marks bool) string {
+	topo := h.sim.snapshot()
+	old := h.c
+	h.c = newCore(old.stream, old.idleNs, old.latenessNs)
+	for id, w := range old.writers {
+		r := recordOf(w)
+		if !marks && w.hasMark {
+			first := w.hist[0]
+			if w.base != nil {
+				first = *w.base
+			}
+			r.noted, r.maxSeen, r.pos, r.base = w.floor, w.floor, first.pos, nil
+		}
+		b := r.marshal()
+		back, err := unmarshalWriterRecord(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.c.restore(topo, id, back)
+	}
+	var local []Watermark
+	if !old.local.IsZero() {
+		local = []Watermark{old.local}
+	}
+	h.c.restoreWatermarks(topo, local, old.results, old.pruned)
+	h.c.holdUntil(topo.TailCut())
+	return fmt.Sprintf("writers=%d hold until %s", len(h.c.writers), topo.TailCut())
 }
 
 // errName renders an error by its sentinel, so outputs do not depend on wording.

@@ -43,6 +43,12 @@
 // watermark is emitted only when lower advances; its cut is joined with the
 // previous one, so both only move forward.
 //
+// Restart: marks written lazily may be lost with a crash, so the events
+// up to the tail at load time are of unknown writers and times. The next
+// local watermark's cut is joined with that tail; no committed watermark
+// is emitted before the committed cut reaches it, and committed cuts are
+// joined with it while a rewind could still go before it.
+//
 // Every cut operation goes through localstream.Topology (Covering, Join,
 // LessEq, Contains), so marks on sealed segments and on their successors
 // combine across splits and merges. A writer keeps one position per segment
