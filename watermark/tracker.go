@@ -94,7 +94,7 @@ func publishedKey(stream, which string) string { return "wmpub/" + stream + "/" 
 // Local or CommittedAt returns it; other marks are written by those calls
 // at most every MarkFlushInterval, and by Flush. A restart therefore
 // resumes with every published watermark, never an older one; marks lost
-// with it only make the next watermarks wait for new marks.
+// with it only delay the next watermarks (see the package doc).
 type Tracker struct {
 	st   StreamView
 	meta MetaStore
