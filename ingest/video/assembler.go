@@ -124,13 +124,13 @@ func (a *assembler) finish(emit func(*frame)) {
 	if len(a.buf) == 0 {
 		return
 	}
-	f := frame{rtpTime: a.ts, key: a.have&(1<<nalKey) != 0, arrival: a.arrival}
-	a.out = a.out[:0]
+	f := frame{rtpTime: a.ts, key: a.have&(1<<nalKey) != 0, arrival: a.arrival, data: a.buf}
 	if f.key {
-		a.out = append(a.out, a.params.prefix(a.codec, a.have)...)
+		if prefix := a.params.prefix(a.codec, a.have); len(prefix) > 0 {
+			a.out = append(append(a.out[:0], prefix...), a.buf...)
+			f.data = a.out
+		}
 		f.noParams = !a.params.complete(a.codec)
 	}
-	a.out = append(a.out, a.buf...)
-	f.data = a.out
 	emit(&f)
 }

@@ -14,6 +14,21 @@ type chunker struct {
 	started time.Time
 	// disc: the next chunk starts after a discontinuity.
 	disc bool
+	// last is the payload size of the previous chunk (capacity hint).
+	last int
+}
+
+// sizeHint is the capacity of a new chunk's payload: a little more than
+// the last chunk, so appending frames rarely copies.
+func (c *chunker) sizeHint(first int) int {
+	n := c.last + c.last/4
+	if n < first {
+		n = first
+	}
+	if n > c.maxBytes {
+		n = c.maxBytes
+	}
+	return n
 }
 
 func newChunker(codec Codec, maxBytes int, maxDur time.Duration) *chunker {
@@ -36,7 +51,8 @@ func (c *chunker) add(f *frame, ssrc uint32, pts int64, estimated bool, emit fun
 		}
 	}
 	if c.cur == nil {
-		c.cur = &Chunk{Codec: c.codec, SSRC: ssrc, Estimated: estimated, Discontinuity: c.disc}
+		c.cur = &Chunk{Codec: c.codec, SSRC: ssrc, Estimated: estimated, Discontinuity: c.disc,
+			Payload: make([]byte, 0, c.sizeHint(len(f.data)))}
 		c.disc = false
 		c.started = f.arrival
 	}
@@ -57,6 +73,7 @@ func (c *chunker) flush(emit func(*Chunk)) {
 	if c.cur != nil {
 		cur := c.cur
 		c.cur = nil
+		c.last = len(cur.Payload)
 		emit(cur)
 	}
 }
