@@ -65,6 +65,7 @@ type SamplerStats struct {
 	// Samples counts samples appended durably.
 	Samples uint64 `json:"samples"`
 	// AppendErrors counts samples the store refused (e.g. disk full): dropped.
+	// Per-reason drops are not kept: the store's own counters have them.
 	AppendErrors uint64 `json:"append_errors"`
 	// ProbeErrors counts probes that failed inside samples (listed in Sample.Errors).
 	ProbeErrors uint64 `json:"probe_errors"`
@@ -147,7 +148,9 @@ func (s *Sampler) SampleOnce(ctx context.Context) (localstream.Position, error) 
 	}
 	pos, err := s.out.Append(ctx, ev)
 	if err != nil {
-		s.appendErrors.Add(1)
+		if ctx.Err() == nil { // a cancelled sample at shutdown is no drop
+			s.appendErrors.Add(1)
+		}
 		return pos, fmt.Errorf("devices: health sample: %w", err)
 	}
 	s.samples.Add(1)
