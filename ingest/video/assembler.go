@@ -42,6 +42,9 @@ type assembler struct {
 	lossPending bool
 	// out is the frame handed to emit (reused).
 	out []byte
+	// onDrop is called when a frame is dropped: the stream must resume at
+	// a keyframe, flagged discontinuous.
+	onDrop func()
 }
 
 func newAssembler(codec Codec, maxBytes int, c *droneCounters) *assembler {
@@ -119,6 +122,9 @@ func (a *assembler) finish(emit func(*frame)) {
 	if a.broken {
 		a.c.framesDropped.Add(1)
 		a.dp.reset()
+		if a.onDrop != nil {
+			a.onDrop()
+		}
 		return
 	}
 	if len(a.buf) == 0 {

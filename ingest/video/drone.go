@@ -108,6 +108,7 @@ func (d *drone) startSession(ssrc uint32, codec Codec) {
 		asm:     newAssembler(codec, d.cfg.ChunkMaxBytes, d.c),
 		clock:   newClock(d.cfg.ClockRate, d.cfg.MaxClockJump),
 	}
+	s.asm.onDrop = d.frameDropped
 	for _, ps := range d.seed {
 		s.asm.params.update(codec.classify(ps), ps)
 	}
@@ -126,6 +127,13 @@ func (d *drone) deliver(p *rtp.Packet, arrival time.Time, lost int) {
 		d.waitKey = true
 	}
 	d.sess.asm.push(p, arrival, d.onFrame)
+}
+
+// frameDropped: the assembler dropped a frame (loss, malformed payload,
+// too large); later frames may reference it, so wait for a keyframe.
+func (d *drone) frameDropped() {
+	d.chunker.discontinuity(d.emit)
+	d.waitKey = true
 }
 
 // onFrame receives complete frames from the assembler.

@@ -297,3 +297,78 @@ func TestSSRCChange(t *testing.T) {
 	}
 	t.Logf("switch at packet %d: %d frames out, dropped %d, skipped %d", at, len(got.frames), st.FramesDropped, st.FramesSkipped)
 }
+
+// TestMalformedPayloads corrupts the structure of random packets (FU
+// header start/end bits, aggregation sizes, reserved packet types): each
+// such frame is dropped (MalformedPayload), the stream resumes at the next
+// keyframe flagged discontinuity, and every frame passed on is identical
+// to the clean run's.
+func TestMalformedPayloads(t *testing.T) {
+	for _, name := range []string{"h264", "h265"} {
+		t.Run(name, func(t *testing.T) {
+			codec := map[string]Codec{"h264": CodecH264, "h265": CodecH265}[name]
+			c := loadCapture(t, name, codec)
+			clean, byPTS := cleanRun(t, c)
+			rng := rand.New(rand.NewPCG(seed(t), 5))
+			pkts := make([]replay.Packet, len(c.pkts))
+			corrupted := 0
+			for i, p := range c.pkts {
+				p.Payload = append([]byte(nil), p.Payload...)
+				if p.Kind == replay.RTP && i > 20 && rng.IntN(150) == 0 {
+					pl := p.Payload[12:]
+					switch rng.IntN(3) {
+					case 0: // reserved / unsupported packet type
+						if codec == CodecH264 {
+							pl[0] = pl[0]&0xe0 | 30
+						} else {
+							pl[0] = pl[0]&0x81 | 55<<1
+						}
+					case 1: // forbidden bit
+						pl[0] |= 0x80
+					case 2: // a fragment claiming to start a new NAL mid-way
+						if codec == CodecH264 && pl[0]&0x1f == 28 {
+							pl[1] = pl[1]&^0x40 | 0x80
+						} else if codec == CodecH265 && (pl[0]>>1)&0x3f == 49 {
+							pl[2] = pl[2]&^0x40 | 0x80
+						} else {
+							pl[0] |= 0x80
+						}
+					}
+					corrupted++
+				}
+				pkts[i] = p
+			}
+			cfg := testConfig()
+			cfg.PayloadTypes = map[uint8]Codec{96: codec}
+			sink := &recordSink{}
+			d := newDrone("d1", &cfg, nil, sink, nil, time.Now, nil)
+			feed(t, d, pkts)
+			got := decodeAll(t, sink.snapshot())
+			st := d.c.snapshot()
+			if corrupted == 0 || st.MalformedPayload == 0 || st.FramesDropped == 0 || st.Lost != 0 {
+				t.Fatalf("%d corrupted: %+v", corrupted, st)
+			}
+			for i, f := range got.frames {
+				if !bytes.Equal(got.data[i], byPTS[f.PTS]) {
+					t.Fatalf("frame %d (pts %d) differs from the clean run", i, f.PTS)
+				}
+			}
+			// After a dropped frame, nothing until a keyframe, in a flagged chunk.
+			idx := map[int64]int{}
+			for i, f := range clean.frames {
+				idx[f.PTS] = i
+			}
+			prev := -1
+			for ci, ch := range got.chunks {
+				first := idx[ch.Frames[0].PTS]
+				gap := ci == 0 || first != prev+1
+				if gap != got.events[ci].Flags.Has(localstream.FlagDiscontinuity) || (gap && !ch.Frames[0].Key) {
+					t.Fatalf("chunk %d: gap %v flags %b key %v", ci, gap, got.events[ci].Flags, ch.Frames[0].Key)
+				}
+				prev = idx[ch.Frames[len(ch.Frames)-1].PTS]
+			}
+			ffprobeDecodes(t, codec, got.stream, len(got.frames))
+			t.Logf("%d packets corrupted: %d frames dropped, %d skipped, %d out", corrupted, st.FramesDropped, st.FramesSkipped, st.FramesOut)
+		})
+	}
+}
