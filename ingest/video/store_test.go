@@ -43,7 +43,7 @@ func TestStoreEndToEnd(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			_, err := replay.SendPackets(context.Background(), c.pkts, c.port, addr,
-				replay.Options{Speed: 4, Mux: true, SSRC: cfg.Drones[i].SSRC})
+				replay.Options{Speed: speed(t, in, 4), Mux: true, SSRC: cfg.Drones[i].SSRC})
 			if err != nil {
 				t.Error(err)
 			}
