@@ -26,6 +26,8 @@ var (
 	ErrTxnClosed = errors.New("sync: transaction closed")
 	// ErrConfig: invalid configuration; the message names the field.
 	ErrConfig = errors.New("sync: invalid config")
+	// errLinkLost: the connection dropped while a request was in flight.
+	errLinkLost = errors.New("sync: link to central lost")
 	// ErrClosed: the component is closed.
 	ErrClosed = errors.New("sync: closed")
 )

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	stdsync "sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -42,6 +43,16 @@ type JetStreamSink struct {
 	agent    string
 	instance string
 	opts     JetStreamOptions
+
+	// status receives the connection's disconnects; watch turns each into
+	// closing lost, which aborts every request in flight: its answer can
+	// never come over the new connection, and waiting out a timeout would
+	// delay the recovery.
+	status chan nats.Status
+	mu     stdsync.Mutex
+	lost   chan struct{} // guarded by mu
+	done   chan struct{}
+	closed bool // guarded by mu
 }
 
 // NewJetStreamSink returns the sink of agent on nc. instance should be
@@ -63,7 +74,59 @@ func NewJetStreamSink(nc *nats.Conn, agent, instance string, opts JetStreamOptio
 	if err != nil {
 		return nil, fmt.Errorf("sync: jetstream: %w", err)
 	}
-	return &JetStreamSink{nc: nc, js: js, agent: agent, instance: instance, opts: opts}, nil
+	s := &JetStreamSink{nc: nc, js: js, agent: agent, instance: instance, opts: opts,
+		status: nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED),
+		lost:   make(chan struct{}), done: make(chan struct{})}
+	go s.watch()
+	return s, nil
+}
+
+// watch closes lost on every disconnect, until Close.
+func (s *JetStreamSink) watch() {
+	defer close(s.done)
+	for st := range s.status {
+		s.mu.Lock()
+		close(s.lost)
+		s.lost = make(chan struct{})
+		s.mu.Unlock()
+		if st == nats.CLOSED {
+			return
+		}
+	}
+}
+
+// Close stops the sink's watcher (the connection is the caller's). It is
+// idempotent.
+func (s *JetStreamSink) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.nc.RemoveStatusListener(s.status)
+	select {
+	case <-s.done:
+	case <-time.After(time.Second):
+	}
+	return nil
+}
+
+// linkCtx derives a context that ends when the link drops.
+func (s *JetStreamSink) linkCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	s.mu.Lock()
+	lost := s.lost
+	s.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-lost:
+			cancel(errLinkLost)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(nil) }
 }
 
 // Agent is the agent id the sink writes as.
@@ -80,6 +143,8 @@ func (s *JetStreamSink) Prepare(ctx context.Context, stream string) error {
 	subj := "edge." + stream + ".>"
 	ctx, cancel := withDefaultTimeout(ctx, s.opts.RequestTimeout)
 	defer cancel()
+	ctx, cancelLink := s.linkCtx(ctx)
+	defer cancelLink()
 	st, err := s.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
@@ -147,7 +212,9 @@ const errCodeNoMessage = 10037
 // $JS.API.STREAM.MSG.GET, which the stream leader answers (a direct get
 // could be served by a lagging replica).
 func (s *JetStreamSink) LastCommitted(ctx context.Context, stream string) (Committed, error) {
-	return lastCommitted(ctx, s.nc, stream, s.agent, s.opts.RequestTimeout)
+	ctx, cancel := s.linkCtx(ctx)
+	defer cancel()
+	return lastCommitted(ctx, s.nc, stream, s.agent, min(s.opts.RequestTimeout, 2*time.Second))
 }
 
 func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, timeout time.Duration) (Committed, error) {
@@ -264,6 +331,8 @@ func (t *jsTxn) Commit(ctx context.Context, cut localstream.StreamCut, wm Waterm
 	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
 	m.Header.Set(HdrContentType, "application/json")
 	m.Data = data
+	ctx, cancel := t.sink.linkCtx(ctx)
+	defer cancel()
 	ack, err := bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectLastSequencePerSubject(t.prev.Seq))
 	if err != nil {
 		return Committed{}, fmt.Errorf("sync: txn %d commit: %w", t.number, err)

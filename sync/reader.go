@@ -71,8 +71,32 @@ type CentralReader struct {
 	buf []jetstream.Msg
 }
 
-// NewCentralReader opens a reader of the local stream's central copy.
+// NewCentralReader opens a reader of the local stream's central copy. It
+// retries transient failures (elections, no responders) until ctx ends.
 func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts ReadOptions) (*CentralReader, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		r, err := newCentralReader(actx, nc, stream, opts)
+		cancel()
+		if err == nil || ctx.Err() != nil || !transientRead(err) {
+			return r, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// transientRead tells errors worth retrying when opening a reader.
+func transientRead(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}
+
+func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts ReadOptions) (*CentralReader, error) {
 	if opts.PollWait <= 0 {
 		opts.PollWait = time.Second
 	}
@@ -99,17 +123,7 @@ func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	if opts.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
 	}
-	// During a leader election the consumer create can time out: retry
-	// with short attempts until ctx ends.
-	var cons jetstream.Consumer
-	for {
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		cons, err = st.OrderedConsumer(actx, cfg)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			break
-		}
-	}
+	cons, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("sync: read %s: %w", StreamName(stream), err)
 	}

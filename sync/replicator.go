@@ -128,12 +128,9 @@ type Replicator struct {
 	ownCommits uint64 // commits acked to this run
 	foreign    int    // foreign commits adopted during this run
 	prepared   bool
-	pending    *pendingRec // a record read but not yet sent (txn was full)
-}
-
-type pendingRec struct {
-	rec      localstream.Record
-	cutAfter localstream.StreamCut
+	pending    *fetched               // a record read but not yet sent (txn was full)
+	localAt    time.Time              // when the committed cut was last recorded locally
+	localDirty *localstream.StreamCut // a committed cut not yet recorded locally
 }
 
 // NewReplicator returns the replicator of st into sink. instance must be
@@ -149,6 +146,11 @@ func (r *Replicator) Stream() string { return r.st.Name() }
 // Run replicates until ctx ends (nil) or a permanent error (returned, and
 // kept in Stats) stops this stream.
 func (r *Replicator) Run(ctx context.Context) error {
+	defer func() {
+		if r.localDirty != nil {
+			r.recordLocally(*r.localDirty, true)
+		}
+	}()
 	backoff := r.cfg.MinBackoff
 	for {
 		before := r.txns.Load()
@@ -175,6 +177,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 			backoff = r.cfg.MinBackoff
 		}
 		d := backoff/2 + rand.N(backoff/2+1)
+		r.cfg.Logger.Debug("replication retry", "stream", r.st.Name(), "class", class, "err", err, "wait", d)
 		backoff = min(2*backoff, r.cfg.MaxBackoff)
 		select {
 		case <-ctx.Done():
@@ -205,8 +208,8 @@ func (r *Replicator) session(ctx context.Context) error {
 		return err
 	}
 	if c.Seq > 0 {
-		if err := r.st.SetCommittedCut(r.cfg.SinkName, cut); err != nil {
-			return fmt.Errorf("sync: record committed cut locally: %w", err)
+		if err := r.recordLocally(cut, true); err != nil {
+			return err
 		}
 	}
 	r.pending = nil
@@ -215,11 +218,13 @@ func (r *Replicator) session(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrCutMismatch, err)
 	}
 	defer rd.Close()
+	pf := newPrefetcher(ctx, rd, 4096, max(2*r.cfg.MaxTxnBytes, 4<<20))
+	defer pf.close()
 	r.mu.Lock()
 	r.state = "replicating"
 	r.mu.Unlock()
 	for {
-		if c, err = r.transaction(ctx, rd, c, cut); err != nil {
+		if c, err = r.transaction(ctx, pf, c, cut); err != nil {
 			return err
 		}
 		if c.Seq > 0 {
@@ -284,58 +289,71 @@ func (r *Replicator) setLast(c Committed) {
 
 // transaction builds and commits one transaction after prev (at cut).
 // It returns prev unchanged when there was nothing to commit.
-func (r *Replicator) transaction(ctx context.Context, rd *localstream.Reader, prev Committed, cut localstream.StreamCut) (Committed, error) {
+func (r *Replicator) transaction(ctx context.Context, pf *prefetcher, prev Committed, cut localstream.StreamCut) (Committed, error) {
 	txn := r.sink.Begin(r.st.Name(), prev)
 	defer txn.Discard()
 	var ingest []int64
 	lastCut := cut
 	var closeAt time.Time
-	add := func(p pendingRec) error {
-		if err := r.cfg.Uplink.Wait(ctx, *r.cfg.Priority, len(p.rec.Payload)+256); err != nil {
+	add := func(f fetched) error {
+		defer pf.release(f)
+		if err := r.cfg.Uplink.Wait(ctx, *r.cfg.Priority, len(f.rec.Payload)+256); err != nil {
 			return err
 		}
-		if err := txn.Add(ctx, p.rec); err != nil {
+		if err := txn.Add(ctx, f.rec); err != nil {
 			return err
 		}
 		if txn.Len() == 1 {
 			closeAt = r.cfg.Now().Add(r.cfg.CommitInterval)
 		}
-		lastCut = p.cutAfter
+		lastCut = f.cutAfter
 		if r.cfg.OnCommit != nil {
-			ingest = append(ingest, p.rec.IngestTime)
+			ingest = append(ingest, f.rec.IngestTime)
 		}
 		return nil
 	}
 	if r.pending != nil {
-		p := *r.pending
+		f := *r.pending
 		r.pending = nil
-		if err := add(p); err != nil {
+		if err := add(f); err != nil {
 			return prev, err
 		}
 	}
+	timer := time.NewTimer(r.cfg.IdleCommitInterval)
+	defer timer.Stop()
+collect:
 	for txn.Len() < r.cfg.MaxTxnEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
-		wait := r.cfg.IdleCommitInterval
-		if txn.Len() > 0 {
-			wait = closeAt.Sub(r.cfg.Now())
-			if wait <= 0 {
-				break
+		var f fetched
+		var ok bool
+		select {
+		case f, ok = <-pf.ch: // what is there already, without arming a timer
+		default:
+			wait := r.cfg.IdleCommitInterval
+			if txn.Len() > 0 {
+				if wait = closeAt.Sub(r.cfg.Now()); wait <= 0 {
+					break collect
+				}
+			}
+			timer.Reset(wait)
+			select {
+			case f, ok = <-pf.ch:
+			case <-timer.C:
+				break collect
+			case <-ctx.Done():
+				return prev, ctx.Err()
 			}
 		}
-		rctx, cancel := context.WithTimeout(ctx, wait)
-		rec, err := rd.Next(rctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				break
-			}
-			return prev, err
+		if !ok {
+			return prev, ctx.Err()
 		}
-		p := pendingRec{rec: rec, cutAfter: rd.Cut()}
-		if txn.Len() > 0 && txn.Bytes()+int64(len(rec.Payload)) > r.cfg.MaxTxnBytes {
-			r.pending = &p
+		if f.err != nil {
+			return prev, f.err
+		}
+		if txn.Len() > 0 && txn.Bytes()+int64(len(f.rec.Payload)) > r.cfg.MaxTxnBytes {
+			r.pending = &f
 			break
 		}
-		if err := add(p); err != nil {
+		if err := add(f); err != nil {
 			return prev, err
 		}
 	}
@@ -363,14 +381,35 @@ func (r *Replicator) transaction(ctx context.Context, rd *localstream.Reader, pr
 	r.events.Add(uint64(c.Record.Events))
 	r.bytes.Add(uint64(c.Record.Bytes))
 	r.setLast(c)
-	if err := r.st.SetCommittedCut(r.cfg.SinkName, lastCut); err != nil {
-		return c, fmt.Errorf("sync: record committed cut locally: %w", err)
+	if err := r.recordLocally(lastCut, false); err != nil {
+		return c, err
 	}
 	if r.cfg.OnCommit != nil {
 		r.cfg.OnCommit(c, ingest)
 	}
 	return c, nil
 }
+
+// recordLocally writes the committed cut into the local store (retention
+// and /status read it) at most every localCutInterval, or now when force.
+// A lagging local record is safe: it only keeps data longer.
+func (r *Replicator) recordLocally(cut localstream.StreamCut, force bool) error {
+	now := r.cfg.Now()
+	if !force && now.Sub(r.localAt) < localCutInterval {
+		r.localDirty = &cut
+		return nil
+	}
+	r.localDirty = nil
+	r.localAt = now
+	if err := r.st.SetCommittedCut(r.cfg.SinkName, cut); err != nil {
+		return fmt.Errorf("sync: record committed cut locally: %w", err)
+	}
+	return nil
+}
+
+// localCutInterval throttles the local record of the committed cut (an
+// fsync'd Badger write) off the transaction path.
+const localCutInterval = 250 * time.Millisecond
 
 func (r *Replicator) watermark(cut localstream.StreamCut) (Watermark, error) {
 	if r.cfg.Watermark == nil {
