@@ -79,7 +79,8 @@ func (d *recDecoder) varint(what string) int64 {
 		return 0
 	}
 	v, k := binary.Varint(d.b)
-	if k <= 0 {
+	if k <= 0 || k != varintLen(v) {
+		// Non-minimal encodings are refused: the form is canonical.
 		d.err = fmt.Errorf("%w: bad %s", ErrCorruptRecord, what)
 		return 0
 	}
@@ -92,7 +93,7 @@ func (d *recDecoder) uvarint(what string) uint64 {
 		return 0
 	}
 	v, k := binary.Uvarint(d.b)
-	if k <= 0 {
+	if k <= 0 || k != uvarintLen(v) {
 		d.err = fmt.Errorf("%w: bad %s", ErrCorruptRecord, what)
 		return 0
 	}
@@ -116,6 +117,16 @@ func (d *recDecoder) positions() []localstream.Position {
 		ps = append(ps, localstream.Position{Segment: localstream.SegmentID(seg), Offset: off})
 	}
 	return ps
+}
+
+func varintLen(v int64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutVarint(buf[:], v)
+}
+
+func uvarintLen(v uint64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(buf[:], v)
 }
 
 // checkFrame verifies magic, version and checksum and returns the body

@@ -2,6 +2,8 @@ package watermark
 
 import (
 	"bytes"
+	"encoding/binary"
+	"hash/crc32"
 	"errors"
 	"testing"
 
@@ -106,21 +108,31 @@ func TestCutMapRoundTrip(t *testing.T) {
 	}
 }
 
+// withChecksum appends the record checksum to body.
+func withChecksum(body []byte) []byte {
+	return binary.BigEndian.AppendUint32(bytes.Clone(body), crc32.ChecksumIEEE(body))
+}
+
 // FuzzWriterRecord: decoding arbitrary bytes never panics, and whatever
 // decodes re-encodes to the same bytes (the form is canonical).
 func FuzzWriterRecord(f *testing.F) {
 	for _, r := range sampleRecords() {
-		f.Add(r.marshal())
+		b := r.marshal()
+		f.Add(b)
+		f.Add(b[:len(b)-4])
 	}
 	f.Add([]byte("W\x01"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := unmarshalWriterRecord(b)
-		if err != nil {
-			return
-		}
-		if !bytes.Equal(r.marshal(), b) {
-			t.Fatalf("decoded %+v re-encodes differently", r)
+		// As given, and with a valid checksum so the decoder proper runs.
+		for _, in := range [][]byte{b, withChecksum(b)} {
+			r, err := unmarshalWriterRecord(in)
+			if err != nil {
+				continue
+			}
+			if !bytes.Equal(r.marshal(), in) {
+				t.Fatalf("decoded %+v re-encodes differently", r)
+			}
 		}
 	})
 }
@@ -132,12 +144,15 @@ func FuzzWatermarkRecord(f *testing.F) {
 	for _, set := range [][]Watermark{ws[:1], ws} {
 		b, _ := marshalWatermarks(set, wmFlagPruned)
 		f.Add(b)
+		f.Add(b[:len(b)-4])
 	}
 	f.Add([]byte("M\x01\x00\x01\x00\x00\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ws, flags, err := unmarshalWatermarks(b)
+		ws, flags, err := unmarshalWatermarks(withChecksum(b))
 		if err != nil {
-			return
+			if ws, flags, err = unmarshalWatermarks(b); err != nil {
+				return
+			}
 		}
 		b2, err := marshalWatermarks(ws, flags)
 		if err != nil {
