@@ -3,8 +3,8 @@ package watermark
 import (
 	"bytes"
 	"encoding/binary"
-	"hash/crc32"
 	"errors"
+	"hash/crc32"
 	"testing"
 
 	"github.com/edge-agent/edge-agent/localstream"
