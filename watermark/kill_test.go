@@ -127,6 +127,19 @@ func TestTrackerSurvivesKill(t *testing.T) {
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+		// Drain what the child wrote before it died: each line is one
+		// write below PIPE_BUF (atomic), so the last one is the last
+		// watermark it published.
+		for sc.Scan() {
+			l := sc.Text()
+			switch {
+			case strings.HasPrefix(l, "L "):
+				lastL = l
+			case strings.HasPrefix(l, "C "):
+				lastC = l
+			}
+			n++
+		}
 		_ = cmd.Wait()
 		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 		if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL || n < lines {
