@@ -96,12 +96,17 @@ func (c *core) late(id string, t, now int64) bool {
 		w.closed, w.dirty = false, true
 	}
 	w.lastActive = now
-	// One event in flight per writer: a new one replaces the last.
-	w.inflight, w.inflightT, w.inflightSince = !late, t, now
 	if late {
 		c.stats.Late++
+		return true
 	}
-	return late
+	// The event is in flight until its Note. A writer without a mark keeps
+	// the lowest time in flight (its appends may be pipelined).
+	if !w.inflight || w.hasMark || t < w.inflightT {
+		w.inflightT = t
+	}
+	w.inflight, w.inflightSince = true, now
+	return false
 }
 
 // note applies writer id's mark "time t at durable position p". topo must
