@@ -40,10 +40,11 @@ type core struct {
 	// committedAt can then not rewind before results[0].
 	pruned bool
 	// restartTail is the stream's tail when the state was loaded. Marks
-	// noted before a crash may be lost, so until then events up to it
-	// are of unknown writers and times: the next local watermark's cut is
-	// joined with it (localHold), and no committed watermark is emitted
-	// before the committed cut reaches it (committedHold).
+	// noted before a crash may be lost, so events up to it are of unknown
+	// writers and times: the next local watermark's cut is joined with it
+	// (localHold); no committed watermark is emitted before the committed
+	// cut reaches it, and those emitted after are joined with it
+	// (committedHold, until no kept result lies before it).
 	restartTail              localstream.StreamCut
 	localHold, committedHold bool
 	// localDirty / committedDirty: the emitted watermark is not persisted yet.
