@@ -102,20 +102,22 @@ func (b *bufferedConn) flushLoop() {
 	}
 }
 
-// Close flushes what is pending (for at most a second) and closes.
+// Close flushes what is pending (for at most a second) and closes. Every
+// call, concurrent ones too, returns only after the flush: paho closes the
+// connection from more than one goroutine, and the DISCONNECT packet must
+// reach the broker first (or it publishes the client's last will).
 func (b *bufferedConn) Close() error {
 	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return b.Conn.Close()
-	}
+	already := b.closed
 	b.closed = true
 	b.cond.Broadcast()
 	b.mu.Unlock()
-	_ = b.Conn.SetWriteDeadline(time.Now().Add(time.Second))
-	select {
-	case b.wake <- struct{}{}:
-	default:
+	if !already {
+		_ = b.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
 	}
 	<-b.done
 	return b.Conn.Close()

@@ -23,7 +23,11 @@ func TestIngestInOrderExactlyOnce(t *testing.T) {
 		t.Fatalf("published %d", res.Published)
 	}
 	waitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == drones*n })
-	waitFor(t, 10*time.Second, "offline statuses", func() bool { return in.Stats().WritersClosed == drones })
+	waitFor(t, 10*time.Second, "offline statuses", func() bool { return in.Stats().WritersClosed >= drones })
+	time.Sleep(100 * time.Millisecond)
+	if g := in.Stats(); g.StatusOffline != drones || g.StatusOnline != drones {
+		t.Fatalf("each drone must go online and offline once (a graceful disconnect sends no last will): %+v", g)
+	}
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
