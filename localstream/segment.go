@@ -41,12 +41,21 @@ func (r KeyRange) Overlaps(o KeyRange) bool { return r.Low < o.High && o.Low < r
 func (r KeyRange) String() string { return fmt.Sprintf("[%g,%g)", r.Low, r.High) }
 
 // KeyHash maps a routing key into [0, 1). It is FNV-1a 64 of the key's
-// bytes, its top 53 bits divided by 2^53. It is part of the on-disk contract:
-// changing it would move keys between segments of existing streams.
+// bytes, mixed by the MurmurHash3 64-bit finalizer (fmix64) — FNV alone
+// leaves keys that differ in their last byte, such as drone-1 and drone-2,
+// next to each other, so no split could separate them — then its top 53
+// bits divided by 2^53. It is part of the on-disk contract: changing it
+// would move keys between segments of existing streams.
 func KeyHash(routingKey string) float64 {
 	h := fnv.New64a()
 	h.Write([]byte(routingKey))
-	return float64(h.Sum64()>>11) / float64(uint64(1)<<53)
+	x := h.Sum64()
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return float64(x>>11) / float64(uint64(1)<<53)
 }
 
 // SplitRange divides r into n equal parts. The boundaries are computed once

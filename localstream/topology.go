@@ -311,14 +311,15 @@ func (m *cutModel) raise(acc []ipos, i int, p ipos) bool {
 }
 
 // close applies the reading rules until nothing changes: a segment read
-// past on one interval is exhausted on all of its intervals; a segment read
-// into means all of its predecessors are exhausted.
+// up to an offset on one interval is read up to it on all of its intervals;
+// a segment read past on one interval is exhausted on all of them; a
+// segment read into means all of its predecessors are exhausted.
 func (m *cutModel) close(acc []ipos) {
 	for changed := true; changed; {
 		changed = false
 		for id, ivs := range m.segIvls {
 			s := m.t.Segments[id]
-			beyond, reading := false, false
+			beyond, reading, maxOff := false, false, uint64(0)
 			for _, i := range ivs {
 				if !acc[i].set {
 					continue
@@ -328,6 +329,13 @@ func (m *cutModel) close(acc []ipos) {
 					beyond, reading = true, true
 				} else if acc[i].idx == k && acc[i].off > 0 {
 					reading = true
+					maxOff = max(maxOff, acc[i].off)
+				}
+			}
+			if maxOff > 0 {
+				// An offset in a segment holds for all of its keys.
+				for _, i := range ivs {
+					changed = m.raise(acc, i, ipos{idx: m.idx(i, id), off: maxOff, set: true}) || changed
 				}
 			}
 			if beyond {

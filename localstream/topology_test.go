@@ -112,3 +112,37 @@ func TestTopologyCoveringAndContains(t *testing.T) {
 		t.Error("d2@0 is after cut a=1,b=1")
 	}
 }
+
+// A merge whose predecessors include one child of a split: an offset in
+// the merged segment holds for all its keys.
+func TestCoveringMergeOfSplitChild(t *testing.T) {
+	a, b, b1, b2, m := NewSegmentID(0, 0), NewSegmentID(0, 1), NewSegmentID(1, 2), NewSegmentID(1, 3), NewSegmentID(2, 4)
+	topo := Topology{Stream: "video", Segments: map[SegmentID]Segment{
+		a:  {ID: a, Range: KeyRange{0, .5}, Sealed: true, Length: 6, Successors: []SegmentID{m}},
+		b:  {ID: b, Range: KeyRange{.5, 1}, Sealed: true, Length: 3, Successors: []SegmentID{b1, b2}},
+		b1: {ID: b1, Range: KeyRange{.5, .75}, Sealed: true, Length: 1, Predecessors: []SegmentID{b}, Successors: []SegmentID{m}},
+		b2: {ID: b2, Range: KeyRange{.75, 1}, Length: 0, Predecessors: []SegmentID{b}},
+		m:  {ID: m, Range: KeyRange{0, .75}, Length: 6, Predecessors: []SegmentID{a, b1}},
+	}}
+	base := StreamCut{Stream: "video", Positions: map[SegmentID]uint64{m: 1, b2: 0}}
+	got, err := topo.Covering(base, Position{b1, 0})
+	if err != nil || !got.Equal(base) {
+		t.Fatalf("Covering = %v, %v; want %v", got, err, base)
+	}
+}
+
+func TestKeyHashSpreads(t *testing.T) {
+	var buckets [8]int
+	for i := range 800 {
+		h := KeyHash("drone-" + string(rune('0'+i%10)) + string(rune('a'+i/10%26)) + string(rune('A'+i/260)))
+		buckets[int(h*8)]++
+	}
+	for i, n := range buckets {
+		if n < 60 || n > 140 {
+			t.Fatalf("bucket %d has %d of 800 keys: %v", i, n, buckets)
+		}
+	}
+	if d := KeyHash("drone-1") - KeyHash("drone-2"); d > -0.01 && d < 0.01 {
+		t.Fatalf("drone-1 and drone-2 hash %v apart", d)
+	}
+}
