@@ -148,7 +148,7 @@ func TestPressureRetain(t *testing.T) {
 			t.Fatalf("%s at %s: committed %v, retained %v", id, pos, in, data[id])
 		}
 	}
-	if len(gaps) != 0 || len(data) != 40 || rig.p.Stats().Streams["video"].TruncatedEvents != 40 {
+	if n := cutSum(committed); len(gaps) != 0 || uint64(len(data)) != 80-n || rig.p.Stats().Streams["video"].TruncatedEvents != n {
 		t.Fatalf("gaps %d, data %d, stats %+v", len(gaps), len(data), rig.p.Stats().Streams["video"])
 	}
 	// Telemetry has no sink: never truncated.
@@ -168,20 +168,23 @@ func TestPressureShedPolicy(t *testing.T) {
 	ctx := context.Background()
 	vids := fill(t, rig.video, 25)
 	teles := fill(t, rig.tele, 25)
-	commitHalf(t, rig.video)
+	vcut := commitHalf(t, rig.video)
 	tcut := commitHalf(t, rig.tele)
 	rig.disk.set(100)
+	committed := cutSum(vcut)
+	left := 100 - committed
+	shed := (left + 3) / 4 // ShedFraction 0.25, rounded up
 
 	if _, err := rig.p.Check(ctx); err != nil {
 		t.Fatal(err)
 	}
 	vs := rig.p.Stats().Streams["video"]
-	// Retention took the committed half (50), then a quarter of the 50 left was shed.
-	if vs.TruncatedEvents != 50 || vs.Sheds != 1 || vs.ShedEvents != 13 || vs.ShedUnreplicated != 13 || vs.GapMarkers == 0 {
-		t.Fatalf("video after one check: %+v", vs)
+	// Retention took the committed half, then a quarter of what was left was shed.
+	if vs.TruncatedEvents != committed || vs.Sheds != 1 || vs.ShedEvents != shed || vs.ShedUnreplicated != shed || vs.GapMarkers == 0 {
+		t.Fatalf("video after one check: %+v; committed %d, want %d shed", vs, committed, shed)
 	}
 	data, gaps := payloads(t, rig.video)
-	if len(data) != 37 || len(gaps) != int(vs.GapMarkers) {
+	if uint64(len(data)) != left-shed || len(gaps) != int(vs.GapMarkers) {
 		t.Fatalf("video data %d, gaps %d", len(data), len(gaps))
 	}
 	var gapEvents uint64
@@ -191,8 +194,8 @@ func TestPressureShedPolicy(t *testing.T) {
 		}
 		gapEvents += g.Events
 	}
-	if gapEvents != 13 {
-		t.Fatalf("gap markers report %d events, shed 13", gapEvents)
+	if gapEvents != shed {
+		t.Fatalf("gap markers report %d events, shed %d", gapEvents, shed)
 	}
 	// Oldest first: per drone, what is left is a suffix of what was written.
 	checkSuffixes(t, vids, data)
@@ -219,9 +222,18 @@ func TestPressureShedPolicy(t *testing.T) {
 			t.Fatalf("unreplicated telemetry %s at %s lost", id, pos)
 		}
 	}
-	if len(tgaps) != 0 || len(tdata) != 50 || rig.p.Stats().Streams["telemetry"].ShedEvents != 0 {
+	if len(tgaps) != 0 || uint64(len(tdata)) != 100-cutSum(tcut) || rig.p.Stats().Streams["telemetry"].ShedEvents != 0 {
 		t.Fatalf("telemetry: %d left, %d gaps, %+v", len(tdata), len(tgaps), rig.p.Stats().Streams["telemetry"])
 	}
+}
+
+// cutSum is the number of events before c in a stream never truncated or scaled.
+func cutSum(c localstream.StreamCut) uint64 {
+	var n uint64
+	for _, off := range c.Positions {
+		n += off
+	}
+	return n
 }
 
 // checkSuffixes: for each drone, the retained ids are the newest ones.

@@ -43,8 +43,8 @@ func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool
 		return false, nil
 	}
 	n := max(uint64(p.cfg.MinShedEvents), uint64(math.Ceil(p.cfg.ShedFraction*float64(retained))))
-	cut, carry, read, err := shedCut(st, topo, n)
-	if err != nil || read == 0 || read == len(carry) {
+	cut, carry, data, err := shedCut(st, topo, n)
+	if err != nil || data == 0 {
 		return false, err
 	}
 	// Carried markers are recorded before the shed deletes their originals.
@@ -76,8 +76,9 @@ func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool
 	return true, err
 }
 
-// shedCut reads up to n events from st's head and returns the cut after
-// them, the unreplicated gap markers among them, and how many it read.
+// shedCut reads from st's head until it has passed n events that are not
+// unreplicated gap markers, and returns the cut after them, the
+// unreplicated gap markers it passed, and the number of other events.
 func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (localstream.StreamCut, []localstream.Record, int, error) {
 	cuts, err := st.CommittedCuts()
 	if err != nil {
@@ -90,8 +91,8 @@ func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (local
 	}
 	defer r.Close()
 	var carry []localstream.Record
-	read := 0
-	for uint64(read) < n {
+	data := 0
+	for uint64(data) < n {
 		rec, err := r.TryNext()
 		if errors.Is(err, localstream.ErrEndOfCut) || errors.Is(err, localstream.ErrCaughtUp) {
 			break
@@ -99,12 +100,13 @@ func shedCut(st *localstream.Stream, topo localstream.Topology, n uint64) (local
 		if err != nil {
 			return localstream.StreamCut{}, nil, 0, err
 		}
-		read++
 		if rec.Flags.Has(localstream.FlagGap) && !replicated(topo, cuts, rec.Position) {
 			carry = append(carry, rec)
+			continue
 		}
+		data++
 	}
-	return r.Cut(), carry, read, nil
+	return r.Cut(), carry, data, nil
 }
 
 // replicated reports whether every sink has committed pos (false with no sink).

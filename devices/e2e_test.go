@@ -1,0 +1,139 @@
+//go:build diskfull_e2e
+
+// Opt-in (go test -tags diskfull_e2e ./devices): at the time of writing the
+// sync replicators in the work tree starve telemetry under a capped uplink
+// and leave the last health event uncommitted, so this test does not pass
+// yet; it is kept for the lead to enable once sync is wired.
+
+package devices
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/localstream"
+	edgesync "github.com/edge-agent/edge-agent/sync"
+)
+
+// TestDiskFullEndToEnd is TestDiskFull with the real replication: the sync
+// replicators over a capped uplink (telemetry before health before video)
+// into an embedded JetStream, read back with the central reader. It proves
+// that the gap markers reach the centre.
+func TestDiskFullEndToEnd(t *testing.T) { runDiskFull(t, newJSCentre(t, 1<<20)) }
+
+// jsCentre is a replica on an embedded JetStream server.
+type jsCentre struct {
+	t        *testing.T
+	nc       *nats.Conn
+	sink     *edgesync.JetStreamSink
+	instance string
+	uplink   int64 // bytes/s while running
+}
+
+func newJSCentre(t *testing.T, uplink int64) *jsCentre {
+	t.Helper()
+	srv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	nc, err := edgesync.Connect(edgesync.ConnConfig{URLs: []string{srv.ClientURL()}, IgnoreDiscoveredServers: true,
+		RequestTimeout: 5 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	b := make([]byte, 8)
+	rand.Read(b)
+	instance := hex.EncodeToString(b)
+	sink, err := edgesync.NewJetStreamSink(nc, "gs-1", instance, edgesync.JetStreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sink.Close() })
+	return &jsCentre{t: t, nc: nc, sink: sink, instance: instance, uplink: uplink}
+}
+
+// replicate runs one replicator per stream until ctx ends or done says stop.
+func (c *jsCentre) replicate(ctx context.Context, store *localstream.Store, uplink *edgesync.Uplink) error {
+	var wg stdsync.WaitGroup
+	errs := make([]error, len(store.Streams()))
+	var reps []*edgesync.Replicator
+	for i, st := range store.Streams() {
+		r := edgesync.NewReplicator(st, c.sink, c.instance, edgesync.ReplicatorConfig{Uplink: uplink,
+			CommitInterval: 20 * time.Millisecond, Logger: quietLogger()})
+		reps = append(reps, r)
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = r.Run(ctx) }()
+	}
+	wg.Wait()
+	for _, r := range reps {
+		c.t.Logf("replicator %+v", r.Stats())
+	}
+	return errors.Join(errs...)
+}
+
+func (c *jsCentre) Run(ctx context.Context, store *localstream.Store) error {
+	return c.replicate(ctx, store, edgesync.NewUplink(c.uplink))
+}
+
+// Drain replicates without a cap until every stream's committed cut is its tail.
+func (c *jsCentre) Drain(ctx context.Context, store *localstream.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { done <- c.replicate(rctx, store, nil) }()
+	defer func() { stop(); <-done }()
+	for n := 0; ; n++ {
+		caughtUp := true
+		for _, st := range store.Streams() {
+			cc, ok, err := st.CommittedCut("central")
+			if err != nil {
+				return err
+			}
+			tail := st.TailCut()
+			le, _ := st.Topology().LessEq(tail, cc)
+			caughtUp = caughtUp && ok && le
+			if n%100 == 99 {
+				c.t.Logf("drain: %s committed %s (%v), tail %s, head %s, %d events", st.Name(), cc, ok, tail, st.HeadCut(), len(readAll(c.t, st)))
+			}
+		}
+		if caughtUp {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("drain: %w", ctx.Err())
+		case err := <-done:
+			return fmt.Errorf("drain: replicators stopped: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *jsCentre) Records(stream string) []localstream.Record {
+	items, err := edgesync.ReadAll(context.Background(), c.nc, stream, edgesync.ReadOptions{Agent: "gs-1"})
+	if err != nil {
+		c.t.Fatalf("read central %s: %v", stream, err)
+	}
+	var out []localstream.Record
+	for _, it := range items {
+		if it.Kind == edgesync.ItemEvent {
+			out = append(out, it.Event.Record)
+		}
+	}
+	return out
+}
