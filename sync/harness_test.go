@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 const testStream = "telemetry"
@@ -39,7 +40,23 @@ func openStoreErr(dir string) (*localstream.Store, *localstream.Stream, error) {
 		s.Close()
 		return nil, nil, err
 	}
+	tr, err := watermark.NewTracker(st, s, watermark.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	trackers.Store(st, tr)
 	return s, st, nil
+}
+
+// trackers holds the real watermark tracker of each test stream: the
+// appender notes into it, the replicator commits its watermarks.
+var trackers stdsync.Map
+
+func trackerFor(st *localstream.Stream) *watermark.Tracker {
+	tr, _ := trackers.Load(st)
+	t, _ := tr.(*watermark.Tracker)
+	return t
 }
 
 type natsMsg = nats.Msg
@@ -68,7 +85,7 @@ func newAppender(st *localstream.Stream, drones int) *appender {
 
 func (a *appender) event(drone int) localstream.Event {
 	i := a.n.Add(10)
-	d := fmt.Sprintf("d%d", drone)
+	d := fmt.Sprintf("%d-drone", drone) // first byte varies: KeyHash spreads it
 	ev := localstream.Event{
 		RoutingKey: d, Writer: "telemetry/" + d, EventTime: a.base + i*1000, IngestTime: time.Now().UnixNano(),
 		ContentType: "application/json",
@@ -85,11 +102,24 @@ func (a *appender) event(drone int) localstream.Event {
 // known before the replicator starts.
 func (a *appender) warm(ctx context.Context) error {
 	for d := range a.drones {
-		if _, err := a.st.Append(ctx, a.event(d)); err != nil {
+		if err := a.append(a.event(d)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// append appends durably and notes the writer mark, as an ingest does.
+func (a *appender) append(ev localstream.Event) error {
+	tr := trackerFor(a.st)
+	if tr != nil && tr.Late(ev.Writer, ev.EventTime) {
+		ev.Flags |= localstream.FlagLate
+	}
+	pos, err := a.st.Append(context.Background(), ev)
+	if err != nil || tr == nil {
+		return err
+	}
+	return tr.Note(ev.Writer, ev.EventTime, pos)
 }
 
 // run appends a burst of events of distinct drones (concurrently, so group
@@ -107,7 +137,7 @@ func (a *appender) run(ctx context.Context, interval time.Duration, burst int) e
 			go func() {
 				defer wg.Done()
 				// Not ctx: a cancelled append may still land after run returns.
-				if _, err := a.st.Append(context.Background(), a.event((k+j)%a.drones)); err != nil {
+				if err := a.append(a.event((k + j) % a.drones)); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 				}
 			}()
@@ -122,54 +152,6 @@ func (a *appender) run(ctx context.Context, interval time.Duration, burst int) e
 		case <-t.C:
 		}
 	}
-}
-
-// scanWatermark is a committed-watermark function for tests: per writer
-// the time of its last event inside the cut (the writers' times only
-// grow), lower = min, upper = max. It reads the store incrementally.
-type scanWatermark struct {
-	st   *localstream.Stream
-	mu   stdsync.Mutex
-	cut  localstream.StreamCut
-	last map[string]int64
-}
-
-func newScanWatermark(st *localstream.Stream) *scanWatermark {
-	return &scanWatermark{st: st, cut: st.HeadCut(), last: map[string]int64{}}
-}
-
-func (w *scanWatermark) at(cut localstream.StreamCut) (Watermark, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	topo := w.st.Topology()
-	if le, err := topo.LessEq(w.cut, cut); err != nil || !le {
-		w.cut, w.last = w.st.HeadCut(), map[string]int64{}
-	}
-	rd, err := w.st.NewReader(w.cut, &cut)
-	if err != nil {
-		return Watermark{}, err
-	}
-	defer rd.Close()
-	for {
-		rec, err := rd.TryNext()
-		if errors.Is(err, localstream.ErrEndOfCut) {
-			break
-		}
-		if err != nil {
-			return Watermark{}, err
-		}
-		w.last[rec.Writer] = max(w.last[rec.Writer], rec.EventTime)
-	}
-	w.cut = cut
-	var wm Watermark
-	for _, t := range w.last {
-		if wm.LowerNs == 0 || t < wm.LowerNs {
-			wm.LowerNs = t
-		}
-		wm.UpperNs = max(wm.UpperNs, t)
-	}
-	wm.Cut = cut
-	return wm, nil
 }
 
 // localEvents reads every event of the stream from its head.

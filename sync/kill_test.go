@@ -51,7 +51,7 @@ func childAgent() int {
 	out := bufio.NewWriter(os.Stdout)
 	var mu stdsync.Mutex
 	r := NewReplicator(st, sink, inst, ReplicatorConfig{
-		Watermark: newScanWatermark(st).at,
+		Watermark: TrackerWatermark(trackerFor(st)),
 		OnCommit: func(c Committed, _ []int64) {
 			mu.Lock()
 			fmt.Fprintf(out, "acked %d\n", c.Seq)
@@ -141,6 +141,7 @@ func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	defer store.Close()
 	rp := startReplica(t, nc, st, "agent-k", ReplicatorConfig{}, JetStreamOptions{})
 	waitCaughtUp(t, nc, st, "agent-k", 60*time.Second)
+	t.Logf("final run: %+v", rp.r.Stats())
 	if err := rp.close(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // ReplicatorConfig configures the replication of one local stream.
@@ -110,6 +111,7 @@ type Replicator struct {
 	// Counters (atomic).
 	txns, events, bytes         atomic.Uint64
 	retries, conflicts, adopted atomic.Uint64
+	wmRegressed                 atomic.Uint64
 
 	mu stdsync.Mutex
 	// last is the latest commit known (ours or adopted). Guarded by mu.
@@ -357,7 +359,7 @@ collect:
 			return prev, err
 		}
 	}
-	wm, err := r.watermark(lastCut)
+	wm, err := r.watermark(lastCut, prev)
 	if err != nil {
 		return prev, err
 	}
@@ -411,11 +413,19 @@ func (r *Replicator) recordLocally(cut localstream.StreamCut, force bool) error 
 // fsync'd Badger write) off the transaction path.
 const localCutInterval = 250 * time.Millisecond
 
-func (r *Replicator) watermark(cut localstream.StreamCut) (Watermark, error) {
+// watermark is the committed watermark for cut. When the tracker already
+// published one for a later cut (computed for a transaction that then
+// failed, perhaps by a previous process), the previous commit's watermark
+// is used: it holds for every later event, and the records stay monotone.
+func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (Watermark, error) {
 	if r.cfg.Watermark == nil {
 		return Watermark{}, nil
 	}
 	wm, err := r.cfg.Watermark(cut)
+	if errors.Is(err, watermark.ErrCutRegressed) {
+		r.wmRegressed.Add(1)
+		return prev.Record.WatermarkValue()
+	}
 	if err != nil {
 		return Watermark{}, fmt.Errorf("sync: committed watermark: %w", err)
 	}

@@ -28,7 +28,9 @@ func startReplica(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent str
 		t.Fatal(err)
 	}
 	if cfg.Watermark == nil {
-		cfg.Watermark = newScanWatermark(st).at
+		if tr := trackerFor(st); tr != nil {
+			cfg.Watermark = TrackerWatermark(tr)
+		}
 	}
 	r := NewReplicator(st, sink, inst, cfg)
 	ctx, cancel := context.WithCancel(context.Background())

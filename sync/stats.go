@@ -22,6 +22,10 @@ type StreamStats struct {
 	Retries   uint64 `json:"retries"`
 	Conflicts uint64 `json:"conflicts"`
 	Adopted   uint64 `json:"adopted"`
+	// WatermarkFallbacks counts commits that carried the previous
+	// watermark because the tracker had published one for a later cut of
+	// a transaction that failed.
+	WatermarkFallbacks uint64 `json:"watermark_fallbacks"`
 	// LastTxn and LastSeq identify the latest known commit at the centre.
 	LastTxn uint64 `json:"last_txn"`
 	LastSeq uint64 `json:"last_seq"`
@@ -50,7 +54,8 @@ func (r *Replicator) Stats() StreamStats {
 		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
 		Txns: r.txns.Load(), Events: r.events.Load(), Bytes: r.bytes.Load(),
 		Retries: r.retries.Load(), Conflicts: r.conflicts.Load(), Adopted: r.adopted.Load(),
-		LastTxn: last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,
+		WatermarkFallbacks: r.wmRegressed.Load(),
+		LastTxn:            last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,
 		WatermarkLowerNs: last.Record.Watermark.LowerNs, WatermarkUpperNs: last.Record.Watermark.UpperNs,
 	}
 	if lastErr != nil {
