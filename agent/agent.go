@@ -282,13 +282,35 @@ func (a *Agent) startCentral() error {
 		a.repls = append(a.repls, sync.NewReplicator(a.streams[name], sink, a.instance, sync.ReplicatorConfig{
 			Priority: &prio, MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
 			CommitInterval: c.CommitInterval, Uplink: uplink, Logger: a.log.With("stream", name),
-			Watermark: func(cut localstream.StreamCut) (sync.Watermark, error) {
-				w, err := tr.CommittedAt(cut)
-				return sync.Watermark{LowerNs: w.LowerNs, UpperNs: w.UpperNs, Cut: w.Cut}, err
-			},
+			Watermark: a.committedWatermark(name, tr),
 		}))
 	}
 	return nil
+}
+
+// committedWatermark gives the replicator of a stream its committed
+// watermark. A tracker error must not stop replication: the commit then
+// carries the previous watermark again when its cut is within the new one
+// (it was computed for less data, so it is still true), else no watermark
+// (lower 0: unknown); the error is logged and shown in /status.
+func (a *Agent) committedWatermark(stream string, tr *watermark.Tracker) sync.CommittedWatermarkFunc {
+	var last sync.Watermark
+	return func(cut localstream.StreamCut) (sync.Watermark, error) {
+		w, err := tr.CommittedAt(cut)
+		if err != nil {
+			a.setErr("watermark/"+stream, err)
+			a.log.Warn("committed watermark unavailable; the commit repeats the previous one", "stream", stream, "err", err)
+			if last.Cut.IsZero() {
+				return sync.Watermark{}, nil
+			}
+			if le, lerr := a.streams[stream].Topology().LessEq(last.Cut, cut); lerr != nil || !le {
+				return sync.Watermark{}, nil
+			}
+			return last, nil
+		}
+		last = sync.Watermark{LowerNs: w.LowerNs, UpperNs: w.UpperNs, Cut: w.Cut}
+		return last, nil
+	}
 }
 
 func (a *Agent) stopCentral() {
@@ -325,17 +347,19 @@ func (a *Agent) finalCommit() {
 }
 
 func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
-	a.devices = newDeviceParts(a)
-	if err := a.devices.start(ctx, g); err != nil {
+	d, err := newDeviceParts(a)
+	if err != nil {
 		return err
 	}
+	a.devices = d
+	d.start(ctx, g)
 	if a.cfg.Video.Enabled {
 		st, tr := a.streams["video"], a.trackers["video"]
 		if st == nil {
 			return fmt.Errorf("%w: video.enabled needs a streams.video entry", ErrConfig)
 		}
-		in, err := video.New(a.cfg.Video.Config, a.devices.appender(st, "video"), video.WithLogger(a.log.With("part", "video")),
-			video.WithMarks(a.devices.marks(tr)))
+		in, err := video.New(a.cfg.Video.Config, d.videoSink(st), video.WithLogger(a.log.With("part", "video")),
+			video.WithMarks(tr))
 		if err != nil {
 			return err
 		}
@@ -365,8 +389,8 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		tc.Username, tc.PasswordFile, tc.PasswordEnv = t.Username, t.PasswordFile, t.PasswordEnv
 		tc.CAFile, tc.CertFile, tc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
 		tc.Logger = a.log.With("part", "telemetry")
-		in, err := telemetry.New(tc, telemetry.Sink{Stream: a.devices.appender(st, "telemetry"), Meta: a.store,
-			Marks: a.devices.marks(tr)})
+		in, err := telemetry.New(tc, telemetry.Sink{Stream: d.telemetrySink(st), Meta: a.store,
+			Marks: d.telemetryMarks(tr)})
 		if err != nil {
 			return fmt.Errorf("%w: telemetry: %w", ErrConfig, err)
 		}

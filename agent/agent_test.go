@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/sync"
@@ -26,7 +27,9 @@ func testConfig(t *testing.T, dataDir, brokerURL string) Config {
 	cfg.DataDir = dataDir
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Store.MinFreeBytes = 16 << 20
-	cfg.Devices.Disk = DiskConfig{Interval: time.Second, RetainBelowBytes: 64 << 20, ShedBelowBytes: 32 << 20}
+	cfg.Devices.Disk.Interval = time.Second
+	cfg.Devices.Disk.RetainBelow = devices.Threshold{Bytes: 64 << 20}
+	cfg.Devices.Disk.ShedBelow = devices.Threshold{Bytes: 32 << 20}
 	cfg.Devices.HealthInterval = 200 * time.Millisecond
 	cfg.Central.Embedded.Listen = "127.0.0.1:0"
 	cfg.Telemetry.Broker = brokerURL
@@ -112,7 +115,7 @@ func TestEndpointsAndRestart(t *testing.T) {
 	a, cancel, done := startAgent(t, cfg)
 	base := "http://" + a.HTTPAddr()
 
-	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second})
+	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: 2500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +125,11 @@ func TestEndpointsAndRestart(t *testing.T) {
 		getJSON(t, base+"/status", &s)
 		tm := streamStatus(s, "telemetry")
 		if tm.Replication != nil && tm.Stats.Appended >= sim.Published && tm.Replication.BacklogEvents == 0 &&
-			tm.Replication.Events >= sim.Published {
+			tm.Replication.Events >= sim.Published && streamStatus(s, "health").Stats.Appended > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("telemetry not replicated: %+v", tm)
+			t.Fatalf("telemetry not replicated (published %d: %+v): %+v\nreplication %+v\ntelemetry %+v", sim.Published, sim.Drones, tm, tm.Replication, s.Telemetry)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -136,6 +139,20 @@ func TestEndpointsAndRestart(t *testing.T) {
 	tm := streamStatus(s, "telemetry")
 	if tm.LocalWatermark.LowerNs == 0 || tm.Committed["central"] == "" || len(tm.Segments) == 0 || tm.Replication.State == "" {
 		t.Fatalf("telemetry stream status: %+v", tm)
+	}
+	var dev struct {
+		Drones []struct {
+			ID     string `json:"id"`
+			Online bool   `json:"online"`
+		} `json:"drones"`
+		Health *struct{} `json:"health"`
+		Disk   *struct {
+			State string `json:"state"`
+		} `json:"disk"`
+	}
+	b, _ := json.Marshal(s.Devices)
+	if err := json.Unmarshal(b, &dev); err != nil || len(dev.Drones) != 2 || dev.Health == nil || dev.Disk == nil || dev.Disk.State != "ok" {
+		t.Fatalf("devices status: %s", b)
 	}
 	metrics := getText(t, base+"/metrics")
 	for _, want := range []string{
@@ -150,6 +167,7 @@ func TestEndpointsAndRestart(t *testing.T) {
 		`edge_video_malformed_total`,
 		`edge_store_free_bytes`,
 		`edge_store_disk_full_rejects_total`,
+		`edge_stream_appended_total{stream="health"}`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)

@@ -12,6 +12,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -175,24 +176,11 @@ type DevicesConfig struct {
 	HealthInterval time.Duration `yaml:"health_interval"`
 	// OfflineAfter: a drone silent this long is offline. Default 30s.
 	OfflineAfter time.Duration `yaml:"offline_after"`
-	// Disk configures disk pressure.
-	Disk DiskConfig `yaml:"disk"`
-}
-
-// DiskConfig configures the disk-pressure policy on the data directory.
-type DiskConfig struct {
-	// RetainBelowBytes: below this free space, replicated data is deleted
-	// early. Default 2 GiB.
-	RetainBelowBytes int64 `yaml:"retain_below_bytes"`
-	// ShedBelowBytes: below this free space, data is shed by policy (video
-	// before telemetry before health, oldest first), with gap markers.
-	// Default 1 GiB.
-	ShedBelowBytes int64 `yaml:"shed_below_bytes"`
-	// AllowUnreplicated lets shedding drop data the centre has not seen.
-	// Default false.
-	AllowUnreplicated bool `yaml:"allow_unreplicated"`
-	// Interval is how often free space is checked. Default 5s.
-	Interval time.Duration `yaml:"interval"`
+	// MaxDrones bounds the registry. Default 1024.
+	MaxDrones int `yaml:"max_drones"`
+	// Disk configures disk pressure: thresholds (bytes or % of the
+	// filesystem), the shedding policy and its order.
+	Disk devices.PressureConfig `yaml:"disk"`
 }
 
 // NewDefaultConfig returns the defaults of every knob.
@@ -216,8 +204,8 @@ func NewDefaultConfig() Config {
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
 			CommitInterval: 100 * time.Millisecond, MaxTxnEvents: 999, MaxTxnBytes: 8 << 20,
 			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
-		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second,
-			Disk: DiskConfig{RetainBelowBytes: 2 << 30, ShedBelowBytes: 1 << 30, Interval: 5 * time.Second}},
+		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second, MaxDrones: 1024,
+			Disk: devices.NewDefaultPressureConfig()},
 	}
 }
 
@@ -303,12 +291,15 @@ func (c Config) Validate() error {
 	if err := c.Central.validate(); err != nil {
 		return err
 	}
-	d := c.Devices.Disk
-	if d.ShedBelowBytes > 0 && d.RetainBelowBytes > 0 && d.ShedBelowBytes > d.RetainBelowBytes {
-		return bad("devices.disk.shed_below_bytes", "%d is above retain_below_bytes %d: shedding must start below retention", d.ShedBelowBytes, d.RetainBelowBytes)
+	if c.Devices.HealthInterval < 0 || c.Devices.OfflineAfter < 0 || c.Devices.MaxDrones < 0 {
+		return bad("devices", "health_interval, offline_after and max_drones must not be negative")
 	}
-	if d.ShedBelowBytes > 0 && d.ShedBelowBytes <= c.Store.MinFreeBytes {
-		return bad("devices.disk.shed_below_bytes", "%d must be above store.min_free_bytes %d, or appends fail before shedding starts", d.ShedBelowBytes, c.Store.MinFreeBytes)
+	d := c.Devices.Disk
+	if err := d.Validate(); err != nil {
+		return bad("devices.disk", "%v", err)
+	}
+	if d.ShedBelow.Percent == 0 && d.ShedBelow.Bytes > 0 && d.ShedBelow.Bytes <= c.Store.MinFreeBytes {
+		return bad("devices.disk.shed_below", "%d bytes must be above store.min_free_bytes %d, or appends fail before shedding starts", d.ShedBelow.Bytes, c.Store.MinFreeBytes)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -55,7 +56,9 @@ func TestGoldenConfig(t *testing.T) {
 	want.Central.Replicas = 3
 	want.Central.CredsFile = "/etc/edge/agent.creds"
 	want.Central.UplinkBytesPerSec = 1250000
-	want.Devices.Disk.AllowUnreplicated = true
+	want.Devices.Disk.RetainBelow = devices.Threshold{Bytes: 4 << 30}
+	want.Devices.Disk.ShedBelow = devices.Threshold{Bytes: 2 << 30}
+	want.Devices.Disk.Policy = []devices.ShedRule{{Stream: "video", AllowUnreplicated: true}, {Stream: "telemetry"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("golden config:\n got %+v\nwant %+v", got, want)
 	}
@@ -90,8 +93,10 @@ func TestConfigErrors(t *testing.T) {
 		{"central: {replicas: 0}", "central.replicas: 0: want 1..5"},
 		{"central: {commit_interval: 0s}", "central.commit_interval: 0s: want a duration in (0, 5s]"},
 		{"central: {creds_file: a, user: u}", "central.creds_file: use one of creds_file, nkey_seed_file, user"},
-		{"devices: {disk: {shed_below_bytes: 3000000000}}", "devices.disk.shed_below_bytes: 3000000000 is above retain_below_bytes"},
-		{"store: {min_free_bytes: 2000000000}", "devices.disk.shed_below_bytes: 1073741824 must be above store.min_free_bytes"},
+		{"devices: {disk: {retain_below: 1GiB, shed_below: 2GiB}}", "devices.disk: devices: invalid config: disk_pressure.shed_below 2147483648 must be below retain_below"},
+		{"devices: {disk: {policy: [{stream: video}, {stream: video}]}}", "listed twice"},
+		{"devices: {disk: {retain_below: 2GiB, shed_below: 1GiB}}\nstore: {min_free_bytes: 2000000000}", "devices.disk.shed_below: 1073741824 bytes must be above store.min_free_bytes"},
+		{"devices: {offline_after: -1s}", "devices: health_interval, offline_after and max_drones must not be negative"},
 		{"unknown_key: 1", "field unknown_key not found"},
 	}
 	for _, c := range cases {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
@@ -219,7 +220,9 @@ func agentConfig(o Options, centralURL, brokerURL string) agent.Config {
 	cfg.HTTP.Listen = "127.0.0.1:0"
 	cfg.Store.MinFreeBytes = 64 << 20
 	cfg.Devices.HealthInterval = time.Second
-	cfg.Devices.Disk = agent.DiskConfig{Interval: time.Second, RetainBelowBytes: 256 << 20, ShedBelowBytes: 128 << 20}
+	cfg.Devices.Disk.Interval = time.Second
+	cfg.Devices.Disk.RetainBelow = devices.Threshold{Bytes: 256 << 20}
+	cfg.Devices.Disk.ShedBelow = devices.Threshold{Bytes: 128 << 20}
 	cfg.Watermark.IdleTimeout = 2 * time.Second
 	cfg.Telemetry.Broker = brokerURL
 	cfg.Central.URL = centralURL
