@@ -90,7 +90,9 @@ func (d *deviceParts) telemetrySink(st *localstream.Stream) telemetry.Appender {
 }
 
 // telemetryMarks marks a drone offline in the registry when telemetry closes its writer.
-func (d *deviceParts) telemetryMarks(m devices.Marks) devices.Marks { return d.registry.ObserveOffline(m) }
+func (d *deviceParts) telemetryMarks(m devices.Marks) devices.Marks {
+	return d.registry.ObserveOffline(m)
+}
 
 // status is the devices part of /status.
 func (d *deviceParts) status() any {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/broker"
-	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/replay"
