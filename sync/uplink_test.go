@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -107,4 +109,14 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 		t.Fatalf("stats not in priority order: %v, %v", st[0].Stream, st[1].Stream)
 	}
 	t.Logf("telemetry committed while %d video chunks were still waiting", videoBacklog)
+	reg := prometheus.NewPedanticRegistry()
+	for _, c := range rep.Collectors() {
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 11 {
+		t.Fatalf("gathered %d metric families, %v", len(mfs), err)
+	}
 }
