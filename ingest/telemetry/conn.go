@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"runtime"
 	"sync"
 	"time"
 
@@ -79,6 +80,9 @@ func (b *bufferedConn) flushLoop() {
 	var spare []byte
 	for {
 		<-b.wake
+		// Let the writers that are ready run first: under load one write
+		// then carries many packets; idle, it costs one scheduler round.
+		runtime.Gosched()
 		b.mu.Lock()
 		out := b.pending
 		b.pending = spare[:0]

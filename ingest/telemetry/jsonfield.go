@@ -104,8 +104,11 @@ func skipValue(b []byte, i int) int {
 		return -1
 	}
 	j := i
-	for j < len(b) && !bytes.ContainsRune([]byte(",}] \t\r\n"), rune(b[j])) {
-		j++
+	for ; j < len(b); j++ {
+		switch b[j] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return j
+		}
 	}
 	return j
 }
