@@ -110,3 +110,49 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 		t.Fatal(msg)
 	}
 }
+
+// TestLinkGoesDarkLosesNothing: the link between agent and broker silently
+// stops forwarding (no RST, new connections refused) for longer than the
+// keep-alive while the simulator keeps publishing; the agent detects it by
+// its keep-alive, reconnects after the link returns, and loses nothing.
+func TestLinkGoesDarkLosesNothing(t *testing.T) {
+	b := startBroker(t)
+	px := newCutProxy(t, b.Addr())
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	cfg := testConfig(px.URL(), "agent-dark")
+	cfg.KeepAlive = time.Second
+	in, stop := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
+
+	const drones, n = 2, 1500
+	simDone := make(chan error, 1)
+	go func() {
+		_, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: n, Rate: 300, Window: 4, NoStatus: true})
+		simDone <- err
+	}()
+	waitFor(t, 10*time.Second, "flowing", func() bool { return in.Stats().Appended > 200 })
+	px.Stall()
+	stalledAt := in.Stats()
+	waitFor(t, 15*time.Second, "keep-alive notices the dead link", func() bool { return in.Stats().ConnectionLost > 0 })
+	during := in.Stats()
+	time.Sleep(500 * time.Millisecond)
+	px.Restore()
+	t.Logf("dark link: appended %d at the stall, %d when the loss was noticed; chunks held %d", stalledAt.Appended, during.Appended, px.Held.Load())
+	if err := <-simDone; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= drones*n })
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := in.Stats()
+	t.Logf("agent: lost %d, connects %d, duplicates skipped %d", got.ConnectionLost, got.Connects, got.DuplicatesSkipped)
+	if px.Stalls.Load() != 1 || px.Held.Load() == 0 || got.Connects < 2 || got.ConnectionLost == 0 {
+		t.Fatalf("the stall did not happen as intended: %+v", got)
+	}
+	if msg := verifyExactlyOnce(readAll(t, st), wantDrones(drones, n)); msg != "" {
+		t.Fatal(msg)
+	}
+}

@@ -27,6 +27,10 @@ type Ingester struct {
 	dedup    *dedupTable
 	c        counters
 
+	// subscribed is closed after the first successful subscription.
+	subscribed     chan struct{}
+	subscribedOnce sync.Once
+
 	// lanesMu guards lanes and ring.
 	lanesMu sync.RWMutex
 	lanes   map[string]*lane
@@ -73,6 +77,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		wake: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
 		quit: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
+		subscribed: make(chan struct{}),
 	}
 	for _, t := range cfg.Topics {
 		p, _ := ParsePattern(t)
@@ -225,8 +230,14 @@ func (in *Ingester) onConnect(c paho.Client) {
 		in.cfg.Logger.Error("telemetry: subscribe failed", "err", tok.Error())
 		return
 	}
+	in.subscribedOnce.Do(func() { close(in.subscribed) })
 	in.cfg.Logger.Info("telemetry: connected", "broker", in.cfg.Broker, "client_id", in.cfg.ClientID)
 }
+
+// Subscribed is closed once the first subscription is in place: from then
+// on the broker keeps the messages of the configured topics for this
+// client (persistent session), even while it is disconnected.
+func (in *Ingester) Subscribed() <-chan struct{} { return in.subscribed }
 
 // onMessage runs on paho's single delivery goroutine, in delivery order.
 // It never touches the store: drops are acked here, everything else goes to

@@ -1,26 +1,32 @@
 package telemetry
 
 import (
-	"io"
-	"net"
+		"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 )
 
 // cutProxy is a TCP proxy between the agent and the broker that can cut the
-// link: Cut closes every live connection and refuses new ones until Restore.
+// link: Cut closes every live connection and refuses new ones until Restore;
+// Stall silently stops forwarding (a link that goes dark, no RST), so only
+// keep-alives can tell; Restore then drops the dead connections.
 type cutProxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	cut   bool
+	mu      sync.Mutex
+	cut     bool
+	stalled bool
+	// gate is closed while forwarding is allowed; replaced by Stall.
+	gate  chan struct{}
 	conns map[net.Conn]struct{}
 
 	// Cuts counts Cut calls; Killed counts connections closed by a cut;
 	// Refused counts connections refused while cut.
 	Cuts, Killed, Refused atomic.Int64
+	// Stalls counts Stall calls; Held counts chunks held back by a stall.
+	Stalls, Held atomic.Int64
 	wg                    sync.WaitGroup
 }
 
@@ -30,7 +36,8 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}, gate: make(chan struct{})}
+	close(p.gate)
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.close)
@@ -47,7 +54,7 @@ func (p *cutProxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		if p.cut {
+		if p.cut || p.stalled {
 			p.mu.Unlock()
 			p.Refused.Add(1)
 			c.Close()
@@ -62,9 +69,23 @@ func (p *cutProxy) accept() {
 		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		pipe := func(dst, src net.Conn) {
-			io.Copy(dst, src)
-			dst.Close()
-			src.Close()
+			defer dst.Close()
+			defer src.Close()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := src.Read(buf)
+				if n > 0 {
+					if !p.pass(src) {
+						return // a stalled connection never delivers again
+					}
+					if _, werr := dst.Write(buf[:n]); werr != nil {
+						return
+					}
+				}
+				if err != nil {
+					return
+				}
+			}
 		}
 		go pipe(up, c)
 		go pipe(c, up)
@@ -84,15 +105,52 @@ func (p *cutProxy) Cut() {
 	}
 }
 
-// Restore accepts connections again.
+// pass waits while the link is stalled; false if src was dropped meanwhile.
+func (p *cutProxy) pass(src net.Conn) bool {
+	p.mu.Lock()
+	gate := p.gate
+	p.mu.Unlock()
+	select {
+	case <-gate:
+	default:
+		p.Held.Add(1) // traffic sent into the dark link
+		<-gate
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, live := p.conns[src]
+	return live
+}
+
+// Stall stops forwarding without closing anything: bytes sent into the
+// link vanish, as on a dead radio link.
+func (p *cutProxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = true
+	p.gate = make(chan struct{})
+	p.Stalls.Add(1)
+}
+
+// Restore accepts and forwards again. Connections that lived through a
+// stall are dropped (both ends have given up on them by then).
 func (p *cutProxy) Restore() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.cut = false
-	p.mu.Unlock()
+	if p.stalled {
+		for c := range p.conns {
+			c.Close()
+			delete(p.conns, c)
+		}
+		p.stalled = false
+		close(p.gate)
+	}
 }
 
 func (p *cutProxy) close() {
 	p.ln.Close()
+	p.Restore()
 	p.Cut()
 	p.wg.Wait()
 }
