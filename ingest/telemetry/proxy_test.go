@@ -1,7 +1,7 @@
 package telemetry
 
 import (
-		"net"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,7 +27,7 @@ type cutProxy struct {
 	Cuts, Killed, Refused atomic.Int64
 	// Stalls counts Stall calls; Held counts chunks held back by a stall.
 	Stalls, Held atomic.Int64
-	wg                    sync.WaitGroup
+	wg           sync.WaitGroup
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
