@@ -33,7 +33,8 @@
 //	}
 //
 // Event: routing key = agent id, writer "health/<agent>", event time = the
-// sample time, then a watermark mark at the durable position.
+// sample time, then a watermark mark at the durable position. DecodeSample
+// reads it back (and refuses other versions).
 //
 // # Disk pressure
 //

@@ -35,6 +35,18 @@ type storedMarker struct {
 	Payload     []byte               `json:"payload"`
 }
 
+// decodeStoredMarker decodes and checks a recorded carried marker.
+func decodeStoredMarker(b []byte) (storedMarker, error) {
+	var sm storedMarker
+	if err := json.Unmarshal(b, &sm); err != nil {
+		return sm, fmt.Errorf("%w: %w", ErrCorruptMarker, err)
+	}
+	if sm.RoutingKey == "" || sm.Writer == "" || !sm.Flags.Has(localstream.FlagGap) {
+		return sm, fmt.Errorf("%w: routing key %q, writer %q, flags %#x", ErrCorruptMarker, sm.RoutingKey, sm.Writer, sm.Flags)
+	}
+	return sm, nil
+}
+
 // pendingMarker is a carried gap marker not yet appended again.
 type pendingMarker struct {
 	stream *localstream.Stream
@@ -110,14 +122,14 @@ func (p *Pressure) loadMarkers() error {
 	}
 	for _, key := range slices.Sorted(maps.Keys(stored)) {
 		v := stored[key]
-		var sm storedMarker
 		name, _, _ := strings.Cut(key[len(markerPrefix):], "/")
 		st, err := p.store.Stream(name)
 		if len(v) == 0 { // appended: only the tidy-up was missed
 			p.store.DeleteMeta(key)
 			continue
 		}
-		if err != nil || json.Unmarshal(v, &sm) != nil || sm.RoutingKey == "" || sm.Writer == "" {
+		sm, derr := decodeStoredMarker(v)
+		if err != nil || derr != nil {
 			p.stats.MarkersLost++
 			p.cfg.Logger.Error("devices: unreadable carried gap marker dropped", "key", key)
 			p.store.DeleteMeta(key)

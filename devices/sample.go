@@ -2,6 +2,7 @@ package devices
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -35,6 +36,22 @@ type Sample struct {
 	Temperatures []Temperature `json:"temperatures,omitempty"`
 	UptimeS      uint64        `json:"uptime_s"`
 	Errors       []string      `json:"errors,omitempty"`
+}
+
+// DecodeSample decodes a health event's payload (for central consumers and
+// tools). It refuses a version other than SampleVersion.
+func DecodeSample(b []byte) (Sample, error) {
+	var s Sample
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Sample{}, fmt.Errorf("%w: %w", ErrCorruptSample, err)
+	}
+	if s.V != SampleVersion {
+		return Sample{}, fmt.Errorf("%w: version %d, this build reads %d", ErrCorruptSample, s.V, SampleVersion)
+	}
+	if s.Agent == "" {
+		return Sample{}, fmt.Errorf("%w: no agent", ErrCorruptSample)
+	}
+	return s, nil
 }
 
 // CPUSample is the CPU busy percentage (all cores) since the previous sample.
