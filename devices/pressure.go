@@ -136,7 +136,7 @@ func (p *Pressure) Run(ctx context.Context) error {
 func (p *Pressure) Check(ctx context.Context) (State, error) {
 	var errs []error
 	p.retryMarkers(ctx)
-	state, err := p.measure()
+	state, err := p.measure(true)
 	if err != nil {
 		return state, p.fail(err)
 	}
@@ -153,7 +153,7 @@ func (p *Pressure) Check(ctx context.Context) (State, error) {
 		p.gc()
 	}
 	if state == StateShed {
-		again, err := p.measure()
+		again, err := p.measure(false)
 		errs = append(errs, err)
 		if err == nil && again == StateShed {
 			shed, err := p.shedNext(ctx)
@@ -166,8 +166,9 @@ func (p *Pressure) Check(ctx context.Context) (State, error) {
 	return state, p.fail(errors.Join(errs...))
 }
 
-// measure reads the free space and sets the state.
-func (p *Pressure) measure() (State, error) {
+// measure reads the free space and records it; first marks the check's
+// first measurement, which sets (and logs changes of) the state.
+func (p *Pressure) measure(first bool) (State, error) {
 	free, total, err := p.cfg.DiskSpace(p.store.Dir())
 	if err != nil {
 		return StateOK, fmt.Errorf("devices: free space of %s: %w", p.store.Dir(), err)
@@ -182,11 +183,15 @@ func (p *Pressure) measure() (State, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.stats.FreeBytes, p.stats.TotalBytes = free, total
+	if !first {
+		return state, nil
+	}
 	if state != p.stats.State {
 		p.cfg.Logger.Info("devices: disk pressure", "state", state.String(), "free_bytes", free, "total_bytes", total)
 	}
 	p.stats.Checks++
-	p.stats.State, p.stats.FreeBytes, p.stats.TotalBytes = state, free, total
+	p.stats.State = state
 	p.stats.RetainBelowBytes, p.stats.ShedBelowBytes = retainAt, shedAt
 	return state, nil
 }
