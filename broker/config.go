@@ -32,6 +32,13 @@ type Options struct {
 	// NoFallback makes Start fail with ErrNoBinary instead of falling back
 	// to the embedded broker.
 	NoFallback bool
+	// NoAnonymous writes allow_anonymous false (with a password_file in
+	// ExtraConfig) instead of allowing anonymous clients.
+	NoAnonymous bool
+	// ExtraConfig is appended to the configuration after the listener line,
+	// so listener options (cafile, certfile, keyfile, require_certificate)
+	// apply to the broker's listener. Ignored by the embedded broker.
+	ExtraConfig string
 	// Logger receives lifecycle messages (start, restart, fallback). Default: discard.
 	Logger *slog.Logger
 }
@@ -55,7 +62,7 @@ func mosquittoConfig(o Options, dir string, port int) string {
 	line := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	line("# written by github.com/edge-agent/edge-agent/broker")
 	line("listener %d 127.0.0.1", port)
-	line("allow_anonymous true")
+	line("allow_anonymous %t", !o.NoAnonymous)
 	if os.Geteuid() == 0 {
 		// Run as root, mosquitto drops to user "mosquitto", which then cannot
 		// write the persistence file into our directory.
@@ -75,5 +82,8 @@ func mosquittoConfig(o Options, dir string, port int) string {
 	line("log_type notice")
 	line("log_type information")
 	line("connection_messages true")
+	if o.ExtraConfig != "" {
+		line("%s", o.ExtraConfig)
+	}
 	return b.String()
 }
