@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"reflect"
 	stdsync "sync"
 	"sync/atomic"
 	"time"
@@ -90,13 +91,16 @@ type Sampler struct {
 }
 
 // NewSampler returns a sampler appending to out (the health stream) and
-// noting marks in marks (nil: no marks). It starts nothing.
+// noting marks in marks (nil, or a nil pointer: no marks). It starts nothing.
 func NewSampler(cfg HealthConfig, out Appender, marks Marks) (*Sampler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if out == nil {
 		return nil, fmt.Errorf("%w: health: no stream to append to", ErrConfig)
+	}
+	if v := reflect.ValueOf(marks); marks != nil && v.Kind() == reflect.Pointer && v.IsNil() {
+		marks = nil // a nil *Tracker in the interface: no marks, not a panic
 	}
 	cfg = cfg.withDefaults()
 	s := &Sampler{cfg: cfg, out: out, marks: marks, probe: probe{dir: cfg.DataDir}}

@@ -148,6 +148,19 @@ func TestBusyPercent(t *testing.T) {
 	}
 }
 
+func TestSamplerNilMarksPointer(t *testing.T) {
+	dir := t.TempDir()
+	st, _ := openStore(t, dir, localstream.Options{}).CreateStream("health", localstream.StreamConfig{})
+	var m *recMarks // a missing tracker
+	sm, err := NewSampler(HealthConfig{Agent: "gs-1", DataDir: dir}, st, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sm.SampleOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestHealthConfigValidate(t *testing.T) {
 	for _, c := range []HealthConfig{{DataDir: "/x"}, {Agent: "a"}, {Agent: "a", DataDir: "/x", Interval: -1}} {
 		if err := c.Validate(); !errors.Is(err, ErrConfig) {
