@@ -396,6 +396,14 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		}
 		a.telem = in
 		g.Go(func() error { return in.Run(ctx) })
+		// Ready means subscribed: on a first start, messages published
+		// before the subscription exists are not kept for us by the broker.
+		select {
+		case <-in.Subscribed():
+		case <-ctx.Done():
+		case <-time.After(tc.ConnectTimeout):
+			a.log.Warn("telemetry: not subscribed yet; running on, the broker session keeps messages once it is", "broker", t.Broker)
+		}
 	}
 	return nil
 }
