@@ -20,7 +20,17 @@ func benchMsgs() int {
 	if v, err := strconv.Atoi(os.Getenv("EDGE_BENCH_MSGS")); err == nil && v > 0 {
 		return v
 	}
-	return 5000
+	return 3000
+}
+
+// benchPairs is the pairs of passes per benchmark iteration (EDGE_BENCH_PAIRS):
+// `make bench` runs one iteration, and one pair alone is at the mercy of the
+// other processes on a 2-core box.
+func benchPairs() int {
+	if v, err := strconv.Atoi(os.Getenv("EDGE_BENCH_PAIRS")); err == nil && v > 0 {
+		return v
+	}
+	return 5
 }
 
 const benchDrones = 4
@@ -140,7 +150,8 @@ func waitDone(b *testing.B, done *atomic.Uint64, total uint64) {
 // in the broker first, then consumed). Each iteration runs one pair of each,
 // alternating which side goes first; the ratios reported are the medians of
 // the per-pair ratios (robust on a busy 2-core box), the rates are means.
-// EDGE_BENCH_MSGS sets the messages per drone and pass (default 5000).
+// EDGE_BENCH_MSGS sets the messages per drone and pass (default 3000),
+// EDGE_BENCH_PAIRS the pairs per iteration (default 5).
 func BenchmarkTelemetryIngest(b *testing.B) {
 	inflight, _ := strconv.Atoi(os.Getenv("EDGE_BENCH_INFLIGHT"))
 	br, err := broker.Start(context.Background(), broker.Options{Dir: b.TempDir(), MaxInflight: inflight})
@@ -165,7 +176,7 @@ func BenchmarkTelemetryIngest(b *testing.B) {
 			*bare = append(*bare, pass(b, br, bareConsumer, id+"-b"))
 		}
 	}
-	for i := 0; i < b.N; i++ {
+	for i := 0; i < b.N*benchPairs(); i++ {
 		id := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
 		switch only {
 		case "storelive":
