@@ -13,16 +13,19 @@ import (
 
 func init() {
 	commands["replay"] = command{
-		summary: "send a recorded RTP/RTCP capture (pcap/pcapng) to an agent",
+		summary: "send a recorded RTP/RTCP capture (pcap/pcapng) and/or JSONL telemetry recording to an agent",
 		run:     runReplay,
 	}
 }
 
-// runReplay: edge-agent replay --pcap FILE --to HOST:PORT [--speed max|1.0]
-// [--ssrc N] [--mux] [--from IP:PORT] [--quiet]
+// runReplay: edge-agent replay [--pcap FILE --to HOST:PORT] [--jsonl FILE
+// --mqtt-broker URL] [--speed max|1.0] [--ssrc N] [--mux] [--from IP:PORT]
+// [--quiet]. Both recordings given: sent together, each with its own timing.
 func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("replay", stderr)
-	pcap := fs.String("pcap", "", "capture file, pcap or pcapng (required)")
+	pcap := fs.String("pcap", "", "RTP/RTCP capture file, pcap or pcapng")
+	jsonl := fs.String("jsonl", "", "telemetry recording, JSONL (see replay.TelemetryRecord), published to --mqtt-broker")
+	broker := fs.String("mqtt-broker", "tcp://127.0.0.1:1883", "MQTT broker the agent subscribes to (with --jsonl)")
 	to := fs.String("to", "127.0.0.1:5004", "agent RTP address HOST:PORT; RTCP goes to PORT+1 when the capture had it on a separate port")
 	speed := fs.String("speed", "1.0", `timing: "max" (as fast as possible) or a factor of the original timing (1.0 = original)`)
 	ssrc := fs.String("ssrc", "", "rewrite every SSRC to this value (decimal or 0x hex), to act as another drone")
@@ -32,8 +35,8 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *pcap == "" {
-		return usagef("--pcap FILE is required")
+	if *pcap == "" && *jsonl == "" {
+		return usagef("give --pcap FILE (RTP video) and/or --jsonl FILE (MQTT telemetry)")
 	}
 	opts := replay.Options{Mux: *mux, LocalAddr: *from}
 	if *speed != "max" {
@@ -56,7 +59,36 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !*quiet {
 		opts.Progress = stderr
 	}
+	var jsonlErr error
+	jsonlDone := make(chan struct{})
+	go func() {
+		defer close(jsonlDone)
+		if *jsonl == "" {
+			return
+		}
+		topts := replay.TelemetryOptions{Speed: opts.Speed}
+		if *pcap == "" && !*quiet {
+			topts.Progress = stderr
+		}
+		sum, skipped, err := replay.SendTelemetryFile(ctx, *jsonl, *broker, topts)
+		if sum.Published > 0 || err == nil {
+			fmt.Fprintf(stdout, "replay %s -> %s: %s; %d invalid lines skipped\n", *jsonl, *broker, sum, skipped)
+		}
+		jsonlErr = err
+	}()
+	defer func() { <-jsonlDone }()
+	if *pcap == "" {
+		<-jsonlDone
+		if errors.Is(jsonlErr, replay.ErrTarget) || errors.Is(jsonlErr, replay.ErrFormat) {
+			return usagef("%v", jsonlErr)
+		}
+		return jsonlErr
+	}
 	sum, err := replay.Send(ctx, *pcap, *to, opts)
+	<-jsonlDone
+	if err == nil && jsonlErr != nil {
+		return jsonlErr
+	}
 	if errors.Is(err, replay.ErrTarget) || errors.Is(err, replay.ErrFormat) || errors.Is(err, replay.ErrNoRTP) {
 		return usagef("%v", err)
 	}

@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/replay"
 )
 
 func init() {
@@ -34,6 +37,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the flight paths")
 	fs.BoolVar(&cfg.NoStatus, "no-status", false, "do not publish online/offline status (nor the last will)")
 	verbose := fs.Bool("verbose", false, "print every published message as '<topic> <payload>'")
+	record := fs.String("record", "", "also write every published message to this JSONL file (replayable with 'edge-agent replay --jsonl')")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -54,6 +58,24 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			mu.Lock()
 			fmt.Fprintf(stdout, "%s %s\n", topic, payload)
 			mu.Unlock()
+		}
+	}
+	if *record != "" {
+		f, err := os.Create(*record)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		enc := json.NewEncoder(f)
+		var mu sync.Mutex
+		printer := cfg.OnPublished
+		cfg.OnPublished = func(drone, topic string, seq uint64, payload []byte) {
+			mu.Lock()
+			enc.Encode(replay.NewTelemetryRecord(time.Now(), topic, q, payload))
+			mu.Unlock()
+			if printer != nil {
+				printer(drone, topic, seq, payload)
+			}
 		}
 	}
 	fmt.Fprintf(stdout, "simulate: %d drone(s) -> %s, %.1f Hz, qos %d\n", cfg.Drones, cfg.Broker, cfg.Rate, q)
