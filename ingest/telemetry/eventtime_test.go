@@ -56,3 +56,19 @@ func FuzzEventTime(f *testing.F) {
 		}
 	})
 }
+
+func TestTimeUnitMicroSign(t *testing.T) {
+	cfg := testConfig("tcp://127.0.0.1:1", "c")
+	cfg.TimeUnit = "µs"
+	in, err := New(cfg, Sink{Stream: nilAppender{}, Meta: nilMeta{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := in.buildEvent("d", "t", []byte(`{"timestamp":5}`), 1)
+	if ev.EventTime != 5000 {
+		t.Fatalf("µs read as %d ns", ev.EventTime)
+	}
+	if _, err := ParseTimeUnit("weeks"); err == nil {
+		t.Fatal("bad unit accepted")
+	}
+}

@@ -69,6 +69,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.TimeUnit, _ = ParseTimeUnit(string(cfg.TimeUnit)) // "µs" → "us"
 	if sink.Stream == nil || sink.Meta == nil {
 		return nil, fmt.Errorf("%w: sink needs a stream and a meta store", ErrConfig)
 	}
