@@ -13,7 +13,12 @@ func TestIngestInOrderExactlyOnce(t *testing.T) {
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
 	in, stop := runIngester(t, testConfig(b.URL(), "agent-a"), s, st, nil)
-	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
+	// A first start has no session yet: publish only once subscribed.
+	select {
+	case <-in.Subscribed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("not subscribed")
+	}
 	const drones, n = 4, 300
 	res, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: n, Window: 16})
 	if err != nil {
