@@ -18,7 +18,9 @@
 // The client uses a persistent session (clean session off, stable client id
 // from the agent id), QoS 1 subscriptions renewed on every connect, manual
 // acks and paho's reconnect with a capped exponential backoff. A PUBACK is
-// sent only after the event is durable (rule 1). An ack made on a connection
+// sent only after the event is durable (rule 1). Subscribed() is closed
+// after the first subscription: on a very first start the broker keeps
+// nothing for the agent before that, so "ready" means subscribed. An ack made on a connection
 // that has since dropped is lost; the broker then redelivers with DUP set.
 //
 // # No duplicates after a crash
