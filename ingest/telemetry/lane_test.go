@@ -19,6 +19,8 @@ type deliveredMsg struct {
 	payload []byte
 	id      uint16
 	acked   *atomic.Int64
+	// onAck, if set, runs at the PUBACK.
+	onAck func()
 }
 
 func (m *deliveredMsg) Duplicate() bool   { return false }
@@ -27,12 +29,18 @@ func (m *deliveredMsg) Retained() bool    { return false }
 func (m *deliveredMsg) Topic() string     { return m.topic }
 func (m *deliveredMsg) MessageID() uint16 { return m.id }
 func (m *deliveredMsg) Payload() []byte   { return m.payload }
-func (m *deliveredMsg) Ack()              { m.acked.Add(1) }
+func (m *deliveredMsg) Ack() {
+	if m.onAck != nil {
+		m.onAck()
+	}
+	m.acked.Add(1)
+}
 
 // TestBurstDoesNotStarveOtherDrones: drone A has 2000 messages waiting when
 // drone B's 10 arrive; the dispatcher's round-robin puts B's events into the
 // store within the first round (FIFO would put them after all of A's), and
-// each drone's events stay in order. Every message is acked after its append.
+// each drone's events stay in order. Every message is acked only after its
+// event is durable.
 func TestBurstDoesNotStarveOtherDrones(t *testing.T) {
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
@@ -41,13 +49,28 @@ func TestBurstDoesNotStarveOtherDrones(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var acked atomic.Int64
+	var acked, early atomic.Int64
+	// Rule 1: at each PUBACK, at least as many events are durable (inside
+	// the stream's tail cut) as messages have been acked, this one included.
+	durable := func() int64 {
+		var n uint64
+		for _, off := range st.TailCut().Positions {
+			n += off
+		}
+		return int64(n)
+	}
+	checkDurable := func() {
+		if acked.Load()+1 > durable() {
+			early.Add(1)
+		}
+	}
 	const burst, few = 2000, 10
 	id := uint16(0)
 	msg := func(drone string, seq int) *deliveredMsg {
 		id++
 		return &deliveredMsg{topic: "drones/" + drone + "/telemetry",
-			payload: fmt.Appendf(nil, `{"drone":%q,"seq":%d,"timestamp":%d}`, drone, seq, time.Now().UnixMilli()), id: id, acked: &acked}
+			payload: fmt.Appendf(nil, `{"drone":%q,"seq":%d,"timestamp":%d}`, drone, seq, time.Now().UnixMilli()), id: id,
+			acked: &acked, onAck: checkDurable}
 	}
 	// Deliver A's burst, then B's few, before the dispatcher runs.
 	for i := 1; i <= burst; i++ {
@@ -62,12 +85,15 @@ func TestBurstDoesNotStarveOtherDrones(t *testing.T) {
 	in.ackWG.Add(1)
 	go in.dispatch(ctx)
 	go in.ackLoop()
-	waitFor(t, 20*time.Second, "all appended and acked", func() bool { return acked.Load() == burst+few })
+	waitFor(t, 20*time.Second, "all appended and acked", func() bool { return acked.Load() >= burst+few })
 	close(in.stopping)
 	in.wg.Wait()
 	close(in.ackStop)
 	in.ackWG.Wait()
 
+	if early.Load() != 0 {
+		t.Fatalf("%d PUBACKs before their event was durable", early.Load())
+	}
 	recs := readAll(t, st)
 	if msg := verifyExactlyOnce(recs, map[string]uint64{"a": burst, "b": few}); msg != "" {
 		t.Fatal(msg)
