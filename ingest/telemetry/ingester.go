@@ -137,14 +137,19 @@ func (in *Ingester) Run(ctx context.Context) error {
 	case <-in.quit:
 	case runErr = <-in.fatal:
 	}
-	// Stop in pipeline order: intake, dispatcher, pending appends, acks.
+	// Stop in pipeline order: no new appends; the queued ones become durable
+	// and their PUBACKs go out on the still open connection; then disconnect.
+	// Messages left in the lanes stay unacked: the broker keeps them.
 	close(in.stopping)
-	client.Disconnect(200)
-	cancel()
+	if runErr != nil {
+		cancel() // the store failed: do not wait for it
+	}
 	in.wg.Wait()
 	waitTimeout(&in.inflight, 10*time.Second)
 	close(in.ackStop)
 	in.ackWG.Wait()
+	client.Disconnect(200)
+	cancel()
 	if runErr == nil {
 		select {
 		case runErr = <-in.fatal:
@@ -435,7 +440,14 @@ func (in *Ingester) ackLoop() {
 		case a := <-in.acks:
 			a()
 		case <-in.ackStop:
-			return // the connection is closed: later acks would be dropped anyway
+			for { // send what is queued, then stop
+				select {
+				case a := <-in.acks:
+					a()
+				default:
+					return
+				}
+			}
 		}
 	}
 }

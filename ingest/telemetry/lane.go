@@ -90,6 +90,11 @@ func (in *Ingester) dispatch(ctx context.Context) {
 		in.lanesMu.RUnlock()
 		moved := false
 		for _, l := range ring {
+			select {
+			case <-in.stopping:
+				return
+			default:
+			}
 		burst:
 			for k := 0; k < dispatchBurst; k++ {
 				select {
