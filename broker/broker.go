@@ -84,7 +84,7 @@ func Start(ctx context.Context, opts Options) (*Broker, error) {
 		b.cleanup()
 		return nil, err
 	}
-	opts.Logger.Info("broker: started", "url", b.URL(), "embedded", b.Embedded(), "dir", b.dir)
+	opts.Logger.Debug("broker: started", "url", b.URL(), "embedded", b.Embedded(), "dir", b.dir)
 	return b, nil
 }
 
@@ -241,7 +241,7 @@ func (b *Broker) Restart(ctx context.Context, hard bool) error {
 	b.mu.Lock()
 	b.restarts++
 	b.mu.Unlock()
-	b.opts.Logger.Info("broker: restarted", "url", b.URL(), "hard", hard)
+	b.opts.Logger.Debug("broker: restarted", "url", b.URL(), "hard", hard)
 	return nil
 }
 

@@ -39,7 +39,8 @@ type Options struct {
 	// so listener options (cafile, certfile, keyfile, require_certificate)
 	// apply to the broker's listener. Ignored by the embedded broker.
 	ExtraConfig string
-	// Logger receives lifecycle messages (start, restart, fallback). Default: discard.
+	// Logger receives lifecycle messages: the fallback to the embedded
+	// broker (Warn), start and restart (Debug). Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -51,7 +52,7 @@ func (o *Options) setDefaults() {
 		o.AutosaveInterval = 1
 	}
 	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
+		o.Logger = slog.Default()
 	}
 }
 
