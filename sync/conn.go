@@ -124,6 +124,11 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 				logger.Warn("central disconnected", "err", err)
 			}
 		}),
+		// Without a handler nats.go prints async errors (e.g. writes on a
+		// dropped link) to stderr.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Debug("central async error", "err", err)
+		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			logger.Info("central reconnected", "url", nc.ConnectedUrlRedacted())
 		}),

@@ -245,16 +245,15 @@ func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, tim
 	return Committed{Seq: r.Message.Seq, Record: rec}, nil
 }
 
-// Begin starts the transaction after prev.
-func (s *JetStreamSink) Begin(stream string, prev Committed) Txn {
-	return &jsTxn{sink: s, stream: stream, prev: prev, number: prev.Record.Txn + 1}
+// Begin starts transaction number.
+func (s *JetStreamSink) Begin(stream string, number uint64) Txn {
+	return &jsTxn{sink: s, stream: stream, number: number}
 }
 
 // jsTxn is one atomic batch.
 type jsTxn struct {
 	sink   *JetStreamSink
 	stream string
-	prev   Committed
 	number uint64
 	bp     jetstreamext.BatchPublisher
 	n      int
@@ -314,7 +313,7 @@ func (t *jsTxn) Add(ctx context.Context, rec localstream.Record) error {
 
 // Commit sends the commit record, expecting the previous commit's sequence
 // on the cut subject (fencing).
-func (t *jsTxn) Commit(ctx context.Context, cut localstream.StreamCut, wm Watermark) (Committed, error) {
+func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark) (Committed, error) {
 	if t.closed {
 		return Committed{}, ErrTxnClosed
 	}
@@ -333,7 +332,7 @@ func (t *jsTxn) Commit(ctx context.Context, cut localstream.StreamCut, wm Waterm
 	m.Data = data
 	ctx, cancel := t.sink.linkCtx(ctx)
 	defer cancel()
-	ack, err := bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectLastSequencePerSubject(t.prev.Seq))
+	ack, err := bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectLastSequencePerSubject(prev.Seq))
 	if err != nil {
 		return Committed{}, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
 	}

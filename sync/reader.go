@@ -199,8 +199,13 @@ func (r *CentralReader) fetch(batch jetstream.MessageBatch, err error) error {
 		}
 		err = batch.Error()
 	}
-	if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, jetstream.ErrNoMessages) {
+	if err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !transientRead(err) {
 		return err
+	}
+	if err != nil && len(r.buf) == 0 && !errors.Is(err, jetstream.ErrNoMessages) {
+		// An election or reconnect: the ordered consumer recreates
+		// itself; wait a little instead of spinning.
+		time.Sleep(50 * time.Millisecond)
 	}
 	return nil
 }

@@ -225,16 +225,69 @@ func (r *Replicator) session(ctx context.Context) error {
 	r.mu.Lock()
 	r.state = "replicating"
 	r.mu.Unlock()
+	// Pipeline: the next transaction's events are sent while the previous
+	// commit waits for its ack; its commit record goes out only after that
+	// ack, expecting its sequence, so the chain stays linear. When a commit
+	// fails, the transaction built behind it is abandoned (nothing of it is
+	// visible) and the session resumes from the central cut.
+	prev, next := c, c.Record.Txn+1
+	var fl *inflight
+	defer func() {
+		if fl != nil {
+			<-fl.done
+		}
+	}()
 	for {
-		if c, err = r.transaction(ctx, pf, c, cut); err != nil {
+		txn := r.sink.Begin(name, next)
+		lastCut, ingest, err := r.collect(ctx, pf, txn, cut, fl)
+		if err != nil {
+			txn.Discard()
 			return err
 		}
-		if c.Seq > 0 {
-			if cut, err = c.Record.StreamCut(); err != nil {
-				return err
+		if fl != nil {
+			<-fl.done
+			if fl.err != nil {
+				txn.Discard()
+				return fl.err
 			}
+			prev = fl.c
+			fl = nil
 		}
+		wm, err := r.watermark(lastCut, prev)
+		if err != nil {
+			txn.Discard()
+			return err
+		}
+		if txn.Len() == 0 && !r.watermarkMoved(prev, wm) {
+			txn.Discard()
+			continue
+		}
+		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest}
+		go func(fl *inflight, prev Committed) {
+			defer close(fl.done)
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
+			defer cancel()
+			fl.c, fl.err = txn.Commit(cctx, prev, lastCut, wm)
+			if fl.err == nil {
+				// Booked at once (stats, local cut, OnCommit), not when
+				// the next transaction is ready. Only one commit is in
+				// flight, and the session touches this state only
+				// when none is.
+				fl.err = r.committed(fl)
+			}
+		}(fl, prev)
+		next++
+		cut = lastCut
 	}
+}
+
+// inflight is a commit waiting for its ack.
+type inflight struct {
+	done   chan struct{}
+	c      Committed
+	err    error
+	cut    localstream.StreamCut
+	ingest []int64
 }
 
 // adopt applies the fencing rules to the commit read from the centre and
@@ -289,11 +342,11 @@ func (r *Replicator) setLast(c Committed) {
 	r.mu.Unlock()
 }
 
-// transaction builds and commits one transaction after prev (at cut).
-// It returns prev unchanged when there was nothing to commit.
-func (r *Replicator) transaction(ctx context.Context, pf *prefetcher, prev Committed, cut localstream.StreamCut) (Committed, error) {
-	txn := r.sink.Begin(r.st.Name(), prev)
-	defer txn.Discard()
+// collect adds events to txn, from cut on, until the transaction is full
+// or its time is up (CommitInterval after its first event; an empty one
+// waits IdleCommitInterval). It ends early when fl, the commit in flight,
+// fails. It returns the cut after the last added event.
+func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight) (localstream.StreamCut, []int64, error) {
 	var ingest []int64
 	lastCut := cut
 	var closeAt time.Time
@@ -318,12 +371,15 @@ func (r *Replicator) transaction(ctx context.Context, pf *prefetcher, prev Commi
 		f := *r.pending
 		r.pending = nil
 		if err := add(f); err != nil {
-			return prev, err
+			return cut, nil, err
 		}
+	}
+	var flDone chan struct{}
+	if fl != nil {
+		flDone = fl.done
 	}
 	timer := time.NewTimer(r.cfg.IdleCommitInterval)
 	defer timer.Stop()
-collect:
 	for txn.Len() < r.cfg.MaxTxnEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
 		var f fetched
 		var ok bool
@@ -333,63 +389,64 @@ collect:
 			wait := r.cfg.IdleCommitInterval
 			if txn.Len() > 0 {
 				if wait = closeAt.Sub(r.cfg.Now()); wait <= 0 {
-					break collect
+					return lastCut, ingest, nil
 				}
 			}
 			timer.Reset(wait)
 			select {
 			case f, ok = <-pf.ch:
 			case <-timer.C:
-				break collect
+				return lastCut, ingest, nil
+			case <-flDone:
+				if fl.err != nil {
+					return cut, nil, fl.err
+				}
+				flDone = nil
+				continue
 			case <-ctx.Done():
-				return prev, ctx.Err()
+				return cut, nil, ctx.Err()
 			}
 		}
 		if !ok {
-			return prev, ctx.Err()
+			return cut, nil, ctx.Err()
 		}
 		if f.err != nil {
-			return prev, f.err
+			return cut, nil, f.err
 		}
 		if txn.Len() > 0 && txn.Bytes()+int64(len(f.rec.Payload)) > r.cfg.MaxTxnBytes {
 			r.pending = &f
 			break
 		}
 		if err := add(f); err != nil {
-			return prev, err
+			return cut, nil, err
 		}
 	}
-	wm, err := r.watermark(lastCut, prev)
-	if err != nil {
-		return prev, err
+	return lastCut, ingest, nil
+}
+
+// watermarkMoved reports whether an empty transaction is worth committing.
+func (r *Replicator) watermarkMoved(prev Committed, wm Watermark) bool {
+	if prev.Seq == 0 {
+		return wm.LowerNs != 0 || wm.UpperNs != 0
 	}
-	if txn.Len() == 0 {
-		// Idle: commit only to publish a moved watermark.
-		if prev.Seq > 0 && wm.LowerNs == prev.Record.Watermark.LowerNs && wm.UpperNs == prev.Record.Watermark.UpperNs {
-			return prev, nil
-		}
-		if prev.Seq == 0 && wm.LowerNs == 0 && wm.UpperNs == 0 {
-			return prev, nil
-		}
-	}
-	cctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
-	c, err := txn.Commit(cctx, lastCut, wm)
-	cancel()
-	if err != nil {
-		return prev, err
-	}
+	return wm.LowerNs != prev.Record.Watermark.LowerNs || wm.UpperNs != prev.Record.Watermark.UpperNs
+}
+
+// committed books an acked commit.
+func (r *Replicator) committed(fl *inflight) error {
+	c := fl.c
 	r.ownCommits++
 	r.txns.Add(1)
 	r.events.Add(uint64(c.Record.Events))
 	r.bytes.Add(uint64(c.Record.Bytes))
 	r.setLast(c)
-	if err := r.recordLocally(lastCut, false); err != nil {
-		return c, err
+	if err := r.recordLocally(fl.cut, false); err != nil {
+		return err
 	}
 	if r.cfg.OnCommit != nil {
-		r.cfg.OnCommit(c, ingest)
+		r.cfg.OnCommit(c, fl.ingest)
 	}
-	return c, nil
+	return nil
 }
 
 // recordLocally writes the committed cut into the local store (retention

@@ -15,8 +15,9 @@ type Sink interface {
 	// LastCommitted reads the agent's last commit on the stream as the
 	// central store has it now (through the leader); zero when none.
 	LastCommitted(ctx context.Context, stream string) (Committed, error)
-	// Begin starts the transaction that follows prev.
-	Begin(stream string, prev Committed) Txn
+	// Begin starts transaction number (the previous commit's txn + 1). Its
+	// events may be sent before the previous commit is acked.
+	Begin(stream string, number uint64) Txn
 }
 
 // Txn is one transaction: events added in order, then one commit. It is
@@ -25,10 +26,11 @@ type Sink interface {
 type Txn interface {
 	// Add sends one event of the transaction.
 	Add(ctx context.Context, rec localstream.Record) error
-	// Commit sends the commit record (cut, watermark) and waits for the
-	// outcome. An error means the outcome is unknown unless it is a
-	// rejection (see Classify); LastCommitted tells.
-	Commit(ctx context.Context, cut localstream.StreamCut, wm Watermark) (Committed, error)
+	// Commit sends the commit record (cut, watermark), expecting prev to
+	// be the agent's last commit (fencing), and waits for the outcome. An
+	// error means the outcome is unknown unless it is a rejection (see
+	// Classify); LastCommitted tells.
+	Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark) (Committed, error)
 	// Discard abandons the transaction; the server drops it after its
 	// batch timeout.
 	Discard()

@@ -55,7 +55,7 @@ func TestSinkCommitAndFencing(t *testing.T) {
 	if err != nil || prev.Seq != 0 {
 		t.Fatalf("empty store: %+v %v", prev, err)
 	}
-	ta, tb := a.Begin("telemetry", prev), b.Begin("telemetry", prev)
+	ta, tb := a.Begin("telemetry", 1), b.Begin("telemetry", 1)
 	for i := range 3 {
 		if err := ta.Add(ctx, rec(0, uint64(i), "d1", int64(100+i))); err != nil {
 			t.Fatal(err)
@@ -64,14 +64,14 @@ func TestSinkCommitAndFencing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ca, err := ta.Commit(ctx, cutAt("telemetry", 3), Watermark{LowerNs: 100, UpperNs: 102})
+	ca, err := ta.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{LowerNs: 100, UpperNs: 102})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ca.Seq != 4 || ca.Record.Txn != 1 || ca.Record.Events != 3 {
 		t.Fatalf("commit %+v", ca)
 	}
-	_, err = tb.Commit(ctx, cutAt("telemetry", 3), Watermark{})
+	_, err = tb.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{})
 	if Classify(err) != Conflict {
 		t.Fatalf("second commit on the same predecessor: %v (class %v), want a conflict", err, Classify(err))
 	}
@@ -83,11 +83,11 @@ func TestSinkCommitAndFencing(t *testing.T) {
 		t.Fatalf("LastCommitted = %+v, %v; want seq %d of instance %s", got, err, ca.Seq, a.instance)
 	}
 	// The chain continues from the read-back commit.
-	tc := b.Begin("telemetry", got)
+	tc := b.Begin("telemetry", got.Record.Txn+1)
 	if tc.Number() != 2 {
 		t.Fatalf("next txn number %d", tc.Number())
 	}
-	if _, err := tc.Commit(ctx, cutAt("telemetry", 3), Watermark{}); err != nil {
+	if _, err := tc.Commit(ctx, got, cutAt("telemetry", 3), Watermark{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -123,14 +123,14 @@ func TestSinkMidBatchCutLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	px.cutMidBatch.Store(true)
-	tx := s.Begin("health", Committed{})
+	tx := s.Begin("health", 1)
 	var err error
 	for i := 0; i < 50 && err == nil; i++ {
 		err = tx.Add(ctx, rec(0, uint64(i), "h", int64(i)))
 		time.Sleep(time.Millisecond)
 	}
 	if err == nil {
-		_, err = tx.Commit(ctx, cutAt("health", 50), Watermark{})
+		_, err = tx.Commit(ctx, Committed{}, cutAt("health", 50), Watermark{})
 	}
 	if err == nil || px.midBatchCuts.Load() != 1 {
 		t.Fatalf("commit after a mid-batch cut: err=%v cuts=%d", err, px.midBatchCuts.Load())
@@ -149,13 +149,13 @@ func TestSinkMidBatchCutLeavesNothing(t *testing.T) {
 	if n := streamMsgs(t, s, "health"); n != 0 {
 		t.Fatalf("%d messages of a cut batch are visible", n)
 	}
-	tx = s.Begin("health", c)
+	tx = s.Begin("health", c.Record.Txn+1)
 	for i := range 5 {
 		if err := tx.Add(ctx, rec(0, uint64(i), "h", int64(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tx.Commit(ctx, cutAt("health", 5), Watermark{}); err != nil {
+	if _, err := tx.Commit(ctx, c, cutAt("health", 5), Watermark{}); err != nil {
 		t.Fatal(err)
 	}
 	if n := streamMsgs(t, s, "health"); n != 6 {
