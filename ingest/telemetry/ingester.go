@@ -323,7 +323,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	l.mu.Unlock()
 	in.inflight.Add(1)
 	cb := func(pos localstream.Position, err error) { in.appended(l, m, pid, h, ev.EventTime, pos, err) }
-	err := in.sink.Stream.AppendAsync(ctx, ev, cb, localstream.WithMeta(dedupKey(in.cfg.ClientID, pid), encodeDedup(h)))
+	err := in.appendWaitingForSpace(ctx, ev, cb, localstream.WithMeta(dedupKey(in.cfg.ClientID, pid), encodeDedup(h)))
 	if err == nil {
 		return true
 	}
@@ -345,6 +345,30 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	default:
 		in.fail(err)
 		return false
+	}
+}
+
+// appendWaitingForSpace appends; while the store refuses for lack of disk
+// space (ErrDiskFull: nothing written) it waits and tries again, holding
+// this message unacknowledged — the broker keeps it and the ones behind
+// it — so a full disk pauses telemetry instead of losing or stopping it.
+func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Event, cb func(localstream.Position, error), opts ...localstream.AppendOption) error {
+	wait := 50 * time.Millisecond
+	for counted := false; ; {
+		err := in.sink.Stream.AppendAsync(ctx, ev, cb, opts...)
+		if !errors.Is(err, localstream.ErrDiskFull) {
+			return err
+		}
+		if !counted {
+			in.c.diskFullWaits.Add(1)
+			counted = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
 	}
 }
 

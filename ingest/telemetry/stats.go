@@ -42,6 +42,9 @@ type Stats struct {
 	MarkErrors uint64
 	// DedupLoaded and DedupCorrupt: entries read back from the store at start.
 	DedupLoaded, DedupCorrupt uint64
+	// DiskFullWaits: messages held unacknowledged while the store refused
+	// appends for lack of disk space (retried until space returns).
+	DiskFullWaits uint64
 }
 
 // counters are the live atomic counters behind Stats.
@@ -51,6 +54,7 @@ type counters struct {
 	statusOnline, statusOffline, statusUnknown, writersClosed        atomic.Uint64
 	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
+	diskFullWaits                                                    atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
@@ -66,5 +70,6 @@ func (in *Ingester) Stats() Stats {
 		LaneFullWaits: c.laneFullWaits.Load(), Connects: c.connects.Load(), ConnectionLost: c.connectionLost.Load(),
 		SubscribeErrors: c.subscribeErrors.Load(), MarkErrors: c.markErrors.Load(),
 		DedupLoaded: c.dedupLoaded.Load(), DedupCorrupt: c.dedupCorrupt.Load(),
+		DiskFullWaits: c.diskFullWaits.Load(),
 	}
 }

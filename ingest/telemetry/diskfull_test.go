@@ -1,0 +1,56 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// TestDiskFullPausesWithoutLoss: while the store refuses appends for lack
+// of disk space, telemetry is held unacknowledged at the broker (counted),
+// the ingester keeps running, and once space returns every message is
+// stored exactly once, in order.
+func TestDiskFullPausesWithoutLoss(t *testing.T) {
+	brk := startBroker(t)
+	var free atomic.Int64
+	free.Store(1 << 30)
+	s, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler),
+		MinFreeBytes: 64 << 20, FreeSpace: func(string) (int64, error) { return free.Load(), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.CreateStream("telemetry", localstream.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, stop := runIngester(t, testConfig(brk.URL(), "agent-diskfull"), s, st, nil)
+	<-in.Subscribed()
+
+	free.Store(1 << 20) // below the floor
+	time.Sleep(400 * time.Millisecond)
+	res, err := Simulate(context.Background(), SimConfig{Broker: brk.URL(), Drones: 3, Count: 40, Rate: 200, NoStatus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a disk-full wait", func() bool { return in.Stats().DiskFullWaits > 0 })
+	if n := in.Stats().Appended; n != 0 {
+		t.Fatalf("%d appended while the disk was full", n)
+	}
+	free.Store(1 << 30) // space returns
+	waitFor(t, 30*time.Second, "all messages stored", func() bool { return in.Stats().Appended == res.Published })
+	want := map[string]uint64{}
+	for d, r := range res.Drones {
+		want[d] = r.LastSeq
+	}
+	if msg := verifyExactlyOnce(readAll(t, st), want); msg != "" {
+		t.Fatal(msg)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("ingester stopped with %v", err)
+	}
+}
