@@ -387,7 +387,9 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		}
 		tc.TimeField, tc.TimeUnit, tc.MaxPayload = t.TimeField, unit, t.MaxPayload
 		tc.Username, tc.PasswordFile, tc.PasswordEnv = t.Username, t.PasswordFile, t.PasswordEnv
-		tc.CAFile, tc.CertFile, tc.KeyFile = t.CAFile, t.CertFile, t.KeyFile
+		tc.CAFile, tc.CertFile, tc.KeyFile, tc.ServerName = t.CAFile, t.CertFile, t.KeyFile, t.ServerName
+		tc.BinaryContentType, tc.LaneDepth, tc.MaxDrones = t.BinaryContentType, t.LaneDepth, t.MaxDrones
+		tc.KeepAlive, tc.MaxReconnectInterval = t.KeepAlive, t.MaxReconnectInterval
 		tc.Logger = a.log.With("part", "telemetry")
 		in, err := telemetry.New(tc, telemetry.Sink{Stream: d.telemetrySink(st), Meta: a.store,
 			Marks: d.telemetryMarks(tr)})

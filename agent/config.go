@@ -121,10 +121,24 @@ type TelemetryConfig struct {
 	Username     string `yaml:"username"`
 	PasswordFile string `yaml:"password_file"`
 	PasswordEnv  string `yaml:"password_env"`
-	// CAFile, CertFile, KeyFile configure TLS.
-	CAFile   string `yaml:"ca_file"`
-	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	// CAFile, CertFile, KeyFile configure TLS; ServerName overrides the
+	// name verified in the broker's certificate.
+	CAFile     string `yaml:"ca_file"`
+	CertFile   string `yaml:"cert_file"`
+	KeyFile    string `yaml:"key_file"`
+	ServerName string `yaml:"server_name"`
+	// BinaryContentType is the content type of non-JSON payloads. Default application/octet-stream.
+	BinaryContentType string `yaml:"binary_content_type"`
+	// LaneDepth bounds the messages queued per drone; keep it at or above the
+	// broker's max_inflight_messages. Default 4096.
+	LaneDepth int `yaml:"lane_depth"`
+	// MaxDrones bounds the drones with a queue. Default 1024.
+	MaxDrones int `yaml:"max_drones"`
+	// KeepAlive is the MQTT keep-alive (a silent dead link is found within
+	// 1.5× it). Default 15s.
+	KeepAlive time.Duration `yaml:"keep_alive"`
+	// MaxReconnectInterval caps the reconnect backoff. Default 10s.
+	MaxReconnectInterval time.Duration `yaml:"max_reconnect_interval"`
 }
 
 // CentralConfig configures the central JetStream and replication.
@@ -200,7 +214,9 @@ func NewDefaultConfig() Config {
 		Video:     VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
 		Telemetry: TelemetryConfig{Enabled: true, Broker: "tcp://127.0.0.1:1883",
 			Topics: []string{"drones/{drone}/telemetry/#"}, StatusTopic: "drones/{drone}/status",
-			TimeField: "timestamp", TimeUnit: "auto", MaxPayload: 64 << 10},
+			TimeField: "timestamp", TimeUnit: "auto", MaxPayload: 64 << 10,
+			BinaryContentType: "application/octet-stream", LaneDepth: 4096, MaxDrones: 1024,
+			KeepAlive: 15 * time.Second, MaxReconnectInterval: 10 * time.Second},
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
 			CommitInterval: 100 * time.Millisecond, MaxTxnEvents: 999, MaxTxnBytes: 8 << 20,
 			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
