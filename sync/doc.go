@@ -67,6 +67,11 @@
 // nothing (atomic), and a commit whose ack was lost is found at the resume,
 // not resent. Dedup windows play no part.
 //
+// Commits are pipelined: the next transaction's data messages are sent
+// while the previous commit awaits its ack, and its commit record (which
+// must expect the previous record's sequence) only after that ack; when a
+// commit fails, the transaction behind it is abandoned.
+//
 // A failed expectation whose winner is a record of another agent instance
 // written after we started (or a second one during our start) means
 // another process uses this agent id: the stream stops with ErrFenced.

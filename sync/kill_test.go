@@ -147,6 +147,6 @@ func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	}
 	waitFor(t, 5*time.Second, "abandoned-batch advisories", func() bool { return abandoned.Load() > 0 })
 	ev, commits := verifyCentral(t, nc, st, "agent-k")
-	t.Logf("%d SIGKILL rounds: %d batches abandoned by the server (kills inside a transaction), %d kills between commit and ack; central: %d events in %d commits",
+	t.Logf("%d SIGKILL rounds: %d batches abandoned by the server (kills inside a transaction), %d rounds whose last commit landed without the child reporting its ack; central: %d events in %d commits",
 		n, abandoned.Load(), landedUnacked, ev, commits)
 }
