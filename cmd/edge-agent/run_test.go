@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// TestMain lets the test binary act as edge-agent (EDGE_AGENT_MAIN=1), so
+// tests can run it as a subprocess and signal it.
+func TestMain(m *testing.M) {
+	if os.Getenv("EDGE_AGENT_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startRun starts `edge-agent run --config cfg` as a subprocess and waits for /healthz.
+func startRun(t *testing.T, cfg string, httpPort int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "run", "--config", cfg)
+	cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return cmd
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("agent did not answer /healthz")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRunSignals: SIGTERM stops the agent with exit status 0 after its
+// final commit (everything stored locally is at the centre); after a
+// SIGKILL mid-flight the next start is clean and the centre still ends
+// with every local event exactly once.
+func TestRunSignals(t *testing.T) {
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	dir := t.TempDir()
+	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "central")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := csrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer csrv.Close()
+	httpPort := freePort(t)
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: sig-test
+data_dir: %s
+http: {listen: "127.0.0.1:%d"}
+store: {min_free_bytes: 16777216}
+video: {listen: "127.0.0.1:0", rtcp_listen: mux}
+telemetry: {broker: %q}
+central: {url: %q, shutdown_timeout: 10s}
+devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}}
+`, filepath.Join(dir, "agent"), httpPort, brk.URL(), csrv.ClientURL())), 0o644)
+
+	// 1. SIGTERM after a flight: exit 0, final commit made.
+	cmd := startRun(t, cfgPath, httpPort)
+	if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v (want exit status 0)", err)
+	}
+	checkCentre(t, dir, csrv.ClientURL())
+
+	// 2. SIGKILL mid-flight, then a clean start that completes the work.
+	cmd = startRun(t, cfgPath, httpPort)
+	simDone := make(chan error, 1)
+	go func() {
+		_, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 100, Duration: 2 * time.Second, FirstSeq: 1000})
+		simDone <- err
+	}()
+	time.Sleep(time.Second)
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+		t.Fatalf("agent was not killed: %v", cmd.ProcessState)
+	}
+	if err := <-simDone; err != nil {
+		t.Fatal(err)
+	}
+	cmd = startRun(t, cfgPath, httpPort)
+	time.Sleep(2 * time.Second) // the broker redelivers what the killed agent did not ack
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v", err)
+	}
+	checkCentre(t, dir, csrv.ClientURL())
+}
+
+// checkCentre compares the stopped agent's local streams with the centre.
+func checkCentre(t *testing.T, dir, url string) {
+	t.Helper()
+	s, err := localstream.Open(filepath.Join(dir, "agent", "store"), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, st := range s.Streams() {
+		local := map[localstream.Position]bool{}
+		tail := st.TailCut()
+		r, err := st.NewReader(st.HeadCut(), &tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			rec, err := r.TryNext()
+			if err != nil {
+				break
+			}
+			local[rec.Position] = true
+		}
+		items, err := sync.ReadAll(context.Background(), nc, st.Name(), sync.ReadOptions{Agent: "sig-test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[localstream.Position]bool{}
+		msgs := map[string]bool{}
+		for _, it := range items {
+			if it.Kind != sync.ItemEvent {
+				continue
+			}
+			var m telemetry.Telemetry
+			if st.Name() == "telemetry" && json.Unmarshal(it.Event.Record.Payload, &m) == nil {
+				key := fmt.Sprintf("%s/%d", m.Drone, m.Seq)
+				if msgs[key] {
+					t.Fatalf("telemetry message %s twice at the centre", key)
+				}
+				msgs[key] = true
+			}
+			p := it.Event.Record.Position
+			if seen[p] || !local[p] {
+				t.Fatalf("%s: %v duplicated or unknown at the centre", st.Name(), p)
+			}
+			seen[p] = true
+		}
+		if len(seen) != len(local) {
+			t.Fatalf("%s: %d events local, %d at the centre after a graceful stop", st.Name(), len(local), len(seen))
+		}
+		t.Logf("%s: %d events local and at the centre", st.Name(), len(local))
+	}
+}
