@@ -193,6 +193,15 @@ func (s *Server) Start() error {
 	if err != nil {
 		return err
 	}
+	// nats-server only logs a port it cannot bind and then waits out
+	// ReadyTimeout; find out now, with a message that says what to fix.
+	if o.Port > 0 {
+		l, err := net.Listen("tcp", net.JoinHostPort(o.Host, fmt.Sprint(o.Port)))
+		if err != nil {
+			return fmt.Errorf("%w: cannot listen on %s (another server there? choose another --listen): %w", ErrNotReady, s.cfg.listen(), err)
+		}
+		l.Close()
+	}
 	ns, err := server.NewServer(o)
 	if err != nil {
 		return fmt.Errorf("central: %w", err)

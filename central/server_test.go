@@ -3,6 +3,8 @@ package central
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -133,5 +135,28 @@ func TestLocalClusterR3(t *testing.T) {
 	}
 	if err := nodes[leader].Start(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBusyPortFailsFast: a taken client port is a clear error at once, not
+// a wait for the ready timeout.
+func TestBusyPortFailsFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	s, err := New(Config{Listen: l.Addr().String(), DataDir: t.TempDir(), ReadyTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	start := time.Now()
+	err = s.Start()
+	if !errors.Is(err, ErrNotReady) || !strings.Contains(err.Error(), "cannot listen") {
+		t.Fatalf("Start on a busy port: %v", err)
+	}
+	if time.Since(start) > 30*time.Second { // the ready timeout is a minute
+		t.Fatalf("took %v", time.Since(start))
 	}
 }
