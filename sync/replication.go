@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"slices"
 	stdsync "sync"
@@ -159,4 +160,50 @@ func (r *Replication) Close() error {
 	}
 	r.wg.Wait()
 	return nil
+}
+
+// WaitCaughtUp blocks until every replicating stream has committed what
+// was durable locally when it was called (the final commit of a graceful
+// shutdown: stop the intake, then WaitCaughtUp with a deadline, then
+// cancel Run), or ctx ends. Streams stopped by a permanent error are
+// skipped.
+func (r *Replication) WaitCaughtUp(ctx context.Context) error {
+	r.mu.Lock()
+	reps := make([]*Replicator, 0, len(r.reps))
+	for _, rep := range r.reps {
+		reps = append(reps, rep)
+	}
+	r.mu.Unlock()
+	for _, rep := range reps {
+		if err := rep.WaitCaughtUp(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WaitCaughtUp blocks until the central cut covers the local tail as of
+// the call, the replicator stopped on a permanent error, or ctx ends.
+func (r *Replicator) WaitCaughtUp(ctx context.Context) error {
+	tail := r.st.TailCut()
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		last, stopped := r.last, r.stopErr
+		r.mu.Unlock()
+		if stopped != nil {
+			return nil
+		}
+		if cut, err := last.Record.StreamCut(); err == nil && last.Seq > 0 {
+			if le, err := r.st.Topology().LessEq(tail, cut); err == nil && le {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("sync: stream %s not caught up: %w", r.st.Name(), ctx.Err())
+		case <-t.C:
+		}
+	}
 }

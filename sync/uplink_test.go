@@ -109,6 +109,16 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 		t.Fatalf("stats not in priority order: %v, %v", st[0].Stream, st[1].Stream)
 	}
 	t.Logf("telemetry committed while %d video chunks were still waiting", videoBacklog)
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if err := rep.WaitCaughtUp(wctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range rep.Stats() {
+		if s.BacklogEvents != 0 {
+			t.Fatalf("after WaitCaughtUp %s has %d events behind", s.Stream, s.BacklogEvents)
+		}
+	}
 	reg := prometheus.NewPedanticRegistry()
 	for _, c := range rep.Collectors() {
 		if err := reg.Register(c); err != nil {
