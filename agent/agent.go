@@ -289,14 +289,19 @@ func (a *Agent) startCentral() error {
 }
 
 // committedWatermark gives the replicator of a stream its committed
-// watermark. A tracker error must not stop replication: the commit then
-// carries the previous watermark again when its cut is within the new one
-// (it was computed for less data, so it is still true), else no watermark
-// (lower 0: unknown); the error is logged and shown in /status.
+// watermark. A tracker error must not stop replication: a regressed cut
+// goes to the replicator, which repeats its last commit's watermark; on
+// any other error the commit carries the previous watermark again when its
+// cut is within the new one (it was computed for less data, so it is still
+// true), else no watermark (lower 0: unknown); the error is logged and
+// shown in /status.
 func (a *Agent) committedWatermark(stream string, tr *watermark.Tracker) sync.CommittedWatermarkFunc {
 	var last sync.Watermark
 	return func(cut localstream.StreamCut) (sync.Watermark, error) {
 		w, err := tr.CommittedAt(cut)
+		if errors.Is(err, watermark.ErrCutRegressed) {
+			return sync.Watermark{}, err // the replicator repeats its last commit's watermark
+		}
 		if err != nil {
 			a.setErr("watermark/"+stream, err)
 			a.log.Warn("committed watermark unavailable; the commit repeats the previous one", "stream", stream, "err", err)
