@@ -49,6 +49,7 @@ type Agent struct {
 	trackers map[string]*watermark.Tracker
 	central  *central.Server
 	nc       *nats.Conn
+	sink     *sync.JetStreamSink
 	repls    []*sync.Replicator
 	video    *video.Ingest
 	telem    *telemetry.Ingester
@@ -269,6 +270,7 @@ func (a *Agent) startCentral() error {
 	if err != nil {
 		return err
 	}
+	a.sink = sink
 	var uplink *sync.Uplink
 	if c.UplinkBytesPerSec > 0 {
 		uplink = sync.NewUplink(c.UplinkBytesPerSec)
@@ -289,36 +291,30 @@ func (a *Agent) startCentral() error {
 }
 
 // committedWatermark gives the replicator of a stream its committed
-// watermark. A tracker error must not stop replication: a regressed cut
-// goes to the replicator, which repeats its last commit's watermark; on
-// any other error the commit carries the previous watermark again when its
-// cut is within the new one (it was computed for less data, so it is still
-// true), else no watermark (lower 0: unknown); the error is logged and
-// shown in /status.
+// watermark. A tracker error must not stop replication, nor move the
+// centre's watermark back: any error is passed on as
+// watermark.ErrCutRegressed, on which the replicator repeats the
+// watermark of its last commit (computed for a cut within the new one, so
+// still true); the error itself is logged and shown in /status.
 func (a *Agent) committedWatermark(stream string, tr *watermark.Tracker) sync.CommittedWatermarkFunc {
-	var last sync.Watermark
 	return func(cut localstream.StreamCut) (sync.Watermark, error) {
 		w, err := tr.CommittedAt(cut)
-		if errors.Is(err, watermark.ErrCutRegressed) {
-			return sync.Watermark{}, err // the replicator repeats its last commit's watermark
+		if err == nil {
+			return sync.Watermark(w), nil
 		}
-		if err != nil {
+		if !errors.Is(err, watermark.ErrCutRegressed) {
 			a.setErr("watermark/"+stream, err)
 			a.log.Warn("committed watermark unavailable; the commit repeats the previous one", "stream", stream, "err", err)
-			if last.Cut.IsZero() {
-				return sync.Watermark{}, nil
-			}
-			if le, lerr := a.streams[stream].Topology().LessEq(last.Cut, cut); lerr != nil || !le {
-				return sync.Watermark{}, nil
-			}
-			return last, nil
+			err = fmt.Errorf("%w: %w", watermark.ErrCutRegressed, err)
 		}
-		last = sync.Watermark{LowerNs: w.LowerNs, UpperNs: w.UpperNs, Cut: w.Cut}
-		return last, nil
+		return sync.Watermark{}, err
 	}
 }
 
 func (a *Agent) stopCentral() {
+	if a.sink != nil {
+		a.sink.Close()
+	}
 	if a.nc != nil {
 		a.nc.Close()
 	}

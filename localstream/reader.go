@@ -199,6 +199,9 @@ func (r *Reader) advance(id SegmentID, v segView) {
 	r.reorder()
 }
 
+// readAheadBytes bounds one read-ahead fill.
+const readAheadBytes = 1 << 20
+
 // readAhead buffers up to maxBuf records of segment id in [from, limit).
 func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 	st := r.st
@@ -209,7 +212,9 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 		bytes := 0
 		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
 			off := offsetOf(it.Item().Key())
-			if off >= limit || len(r.buf) >= r.maxBuf || bytes >= 8<<20 {
+			// Bounded by records and bytes, so that the first record of a
+			// fill comes back soon even when events are large video chunks.
+			if off >= limit || len(r.buf) >= r.maxBuf || bytes >= readAheadBytes {
 				break
 			}
 			var ev Event
