@@ -108,8 +108,8 @@ func BenchmarkReplicationThroughput(b *testing.B) {
 		maxEvents int
 		maxBytes  int64
 	}{
-		{"telemetry-300B", 20000, 300, "telemetry", 999, 8 << 20},
-		{"chunk-256KiB", 120, 256 << 10, "video", 999, 8 << 20},
+		{"telemetry-300B", 60000, 300, "telemetry", 999, 8 << 20},
+		{"chunk-256KiB", 600, 256 << 10, "video", 999, 8 << 20},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			srv := startCentral(b, central.Config{})
