@@ -8,7 +8,7 @@
 // (github.com/mochi-mqtt/server/v2), and it says so through the logger and
 // Broker.Embedded.
 //
-// The written configuration (see config.go) is the one docs/readme-telemetry.md
+// The written configuration (see config.go) is the one docs/telemetry.md
 // recommends for the agent:
 //
 //	listener <port> 127.0.0.1

@@ -46,5 +46,5 @@
 // order, through localstream's Shed, which writes gap markers that are
 // replicated like any event. Below the store's own MinFreeBytes, appends
 // fail with localstream.ErrDiskFull and nothing is written. The policy in
-// full is in docs/readme-devices.md.
+// full is in docs/devices.md.
 package devices

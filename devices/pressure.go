@@ -83,7 +83,7 @@ type PressureStats struct {
 
 // Pressure watches the free space of the store's filesystem and applies
 // early retention and the shedding policy (see the package doc and
-// docs/readme-devices.md). Check and Run must not run concurrently; Stats
+// docs/devices.md). Check and Run must not run concurrently; Stats
 // and State are safe for concurrent use.
 type Pressure struct {
 	store *localstream.Store

@@ -416,7 +416,7 @@ func (c *core) emit(topo localstream.Topology, prev Watermark, k candidate, base
 	cut, err := topo.Covering(base, k.positions...)
 	if err != nil {
 		// Positions are checked against topo and base is valid, so this is
-		// localstream's internal error (see docs/readme-watermark.md): a
+		// localstream's internal error (see docs/watermark.md): a
 		// position at the end of a merged predecessor with base inside the
 		// merge successor. Fall back to the safe cut.
 		c.stats.CoveringFallbacks++

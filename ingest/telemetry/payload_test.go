@@ -48,7 +48,7 @@ func (m *recordingMarks) CloseWriter(w string) error {
 
 // TestBadPayloadsStoredOrDroppedAsDocumented publishes malformed and odd
 // messages for one drone and checks each against the documented policy
-// (doc.go, docs/readme-telemetry.md) and its counter.
+// (doc.go, docs/telemetry.md) and its counter.
 func TestBadPayloadsStoredOrDroppedAsDocumented(t *testing.T) {
 	b := startBroker(t)
 	s, st := openStore(t, t.TempDir())
