@@ -260,6 +260,14 @@ func (r *Replicator) session(ctx context.Context) error {
 		}
 		if txn.Len() == 0 && !r.watermarkMoved(prev, wm) {
 			txn.Discard()
+			// Idle: record the last committed cut locally now, not at the
+			// next commit (retention and /status read it). No commit is
+			// in flight here.
+			if r.localDirty != nil {
+				if err := r.recordLocally(*r.localDirty, true); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest}
@@ -381,6 +389,12 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 	timer := time.NewTimer(r.cfg.IdleCommitInterval)
 	defer timer.Stop()
 	for txn.Len() < r.cfg.MaxTxnEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
+		// The commit interval holds under a backlog too: with events
+		// always ready (and each add paced by the uplink), only this check
+		// closes the transaction on time.
+		if txn.Len() > 0 && !r.cfg.Now().Before(closeAt) {
+			return lastCut, ingest, nil
+		}
 		var f fetched
 		var ok bool
 		select {
