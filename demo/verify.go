@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -116,7 +117,6 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 	defer nc.Close()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	var clipChunks [][]byte
 	for _, st := range store.Streams() {
 		local := readLocal(st)
 		items, err := sync.ReadAll(rctx, nc, st.Name(), sync.ReadOptions{Agent: agentID})
@@ -129,19 +129,12 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 			rep.problem("stream %s: local %d central %d duplicates %d missing %d out-of-order %d watermark violations %d",
 				sr.Name, sr.Local, sr.Central, sr.Duplicates, sr.Missing, sr.OutOfOrder, sr.WatermarkViolations)
 		}
-		switch st.Name() {
-		case "telemetry":
+		if st.Name() == "telemetry" {
 			checkTelemetry(rep, sim, items)
-		case "video":
-			for _, it := range items {
-				if it.Kind == sync.ItemEvent && it.Event.Record.RoutingKey == droneName(1) && !it.Event.Record.Flags.Has(localstream.FlagRaw) {
-					clipChunks = append(clipChunks, it.Event.Record.Payload)
-				}
-			}
 		}
 	}
 	if o.VideoDrones > 0 {
-		exportClip(rep, o, clipChunks)
+		exportClip(rctx, rep, o, nc, agentID)
 	}
 	return rep, nil
 }
@@ -243,28 +236,30 @@ func checkTelemetry(rep *Report, sim telemetry.SimResult, items []sync.Item) {
 	}
 }
 
-// exportClip writes the first video drone's chunks as one Annex-B file and
-// has ffprobe decode it when installed.
-func exportClip(rep *Report, o Options, chunks [][]byte) {
-	rep.ClipChunks = len(chunks)
+// exportClip exports the first video drone's whole flight from the central
+// store, as `edge-agent export video` does, and has ffprobe decode it when
+// installed.
+func exportClip(ctx context.Context, rep *Report, o Options, nc *nats.Conn, agentID string) {
 	rep.Clip = o.Clip
 	if rep.Clip == "" {
 		rep.Clip = filepath.Join(o.DataDir, droneName(1)+".h264")
-	}
-	if len(chunks) == 0 {
-		rep.problem("video: no chunk of %s at the centre", droneName(1))
-		return
 	}
 	f, err := os.Create(rep.Clip)
 	if err != nil {
 		rep.problem("video: clip: %v", err)
 		return
 	}
-	for _, c := range chunks {
-		f.Write(c)
+	st, err := sync.ExportVideo(ctx, nc, sync.ExportOptions{Agent: agentID, Drone: droneName(1), FromNs: 0, ToNs: math.MaxInt64}, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		rep.problem("video: clip: %v", err)
+	rep.ClipChunks = st.Chunks
+	if err != nil {
+		rep.problem("video: export of %s: %v", droneName(1), err)
+		return
+	}
+	if st.Chunks == 0 {
+		rep.problem("video: no chunk of %s at the centre", droneName(1))
 		return
 	}
 	frames, errText, err := ffprobeFrames(rep.Clip)
