@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -232,5 +234,56 @@ func TestEndpointsAndRestart(t *testing.T) {
 	}
 	if local := streamStatus(s, "telemetry").Stats.Appended; uint64(len(seen)) != sim.Published+sim2.Published {
 		t.Fatalf("centre has %d telemetry events, simulators published %d (local this run %d)", len(seen), sim.Published+sim2.Published, local)
+	}
+}
+
+// TestCentralAwayAtStart: the agent starts and captures while the central
+// store is unreachable, and replicates everything once it comes up.
+func TestCentralAwayAtStart(t *testing.T) {
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	centralAddr := l.Addr().String()
+	l.Close() // nothing listens there yet
+	dir := t.TempDir()
+	cfg := testConfig(t, dir, brk.URL())
+	cfg.Central.URL = "nats://" + centralAddr
+	a, cancel, done := startAgent(t, cfg)
+	defer func() { cancel(); <-done }()
+	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Status
+	getJSON(t, "http://"+a.HTTPAddr()+"/status", &s)
+	if tm := streamStatus(s, "telemetry"); tm.Stats.Appended == 0 || tm.Replication == nil || tm.Replication.Txns != 0 {
+		t.Fatalf("while the centre is away: %+v", tm)
+	}
+	srv, err := central.New(central.Config{Listen: centralAddr, DataDir: filepath.Join(dir, "central")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		getJSON(t, "http://"+a.HTTPAddr()+"/status", &s)
+		tm := streamStatus(s, "telemetry")
+		if tm.Replication != nil && tm.Replication.Events >= sim.Published && tm.Replication.BacklogEvents == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not replicated after the centre came up: %+v", tm.Replication)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
