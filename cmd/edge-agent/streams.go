@@ -13,23 +13,34 @@ import (
 	"text/tabwriter"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 func init() {
 	commands["streams"] = command{
-		summary: "print local streams: segments, head/tail and committed cuts",
+		summary: "print local streams: segments, head/tail and committed cuts, backlog, watermark (agent stopped)",
 		run:     runStreams,
 	}
 }
 
 // streamReport is the JSON form of `edge-agent streams --json`.
 type streamReport struct {
-	Name      string                  `json:"name"`
-	Segments  []localstream.Segment   `json:"segments"`
-	Head      string                  `json:"head"`
-	Tail      string                  `json:"tail"`
-	Committed map[string]string       `json:"committed"`
+	Name      string                `json:"name"`
+	Segments  []localstream.Segment `json:"segments"`
+	Head      string                `json:"head"`
+	Tail      string                `json:"tail"`
+	Committed map[string]string     `json:"committed"`
+	// Backlog is, per sink, the events (and estimated bytes) after its committed cut.
+	Backlog map[string]backlog `json:"backlog"`
+	// Watermark is the local watermark from the persisted writer marks.
+	Watermark watermark.Watermark     `json:"watermark"`
 	Stats     localstream.StreamStats `json:"stats"`
+}
+
+type backlog struct {
+	Events uint64 `json:"events"`
+	Bytes  uint64 `json:"bytes"`
 }
 
 func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -48,14 +59,17 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (is the agent running? then ask it: GET /status)", err)
 	}
 	defer s.Close()
 	var reports []streamReport
 	for _, st := range s.Streams() {
 		topo := st.Topology()
 		r := streamReport{Name: st.Name(), Head: st.HeadCut().String(), Tail: topo.TailCut().String(),
-			Committed: map[string]string{}, Stats: st.Stats()}
+			Committed: map[string]string{}, Backlog: map[string]backlog{}, Stats: st.Stats()}
+		if tr, err := watermark.NewTracker(st, s, watermark.Options{Logger: slog.New(slog.DiscardHandler)}); err == nil {
+			r.Watermark, _ = tr.Local()
+		}
 		for _, id := range slices.Sorted(maps.Keys(topo.Segments)) {
 			r.Segments = append(r.Segments, topo.Segments[id])
 		}
@@ -65,6 +79,8 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		for sink, c := range cuts {
 			r.Committed[sink] = c.String()
+			ev, by := sync.Backlog(topo, c)
+			r.Backlog[sink] = backlog{ev, by}
 		}
 		reports = append(reports, r)
 	}
@@ -74,9 +90,9 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return enc.Encode(reports)
 	}
 	for _, r := range reports {
-		fmt.Fprintf(stdout, "stream %s\n  head %s\n  tail %s\n", r.Name, r.Head, r.Tail)
+		fmt.Fprintf(stdout, "stream %s\n  head %s\n  tail %s\n  watermark %s\n", r.Name, r.Head, r.Tail, r.Watermark)
 		for sink, c := range r.Committed {
-			fmt.Fprintf(stdout, "  committed[%s] %s\n", sink, c)
+			fmt.Fprintf(stdout, "  committed[%s] %s  backlog %d events, ~%d bytes\n", sink, c, r.Backlog[sink].Events, r.Backlog[sink].Bytes)
 		}
 		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  SEGMENT\tRANGE\tSTATE\tSTART\tLENGTH\tPREDECESSORS")

@@ -61,7 +61,7 @@ func TestStreamsCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("streams: %d %s", code, msg)
 	}
-	for _, want := range []string{"stream telemetry", "0.0", "sealed", "1.1", "committed[central] telemetry:1.1=0,1.2=0", "tail telemetry:1.1=0,1.2=0"} {
+	for _, want := range []string{"stream telemetry", "0.0", "sealed", "1.1", "committed[central] telemetry:1.1=0,1.2=0  backlog 0 events", "tail telemetry:1.1=0,1.2=0", "watermark "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
