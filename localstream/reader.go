@@ -207,7 +207,9 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 	st := r.st
 	prefix := segmentPrefix(st.name, id)
 	return st.s.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true, PrefetchSize: 64})
+		// No value prefetching: the iterator would copy up to PrefetchSize values
+		// ahead (megabytes of video chunks) that a bounded fill then discards.
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		bytes := 0
 		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
