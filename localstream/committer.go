@@ -55,7 +55,13 @@ func (s *Store) writeBatch(batch []*appendReq) {
 		s.inflight <- b
 		return
 	}
+	// Scale before routing this batch: a decision taken at the end of a
+	// rate window applies to the events that close it, and is in place
+	// by the time they are acknowledged.
 	now := s.opts.Now()
+	for _, st := range s.Streams() {
+		st.maybeAutoScale(now)
+	}
 	txn := s.db.NewTransaction(true)
 	txnBytes := 0
 	commit := func() {
@@ -89,9 +95,6 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	commit()
 	txn.Discard()
 	s.inflight <- b
-	for _, st := range s.Streams() {
-		st.maybeAutoScale(now)
-	}
 }
 
 // setReq adds one append (event and its metadata) to txn.

@@ -93,6 +93,28 @@ func (st *Stream) scaleLocked(seal []SegmentID, ranges []KeyRange) ([]SegmentID,
 		return nil, fmt.Errorf("%w: new ranges end at %g, sealed ones at %g", ErrInvalidScale, at, old[len(old)-1].Range.High)
 	}
 
+	// Seal only what is durable: wait for the commits in flight that hold
+	// events of these segments, so that a sealed segment's length is its
+	// final length in every snapshot (a cut at its end then means all of it).
+	for {
+		ch := st.changed()
+		st.mu.RLock()
+		pending := false
+		for _, sg := range old {
+			pending = pending || sg.Length < sg.assigned
+		}
+		st.mu.RUnlock()
+		if !pending {
+			break
+		}
+		if err := st.s.Err(); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	epoch := st.meta.Epoch + 1

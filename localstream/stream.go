@@ -158,11 +158,6 @@ func (st *Stream) topologyLocked() Topology {
 		seg := sg.Segment
 		seg.Predecessors = slices.Clone(seg.Predecessors)
 		seg.Successors = slices.Clone(seg.Successors)
-		if seg.Sealed && seg.Length < sg.final {
-			// Not all of the sealed segment is durable yet: show it open
-			// so that no cut treats its durable end as its end.
-			seg.Sealed = false
-		}
 		t.Segments[id] = seg
 	}
 	return t
