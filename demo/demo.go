@@ -170,7 +170,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for i := range o.VideoDrones {
 		wg.Go(func() {
 			videoSent[i], videoErr[i] = replay.Send(ctx, o.Capture, a.VideoAddr().String(),
-				replay.Options{Speed: 1, SSRC: videoSSRC(i), Mux: true})
+				replay.Options{Speed: 1, SSRC: videoSSRC(i), Mux: true, Live: true})
 		})
 	}
 	progressDone := make(chan struct{})

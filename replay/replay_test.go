@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/pion/rtcp"
 )
 
 func testdata(name string) string {
@@ -211,4 +212,49 @@ func FuzzRead(f *testing.F) {
 		pkts, _, _ := Read(bytes.NewReader(data))
 		Select(pkts)
 	})
+}
+
+// TestSendLive: with Live the sender reports' NTP clock reads the time of
+// the replay, shifted by the same amount as the capture's own timing;
+// without it, the capture's recorded clock.
+func TestSendLive(t *testing.T) {
+	pkts, _, err := ReadFile(testdata("h264.pcap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srNTP := func(live bool) []time.Time {
+		rtpC, rtcpC := listenPair(t)
+		defer rtpC.Close()
+		defer rtcpC.Close()
+		got := make(chan [][]byte)
+		go func() { got <- drain(rtcpC) }()
+		if _, err := Send(context.Background(), testdata("h264.pcap"), rtpC.LocalAddr().String(), Options{Live: live}); err != nil {
+			t.Fatal(err)
+		}
+		var out []time.Time
+		for _, b := range <-got {
+			ps, err := rtcp.Unmarshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range ps {
+				if sr, ok := p.(*rtcp.SenderReport); ok {
+					secs, frac := int64(sr.NTPTime>>32)-2208988800, int64(sr.NTPTime&0xffffffff)
+					out = append(out, time.Unix(secs, frac*1e9>>32))
+				}
+			}
+		}
+		return out
+	}
+	recorded, live := srNTP(false), srNTP(true)
+	if len(recorded) == 0 || len(recorded) != len(live) {
+		t.Fatalf("%d recorded and %d live sender reports", len(recorded), len(live))
+	}
+	captured := pkts[0].Time
+	if d := recorded[0].Sub(captured); d < -time.Minute || d > time.Minute {
+		t.Fatalf("recorded SR clock %v is not the capture's %v", recorded[0], captured)
+	}
+	if d := time.Since(live[0]); d < -time.Second || d > 30*time.Second {
+		t.Fatalf("live SR clock %v is not now", live[0])
+	}
 }

@@ -29,6 +29,12 @@ type Options struct {
 	Mux bool
 	// LocalAddr is the source "ip:port" to send from; default any.
 	LocalAddr string
+	// Live shifts the NTP time of every RTCP sender report by the time
+	// between the capture and its replay, so that the drone's wall clock
+	// reads "now": the replay acts as a live drone, not as a recording of
+	// when the capture was made. Meant for Speed 1 (at other speeds the
+	// reports' clock and the RTP timestamps no longer agree).
+	Live bool
 	// Progress receives a progress bar; nil for none.
 	Progress io.Writer
 }
@@ -186,6 +192,9 @@ func SendPackets(ctx context.Context, pkts []Packet, rtpPort uint16, to string, 
 			s.RTP++
 		case RTCP:
 			rewriteRTCP(buf, opts.SSRC)
+			if opts.Live {
+				shiftSenderReports(buf, time.Since(p.Time))
+			}
 			if p.Dst.Port() != rtpPort {
 				s.RTCPMuxed = false
 				if !opts.Mux {
@@ -235,6 +244,23 @@ func rewriteRTCP(b []byte, ssrc uint32) {
 		n := (int(binary.BigEndian.Uint16(b[2:4])) + 1) * 4
 		if b[0]&0x1f > 0 || b[1] == 200 || b[1] == 201 {
 			binary.BigEndian.PutUint32(b[4:8], ssrc)
+		}
+		if n > len(b) {
+			return
+		}
+		b = b[n:]
+	}
+}
+
+// shiftSenderReports adds d to the NTP timestamp (64-bit, 32.32 fixed
+// point) of every sender report in a compound RTCP packet.
+func shiftSenderReports(b []byte, d time.Duration) {
+	ns := d.Nanoseconds()
+	delta := uint64((ns/1e9)<<32) + uint64((ns%1e9)<<32/1e9) // two's complement when d < 0
+	for len(b) >= 16 {
+		n := (int(binary.BigEndian.Uint16(b[2:4])) + 1) * 4
+		if b[1] == 200 && n >= 16 && n <= len(b) {
+			binary.BigEndian.PutUint64(b[8:16], binary.BigEndian.Uint64(b[8:16])+delta)
 		}
 		if n > len(b) {
 			return

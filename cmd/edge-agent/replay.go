@@ -32,13 +32,14 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	mux := fs.Bool("mux", false, "send RTCP to the RTP port (RFC 5761)")
 	from := fs.String("from", "", "local source address IP[:PORT] (default any)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	live := fs.Bool("live", false, "shift the sender reports' clock to now: act as a live drone (with --speed 1)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *pcap == "" && *jsonl == "" {
 		return usagef("give --pcap FILE (RTP video) and/or --jsonl FILE (MQTT telemetry)")
 	}
-	opts := replay.Options{Mux: *mux, LocalAddr: *from}
+	opts := replay.Options{Mux: *mux, LocalAddr: *from, Live: *live}
 	if *speed != "max" {
 		f, err := strconv.ParseFloat(*speed, 64)
 		if err != nil || f <= 0 {
