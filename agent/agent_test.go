@@ -170,6 +170,8 @@ func TestEndpointsAndRestart(t *testing.T) {
 		`edge_store_free_bytes`,
 		`edge_store_disk_full_rejects_total`,
 		`edge_stream_appended_total{stream="health"}`,
+		`edge_devices_drones_events_total{drone="drone-1"}`,
+		`edge_devices_disk_free_bytes`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)

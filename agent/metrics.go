@@ -2,6 +2,7 @@ package agent
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -139,16 +140,35 @@ func emitValue(ch *emitter, name string, labels, values []string, fv reflect.Val
 	case reflect.Struct, reflect.Pointer, reflect.Interface:
 		emitStruct(ch, name, labels, values, fv)
 	case reflect.Map:
-		if fv.Type().Key().Kind() != reflect.String || len(labels) > 0 {
+		if fv.Type().Key().Kind() != reflect.String || len(labels) > 1 {
 			return
 		}
 		label := "key"
-		if strings.Contains(name, "drone") {
+		switch {
+		case strings.Contains(name, "drop") || strings.Contains(name, "reason"):
+			label = "reason"
+		case strings.Contains(name, "drone"):
 			label = "drone"
+		}
+		if slices.Contains(labels, label) {
+			return
 		}
 		it := fv.MapRange()
 		for it.Next() {
-			emitValue(ch, name, []string{label}, []string{it.Key().String()}, it.Value())
+			emitValue(ch, name, append(slices.Clone(labels), label), append(slices.Clone(values), it.Key().String()), it.Value())
+		}
+	case reflect.Slice:
+		// A list of drones (structs with an ID) becomes a "drone" label.
+		et := fv.Type().Elem()
+		if len(labels) > 0 || et.Kind() != reflect.Struct {
+			return
+		}
+		if f, ok := et.FieldByName("ID"); !ok || f.Type.Kind() != reflect.String {
+			return
+		}
+		for i := range fv.Len() {
+			el := fv.Index(i)
+			emitStruct(ch, name, []string{"drone"}, []string{el.FieldByName("ID").String()}, el)
 		}
 	}
 }
