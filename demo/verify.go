@@ -118,7 +118,10 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for _, st := range store.Streams() {
-		local := readLocal(st)
+		local, err := st.ReadAll()
+		if err != nil {
+			return rep, fmt.Errorf("demo: read local %s: %w", st.Name(), err)
+		}
 		items, err := sync.ReadAll(rctx, nc, st.Name(), sync.ReadOptions{Agent: agentID})
 		if err != nil {
 			return rep, fmt.Errorf("demo: read central %s: %w", st.Name(), err)
@@ -137,23 +140,6 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 		exportClip(rctx, rep, o, nc, agentID)
 	}
 	return rep, nil
-}
-
-// readLocal returns the local events in per-key order.
-func readLocal(st *localstream.Stream) []localstream.Record {
-	tail := st.TailCut()
-	r, err := st.NewReader(st.HeadCut(), &tail)
-	if err != nil {
-		return nil
-	}
-	var out []localstream.Record
-	for {
-		rec, err := r.TryNext()
-		if err != nil {
-			return out
-		}
-		out = append(out, rec)
-	}
 }
 
 func checkStream(name string, local []localstream.Record, items []sync.Item) StreamReport {

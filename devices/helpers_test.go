@@ -1,7 +1,6 @@
 package devices
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	stdsync "sync"
@@ -86,18 +85,9 @@ func openStore(t testing.TB, dir string, opts localstream.Options) *localstream.
 // readAll reads a stream from its head to its tail.
 func readAll(t testing.TB, st *localstream.Stream) []localstream.Record {
 	t.Helper()
-	tail := st.TailCut()
-	r, err := st.NewReader(st.HeadCut(), &tail)
+	recs, err := st.ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var out []localstream.Record
-	for {
-		rec, err := r.Next(context.Background())
-		if err != nil {
-			return out
-		}
-		out = append(out, rec)
-	}
+	return recs
 }

@@ -234,3 +234,26 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 		return nil
 	})
 }
+
+// ReadAll returns every retained durable event from the head cut to the
+// tail cut, in reader order (each routing key in append order). It holds
+// the whole stream in memory: for tools, verification and tests.
+func (st *Stream) ReadAll() ([]Record, error) {
+	tail := st.TailCut()
+	r, err := st.NewReader(st.HeadCut(), &tail)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []Record
+	for {
+		rec, err := r.TryNext()
+		if errors.Is(err, ErrEndOfCut) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		out = append(out, rec)
+	}
+}

@@ -33,22 +33,11 @@ func mustStream(t *testing.T, s *Store, name string, segs int) *Stream {
 // readAll reads every record from the head to the tail.
 func readAll(t *testing.T, st *Stream) []Record {
 	t.Helper()
-	tail := st.TailCut()
-	r, err := st.NewReader(st.HeadCut(), &tail)
+	recs, err := st.ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Record
-	for {
-		rec, err := r.TryNext()
-		if errors.Is(err, ErrEndOfCut) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("read: %v (cut %v, tail %v)", err, r.Cut(), tail)
-		}
-		out = append(out, rec)
-	}
+	return recs
 }
 
 func TestAppendReopen(t *testing.T) {

@@ -61,23 +61,11 @@ func ingest(ctx context.Context, st *localstream.Stream, tr *Tracker, writer, ke
 // readAll returns every durable record of st.
 func readAll(t testing.TB, st *localstream.Stream) []localstream.Record {
 	t.Helper()
-	tail := st.TailCut()
-	r, err := st.NewReader(st.HeadCut(), &tail)
+	recs, err := st.ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var out []localstream.Record
-	for {
-		rec, err := r.Next(context.Background())
-		if errors.Is(err, localstream.ErrEndOfCut) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rec)
-	}
+	return recs
 }
 
 // checkAgainstRecords checks property (a) on real records: no non-late

@@ -150,17 +150,12 @@ func checkCentre(t *testing.T, dir, url string) {
 	}
 	defer nc.Close()
 	for _, st := range s.Streams() {
-		local := map[localstream.Position]bool{}
-		tail := st.TailCut()
-		r, err := st.NewReader(st.HeadCut(), &tail)
+		recs, err := st.ReadAll()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for {
-			rec, err := r.TryNext()
-			if err != nil {
-				break
-			}
+		local := map[localstream.Position]bool{}
+		for _, rec := range recs {
 			local[rec.Position] = true
 		}
 		items, err := sync.ReadAll(context.Background(), nc, st.Name(), sync.ReadOptions{Agent: "sig-test"})

@@ -3,7 +3,6 @@ package telemetry
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -50,23 +49,11 @@ func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Strea
 // readAll returns every durable record of the stream, in reader order.
 func readAll(t testing.TB, st *localstream.Stream) []localstream.Record {
 	t.Helper()
-	to := st.TailCut()
-	r, err := st.NewReader(st.HeadCut(), &to)
+	recs, err := st.ReadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var out []localstream.Record
-	for {
-		rec, err := r.Next(context.Background())
-		if errors.Is(err, localstream.ErrEndOfCut) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, rec)
-	}
+	return recs
 }
 
 // verifyExactlyOnce checks that the records hold, for each drone in want,
