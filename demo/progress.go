@@ -13,7 +13,7 @@ import (
 // showProgress prints one line a second until done: events stored and
 // committed per stream, the committed watermark's lag, drones.
 func showProgress(ctx context.Context, out io.Writer, a *agent.Agent, done <-chan struct{}) {
-	start := time.Now()
+	start, last := time.Now(), time.Time{}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -21,10 +21,13 @@ func showProgress(ctx context.Context, out io.Writer, a *agent.Agent, done <-cha
 		case <-ctx.Done():
 			return
 		case <-done:
-			fmt.Fprintln(out, progressLine(a, time.Since(start)))
+			if time.Since(last) > 500*time.Millisecond {
+				fmt.Fprintln(out, progressLine(a, time.Since(start)))
+			}
 			return
 		case <-t.C:
 			fmt.Fprintln(out, progressLine(a, time.Since(start)))
+			last = time.Now()
 		}
 	}
 }
