@@ -38,7 +38,8 @@ type Options struct {
 	// found from the working directory upwards.
 	Capture string
 	// Clip is where the exported clip of the first video drone is written.
-	// Default <DataDir>/<drone>.h264.
+	// Default <DataDir>/<drone>.h264, or <tmp>/edge-demo-<drone>.h264 when
+	// DataDir is a temporary directory (removed at the end).
 	Clip string
 	// Progress receives the live progress lines and the report; nil = discard.
 	Progress io.Writer
@@ -114,6 +115,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.DataDir = dir
 		if !o.Keep {
 			defer os.RemoveAll(dir)
+			if o.Clip == "" { // keep the clip: it is the demo's output
+				o.Clip = filepath.Join(os.TempDir(), "edge-demo-"+droneName(1)+".h264")
+			}
 		}
 	}
 	out := o.Progress

@@ -25,7 +25,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&o.Rate, "rate", 20, "telemetry messages per second per drone")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "how long the drones fly")
 	fs.StringVar(&o.Capture, "pcap", "", "RTP capture replayed as video (default testdata/h264.pcap)")
-	fs.StringVar(&o.Clip, "clip", "", "where to write the exported clip (default <data-dir>/drone-1.h264)")
+	fs.StringVar(&o.Clip, "clip", "", "where to write the exported clip (default <data-dir>/drone-1.h264, or $TMPDIR/edge-demo-drone-1.h264)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
