@@ -45,11 +45,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if t2 < t1 {
 		return usagef("--to is before --from")
 	}
-	cc, err := centralConn(*url)
-	if err != nil {
-		return err
-	}
-	nc, err := sync.Connect(*cc, nil)
+	nc, err := connectCentral(*url)
 	if err != nil {
 		return err
 	}

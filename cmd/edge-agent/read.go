@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/sync"
 )
@@ -47,11 +49,11 @@ func parseCutFlag(name, v string) (*localstream.StreamCut, error) {
 	return &c, nil
 }
 
-func centralConn(url string) (*sync.ConnConfig, error) {
+func connectCentral(url string) (*nats.Conn, error) {
 	if url == "" {
 		return nil, usagef("--central URL is required (nats://host:port)")
 	}
-	return &sync.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil
+	return sync.Connect(sync.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil)
 }
 
 // readLine is one JSON line of `edge-agent read`.
@@ -148,11 +150,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if (q.FromCut != nil || q.ToCut != nil) && *agent == "" {
 		return usagef("--from-cut/--to-cut need --agent")
 	}
-	cc, err := centralConn(*url)
-	if err != nil {
-		return err
-	}
-	nc, err := sync.Connect(*cc, nil)
+	nc, err := connectCentral(*url)
 	if err != nil {
 		return err
 	}
