@@ -10,6 +10,7 @@ build:
 # The test suite: real Badger, real Mosquitto, embedded JetStream.
 test:
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
 	$(GO) test -count=1 -timeout 40m $(PKGS)
 
 race:
@@ -31,3 +32,4 @@ fuzz:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
