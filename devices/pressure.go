@@ -68,8 +68,14 @@ type PressureStats struct {
 	Checks    uint64 `json:"checks"`
 	Errors    uint64 `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
-	// GCRuns counts value-log garbage collections after deletions.
-	GCRuns uint64 `json:"gc_runs"`
+	// GCRuns counts reclaims (localstream's Reclaim: memtable flush,
+	// flatten, value-log GC) after deletions; ReclaimedBytes the bytes they
+	// gave back to the filesystem, ReclaimFiles the value-log files they
+	// deleted, and LastReclaimSeconds how long the last one took.
+	GCRuns             uint64  `json:"gc_runs"`
+	ReclaimedBytes     uint64  `json:"reclaimed_bytes"`
+	ReclaimFiles       uint64  `json:"reclaim_files"`
+	LastReclaimSeconds float64 `json:"last_reclaim_seconds"`
 	// RetainSkipped counts streams whose sinks' committed cuts were not
 	// ordered (no single cut at or before all of them): not truncated.
 	RetainSkipped uint64 `json:"retain_skipped"`
@@ -150,7 +156,7 @@ func (p *Pressure) Check(ctx context.Context) (State, error) {
 		deleted = deleted || n > 0
 	}
 	if deleted {
-		p.gc()
+		errs = append(errs, p.gc(ctx))
 	}
 	if state == StateShed {
 		again, err := p.measure(false)
@@ -159,7 +165,7 @@ func (p *Pressure) Check(ctx context.Context) (State, error) {
 			shed, err := p.shedNext(ctx)
 			errs = append(errs, err)
 			if shed {
-				p.gc()
+				errs = append(errs, p.gc(ctx))
 			}
 		}
 	}
@@ -207,11 +213,20 @@ func (p *Pressure) fail(err error) error {
 	return err
 }
 
-func (p *Pressure) gc() {
-	p.store.CollectGarbage()
+// gc gives the space of what retention and shedding deleted back to the
+// filesystem (localstream's Reclaim).
+func (p *Pressure) gc(ctx context.Context) error {
+	res, err := p.store.Reclaim(ctx)
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.stats.GCRuns++
-	p.mu.Unlock()
+	p.stats.ReclaimedBytes += uint64(max(0, res.Freed()))
+	p.stats.ReclaimFiles += uint64(res.Files)
+	p.stats.LastReclaimSeconds = res.Took.Seconds()
+	if err != nil {
+		return fmt.Errorf("devices: reclaim: %w", err)
+	}
+	return nil
 }
 
 // State returns the level at the last check.

@@ -39,9 +39,14 @@ func (s *Store) commitLoop() {
 					break drain
 				}
 			}
+			s.gate.RLock()
 			s.writeBatch(batch)
+			s.gate.RUnlock()
 		case c := <-s.ctrl:
-			c.reply <- c.fn()
+			s.gate.RLock() // control functions write: scales, deletions
+			err := c.fn()
+			s.gate.RUnlock()
+			c.reply <- err
 		}
 	}
 }

@@ -5,10 +5,11 @@ import "encoding/binary"
 // Key prefixes. Data keys sort so that one segment's events are one
 // contiguous range in offset order.
 const (
-	prefixData   = 'd' // d | len(stream) u8 | stream | segment u64 BE | offset u64 BE
-	prefixStream = 's' // s | stream                     → stream metadata (JSON)
-	prefixCut    = 'c' // c | len(stream) u8 | stream | sink → committed cut (binary)
-	prefixMeta   = 'x' // x | user key                   → PutMeta values
+	prefixData    = 'd' // d | len(stream) u8 | stream | segment u64 BE | offset u64 BE
+	prefixStream  = 's' // s | stream                     → stream metadata (JSON)
+	prefixCut     = 'c' // c | len(stream) u8 | stream | sink → committed cut (binary)
+	prefixMeta    = 'x' // x | user key                   → PutMeta values
+	prefixReclaim = 'z' // z                            → written and dropped by Reclaim (never kept)
 )
 
 func segmentPrefix(stream string, seg SegmentID) []byte {

@@ -101,7 +101,7 @@ func (st *Stream) prepareShed(c StreamCut, reason string) (string, shedHeader, S
 	}
 	id := fmt.Sprintf("%020d", st.s.opts.Now().UnixNano())
 	hdr := shedHeader{ID: id, Stream: st.name, Cut: c.String(), Reason: reason, Events: res.Events, Bytes: res.Bytes}
-	err = st.s.db.Update(func(txn *badger.Txn) error {
+	err = st.s.update(func(txn *badger.Txn) error {
 		b, _ := json.Marshal(hdr)
 		if err := txn.Set(metaKey(shedKey(st.name, id, "")), b); err != nil {
 			return err
@@ -282,7 +282,7 @@ func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error
 			st.stats.ShedEvents += shed.Events
 			st.stats.ShedBytes += shed.Bytes
 		}
-		err := st.s.db.Update(func(txn *badger.Txn) error {
+		err := st.s.db.Update(func(txn *badger.Txn) error { // the committer holds the write gate
 			if shed != nil {
 				done := *shed
 				done.Deleted = true

@@ -47,6 +47,15 @@ type Store struct {
 	free, pending atomic.Int64
 	// diskFull counts appends refused with ErrDiskFull.
 	diskFull atomic.Uint64
+	// floorLogged is when the free-space floor was last reported (Unix ns;
+	// 0 while above it).
+	floorLogged atomic.Int64
+
+	// gate is held for reading by every Badger write and for writing by
+	// Reclaim's memtable flush, which Badger refuses concurrent writes for.
+	gate stdsync.RWMutex
+	// reclaimMu serialises Reclaim.
+	reclaimMu stdsync.Mutex
 
 	closeOnce stdsync.Once
 	closeErr  error
@@ -168,7 +177,7 @@ func (s *Store) CreateStream(name string, cfg StreamConfig) (*Stream, error) {
 		m.Head[sg.ID] = 0
 	}
 	st := newStream(s, m)
-	if err := s.db.Update(func(txn *badger.Txn) error { return st.putMeta(txn) }); err != nil {
+	if err := s.update(func(txn *badger.Txn) error { return st.putMeta(txn) }); err != nil {
 		return nil, fmt.Errorf("localstream: create stream %q: %w", name, err)
 	}
 	s.streams[name] = st
@@ -218,7 +227,7 @@ func (s *Store) PutMeta(key string, val []byte) error {
 	if err := s.Err(); err != nil {
 		return err
 	}
-	return s.db.Update(func(txn *badger.Txn) error { return txn.Set(metaKey(key), val) })
+	return s.update(func(txn *badger.Txn) error { return txn.Set(metaKey(key), val) })
 }
 
 // GetMeta returns a metadata value.
@@ -240,7 +249,7 @@ func (s *Store) GetMeta(key string) ([]byte, bool, error) {
 
 // DeleteMeta removes a metadata value.
 func (s *Store) DeleteMeta(key string) error {
-	return s.db.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(key)) })
+	return s.update(func(txn *badger.Txn) error { return txn.Delete(metaKey(key)) })
 }
 
 // ScanMeta returns every metadata value whose key starts with prefix.
@@ -259,13 +268,6 @@ func (s *Store) ScanMeta(prefix string) (map[string][]byte, error) {
 		return nil
 	})
 	return out, err
-}
-
-// CollectGarbage reclaims value-log space freed by truncation. It runs
-// Badger's value-log GC until there is nothing to rewrite.
-func (s *Store) CollectGarbage() {
-	for s.db.RunValueLogGC(0.5) == nil {
-	}
 }
 
 // Size returns the on-disk size of the LSM tree and the value log.
@@ -363,6 +365,7 @@ func (s *Store) freeLoop() {
 			if err := s.refreshFree(); err != nil {
 				s.log.Warn("localstream: cannot measure free space", "err", err)
 			}
+			s.noteFloor()
 		}
 	}
 }
@@ -388,11 +391,16 @@ type StoreStats struct {
 	FreeBytes int64 `json:"free_bytes"`
 	// QueueLen is the number of appends waiting for the committer.
 	QueueLen int `json:"queue_len"`
+	// BelowFloor is true while free space is below MinFreeBytes: appends
+	// are refused (ErrDiskFull). MinFreeBytes is the floor.
+	BelowFloor   bool  `json:"below_floor"`
+	MinFreeBytes int64 `json:"min_free_bytes"`
 }
 
 // Stats returns store-wide counters.
 func (s *Store) Stats() StoreStats {
-	return StoreStats{DiskFullRejects: s.diskFull.Load(), FreeBytes: s.free.Load(), QueueLen: len(s.queue)}
+	return StoreStats{DiskFullRejects: s.diskFull.Load(), FreeBytes: s.free.Load(), QueueLen: len(s.queue),
+		BelowFloor: s.BelowFloor(), MinFreeBytes: s.opts.MinFreeBytes}
 }
 
 // Dir returns the store's directory.

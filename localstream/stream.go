@@ -310,7 +310,7 @@ func (st *Stream) SetCommittedCut(sink string, c StreamCut) error {
 	if err := st.s.Err(); err != nil {
 		return err
 	}
-	return st.s.db.Update(func(txn *badger.Txn) error { return txn.Set(cutKey(st.name, sink), b) })
+	return st.s.update(func(txn *badger.Txn) error { return txn.Set(cutKey(st.name, sink), b) })
 }
 
 // CommittedCut returns the cut last recorded for sink.
