@@ -17,4 +17,8 @@ var (
 	ErrStore = errors.New("telemetry: store append failed")
 	// ErrClosed: the ingester was closed.
 	ErrClosed = errors.New("telemetry: closed")
+
+	// errStopping: the ingester is stopping; a message waiting for disk
+	// space was left unacknowledged.
+	errStopping = errors.New("telemetry: stopping")
 )

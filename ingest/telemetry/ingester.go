@@ -340,8 +340,8 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 			in.ack(w)
 		}
 		return true
-	case ctx.Err() != nil:
-		return false
+	case ctx.Err() != nil, errors.Is(err, errStopping):
+		return false // unacknowledged: the broker redelivers it to the next run
 	default:
 		in.fail(err)
 		return false
@@ -352,6 +352,8 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 // space (ErrDiskFull: nothing written) it waits and tries again, holding
 // this message unacknowledged — the broker keeps it and the ones behind
 // it — so a full disk pauses telemetry instead of losing or stopping it.
+// A stop ends the wait (errStopping): the message stays unacknowledged
+// and the broker redelivers it to the next run.
 func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Event, cb func(localstream.Position, error), opts ...localstream.AppendOption) error {
 	wait := 50 * time.Millisecond
 	for counted := false; ; {
@@ -366,6 +368,8 @@ func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Ev
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-in.stopping:
+			return errStopping
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, time.Second)
