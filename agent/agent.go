@@ -42,6 +42,8 @@ type Agent struct {
 
 	ready   chan struct{}
 	started time.Time
+	// vlogFileSize is store.value_log_file_size resolved for the filesystem.
+	vlogFileSize int64
 
 	// Set during Run before ready is closed; read-only afterwards.
 	store    *localstream.Store
@@ -69,6 +71,13 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	fsSize, err := filesystemSize(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.CheckDisk(fsSize); err != nil {
+		return nil, err
+	}
 	id, err := ResolveAgentID(cfg.AgentID, cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -76,7 +85,7 @@ func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	var r [6]byte
 	rand.Read(r[:])
 	return &Agent{cfg: cfg, log: logger.With("agent", id), id: id, instance: hex.EncodeToString(r[:]),
-		ready: make(chan struct{}), errs: map[string]string{}}, nil
+		ready: make(chan struct{}), errs: map[string]string{}, vlogFileSize: cfg.Store.valueLogFileSize(fsSize)}, nil
 }
 
 // ID returns the agent id.
@@ -203,6 +212,7 @@ func (a *Agent) openStore() error {
 	s, err := localstream.Open(filepath.Join(a.cfg.DataDir, "store"), localstream.Options{
 		Durability: dur, SyncInterval: a.cfg.Store.SyncInterval, MaxEventBytes: a.cfg.Store.MaxEventBytes,
 		QueueDepth: a.cfg.Store.QueueDepth, MinFreeBytes: a.cfg.Store.MinFreeBytes, Logger: a.log,
+		ValueLogFileSize: a.vlogFileSize,
 	})
 	if err != nil {
 		return err

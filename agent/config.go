@@ -7,9 +7,11 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gopkg.in/yaml.v3"
 
 	"github.com/edge-agent/edge-agent/devices"
@@ -73,8 +75,16 @@ type StoreConfig struct {
 	MaxEventBytes int `yaml:"max_event_bytes"`
 	// QueueDepth bounds the append queue. Default 8192.
 	QueueDepth int `yaml:"queue_depth"`
-	// MinFreeBytes: appends fail below this free space. Default 128 MiB.
+	// MinFreeBytes: appends fail below this free space. Default 128 MiB;
+	// it cannot be turned off, and must be below the filesystem's size
+	// (checked at start).
 	MinFreeBytes int64 `yaml:"min_free_bytes"`
+	// ValueLogFileSize is the size of one value-log file, where event
+	// payloads live: deleted data goes back to the filesystem a whole file
+	// at a time, so up to twice this stays on disk after shedding. 0
+	// (default): 1/16 of the filesystem, between 2 × max_event_bytes and
+	// 64 MiB.
+	ValueLogFileSize int64 `yaml:"value_log_file_size"`
 }
 
 // StreamConfig configures one local stream.
@@ -267,8 +277,8 @@ func (c Config) Validate() error {
 	if _, err := localstream.ParseDurability(c.Store.Durability); err != nil {
 		return bad("store.durability", "%q: want always or periodic", c.Store.Durability)
 	}
-	if c.Store.MaxEventBytes < 0 || c.Store.QueueDepth < 0 {
-		return bad("store", "max_event_bytes and queue_depth must not be negative")
+	if err := c.Store.validate(); err != nil {
+		return err
 	}
 	for name, s := range c.Streams {
 		if err := localstream.ValidateStreamName(name); err != nil {
@@ -318,6 +328,87 @@ func (c Config) Validate() error {
 		return bad("devices.disk.shed_below", "%d bytes must be above store.min_free_bytes %d, or appends fail before shedding starts", d.ShedBelow.Bytes, c.Store.MinFreeBytes)
 	}
 	return nil
+}
+
+func (c StoreConfig) validate() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: store.%s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.MaxEventBytes < 0:
+		return bad("max_event_bytes", "%d is negative: use a size such as 4194304 (4 MiB), or 0 for the default", c.MaxEventBytes)
+	case c.QueueDepth < 0:
+		return bad("queue_depth", "%d is negative: use a count such as 8192, or 0 for the default", c.QueueDepth)
+	case c.SyncInterval < 0:
+		return bad("sync_interval", "%v is negative: use a duration such as 1s", c.SyncInterval)
+	case c.MinFreeBytes < 0:
+		return bad("min_free_bytes", "%d is negative: the floor cannot be turned off; use a size such as 134217728 (128 MiB), below the filesystem's size", c.MinFreeBytes)
+	case c.ValueLogFileSize < 0:
+		return bad("value_log_file_size", "%d is negative: use a size such as 16777216 (16 MiB), or 0 for the default", c.ValueLogFileSize)
+	}
+	if v := c.ValueLogFileSize; v != 0 {
+		maxEvent := int64(c.MaxEventBytes)
+		if maxEvent == 0 {
+			maxEvent = 4 << 20
+		}
+		if v < 2*maxEvent || v >= 2<<30 {
+			return bad("value_log_file_size", "%d: want at least 2 × max_event_bytes (%d) and below 2 GiB", v, 2*maxEvent)
+		}
+	}
+	return nil
+}
+
+// CheckDisk checks the store and disk-pressure thresholds against the
+// filesystem holding data_dir (free and total bytes): a floor at or above
+// the filesystem's size refuses every append from the start, and a shed
+// threshold at or below the floor never sheds before appends are refused.
+func (c Config) CheckDisk(total int64) error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	floor := c.Store.MinFreeBytes
+	if floor == 0 {
+		floor = 128 << 20 // the store's default
+	}
+	if floor >= total {
+		return bad("store.min_free_bytes", "%d is not below the size of the filesystem holding %s (%d bytes): every append would be refused; lower it (e.g. to %d, 5%% of the filesystem)",
+			floor, c.DataDir, total, total/20)
+	}
+	d := c.Devices.Disk
+	if shed := d.ShedBelow.Resolve(total); shed <= floor {
+		return bad("devices.disk.shed_below", "%s is %d bytes of this %d-byte filesystem, not above store.min_free_bytes %d: appends would be refused before shedding frees space; raise shed_below or lower min_free_bytes",
+			d.ShedBelow, shed, total, floor)
+	}
+	return nil
+}
+
+// filesystemSize returns the size of the filesystem holding dir (or its
+// nearest existing parent: dir is created later).
+func filesystemSize(dir string) (int64, error) {
+	for {
+		var st unix.Statfs_t
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			return int64(st.Blocks) * st.Bsize, nil
+		}
+		parent := filepath.Dir(dir)
+		if !errors.Is(err, unix.ENOENT) || parent == dir {
+			return 0, fmt.Errorf("data_dir %s: %w", dir, err)
+		}
+		dir = parent
+	}
+}
+
+// valueLogFileSize resolves store.value_log_file_size (0: auto, see StoreConfig).
+func (c StoreConfig) valueLogFileSize(fsSize int64) int64 {
+	if c.ValueLogFileSize > 0 {
+		return c.ValueLogFileSize
+	}
+	maxEvent := int64(c.MaxEventBytes)
+	if maxEvent == 0 {
+		maxEvent = 4 << 20
+	}
+	return min(max(fsSize/16, 2*maxEvent), 64<<20)
 }
 
 func (c CentralConfig) validate() error {

@@ -96,6 +96,12 @@ func TestConfigErrors(t *testing.T) {
 		{"devices: {disk: {retain_below: 1GiB, shed_below: 2GiB}}", "devices.disk: devices: invalid config: disk_pressure.shed_below 2147483648 must be below retain_below"},
 		{"devices: {disk: {policy: [{stream: video}, {stream: video}]}}", "listed twice"},
 		{"devices: {disk: {retain_below: 2GiB, shed_below: 1GiB}}\nstore: {min_free_bytes: 2000000000}", "devices.disk.shed_below: 1073741824 bytes must be above store.min_free_bytes"},
+		{"store: {min_free_bytes: -1}", "store.min_free_bytes: -1 is negative: the floor cannot be turned off"},
+		{"store: {max_event_bytes: -5}", "store.max_event_bytes: -5 is negative"},
+		{"store: {queue_depth: -1}", "store.queue_depth: -1 is negative"},
+		{"store: {sync_interval: -1s}", "store.sync_interval: -1s is negative"},
+		{"store: {value_log_file_size: -1}", "store.value_log_file_size: -1 is negative"},
+		{"store: {value_log_file_size: 1048576}", "store.value_log_file_size: 1048576: want at least 2 × max_event_bytes (8388608)"},
 		{"devices: {offline_after: -1s}", "devices: health_interval, offline_after and max_drones must not be negative"},
 		{"unknown_key: 1", "field unknown_key not found"},
 	}
@@ -124,5 +130,33 @@ func TestAgentIDPersisted(t *testing.T) {
 	}
 	if got, _ := ResolveAgentID("fixed", dir); got != "fixed" {
 		t.Fatal("configured id not used")
+	}
+}
+
+// A floor the filesystem cannot give, or a shed threshold at or below it,
+// is refused at start naming the field (a 64 MiB filesystem with the
+// defaults refused every append while /healthz said ok).
+func TestCheckDisk(t *testing.T) {
+	const mib = 1 << 20
+	cfg := NewDefaultConfig()
+	if err := cfg.CheckDisk(64 * mib); err == nil || !errors.Is(err, ErrConfig) ||
+		!strings.Contains(err.Error(), "store.min_free_bytes: 134217728 is not below the size of the filesystem") {
+		t.Fatalf("default floor on 64 MiB: %v", err)
+	}
+	cfg.Store.MinFreeBytes = 8 * mib // shed_below 10% = 6.4 MiB: below the floor
+	if err := cfg.CheckDisk(64 * mib); err == nil || !strings.Contains(err.Error(), "devices.disk.shed_below: 10% is 6710886 bytes") {
+		t.Fatalf("shed below the floor: %v", err)
+	}
+	cfg.Store.MinFreeBytes = 4 * mib
+	if err := cfg.CheckDisk(64 * mib); err != nil {
+		t.Fatalf("workable: %v", err)
+	}
+	if err := NewDefaultConfig().CheckDisk(64 << 30); err != nil {
+		t.Fatalf("defaults on 64 GiB: %v", err)
+	}
+	for _, c := range []struct{ set, fs, want int64 }{{0, 64 * mib, 8 * mib}, {0, 4 << 30, 64 * mib}, {0, 512 * mib, 32 * mib}, {16 * mib, 64 * mib, 16 * mib}} {
+		if got := (StoreConfig{MaxEventBytes: 4 * mib, ValueLogFileSize: c.set}).valueLogFileSize(c.fs); got != c.want {
+			t.Errorf("value_log_file_size %d on %d: %d, want %d", c.set, c.fs, got, c.want)
+		}
 	}
 }

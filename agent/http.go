@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,6 +20,11 @@ func (a *Agent) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := a.store.Err(); err != nil {
 			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		if st := a.store.Stats(); st.BelowFloor {
+			http.Error(w, fmt.Sprintf("store: refusing appends: %d bytes free, below store.min_free_bytes %d", st.FreeBytes, st.MinFreeBytes),
+				http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
