@@ -276,7 +276,7 @@ func (a *Agent) startCentral() error {
 		return err
 	}
 	a.nc = nc
-	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas})
+	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.Layout})
 	if err != nil {
 		return err
 	}

@@ -173,7 +173,13 @@ type CentralConfig struct {
 	IgnoreDiscoveredServers bool `yaml:"ignore_discovered_servers"`
 	// CommitInterval is the longest a transaction stays open. Default 100ms.
 	CommitInterval time.Duration `yaml:"commit_interval"`
-	// MaxTxnEvents bounds a transaction (below the server's 1000). Default 999.
+	// Layout is the central layout written: 2 (one message per
+	// transaction, packed and compressed) or 1 (one message per event).
+	// Both are read. Default 2.
+	Layout int `yaml:"layout"`
+	// MaxTxnEvents bounds a transaction's events. Default 0 = the
+	// layout's bound (layout 2: 100,000, the max payload binds first;
+	// layout 1: 999, below the server's batch limit of 1000).
 	MaxTxnEvents int `yaml:"max_txn_events"`
 	// MaxTxnBytes bounds a transaction's bytes. Default 8 MiB.
 	MaxTxnBytes int64 `yaml:"max_txn_bytes"`
@@ -228,7 +234,7 @@ func NewDefaultConfig() Config {
 			BinaryContentType: "application/octet-stream", LaneDepth: 4096, MaxDrones: 1024,
 			KeepAlive: 15 * time.Second, MaxReconnectInterval: 10 * time.Second},
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
-			CommitInterval: 100 * time.Millisecond, MaxTxnEvents: 999, MaxTxnBytes: 8 << 20,
+			CommitInterval: 100 * time.Millisecond, Layout: 2, MaxTxnBytes: 8 << 20,
 			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
 		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second, MaxDrones: 1024,
 			Disk: devices.NewDefaultPressureConfig()},
@@ -430,8 +436,11 @@ func (c CentralConfig) validate() error {
 			return bad("central.embedded.listen", "%q: want HOST:PORT", c.Embedded.Listen)
 		}
 	}
-	if c.MaxTxnEvents < 1 || c.MaxTxnEvents > 999 {
-		return bad("central.max_txn_events", "%d: want 1..999 (the server's batch limit is 1000 with the commit record)", c.MaxTxnEvents)
+	if c.Layout != 1 && c.Layout != 2 {
+		return bad("central.layout", "%d: want 2 (packed, the default) or 1 (a message per event)", c.Layout)
+	}
+	if c.MaxTxnEvents < 0 || c.Layout == 1 && c.MaxTxnEvents > 999 || c.MaxTxnEvents > 100_000 {
+		return bad("central.max_txn_events", "%d: want 0 (the layout's bound) or 1..999 for layout 1 (the server's batch limit is 1000 with the commit record), 1..100000 for layout 2", c.MaxTxnEvents)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return bad("central.replicas", "%d: want 1..5", c.Replicas)

@@ -44,6 +44,10 @@ type Config struct {
 	// MaxBatchSize is the largest atomic batch in messages. Default 0 = the
 	// server's default (1000).
 	MaxBatchSize int
+	// MaxBatchInflightPerStream and MaxBatchInflightTotal bound the atomic
+	// batches open at once per stream and per server. Default 0 = the
+	// server's defaults (50 and 1000).
+	MaxBatchInflightPerStream, MaxBatchInflightTotal int
 	// DuplicateWindow caps streams' duplicate windows. Default 0 = server default.
 	DuplicateWindow time.Duration
 	// ReadyTimeout bounds Start's wait for the client port and JetStream.
@@ -159,6 +163,8 @@ func (s *Server) options() (*server.Options, error) {
 	}
 	o.JetStreamLimits.MaxBatchTimeout = s.cfg.MaxBatchTimeout
 	o.JetStreamLimits.MaxBatchSize = s.cfg.MaxBatchSize
+	o.JetStreamLimits.MaxBatchInflightPerStream = s.cfg.MaxBatchInflightPerStream
+	o.JetStreamLimits.MaxBatchInflightTotal = s.cfg.MaxBatchInflightTotal
 	o.JetStreamLimits.Duplicates = s.cfg.DuplicateWindow
 	if s.cfg.ClusterName != "" {
 		ch, _, _ := splitHostPort(s.cfg.ClusterListen)

@@ -7,7 +7,72 @@
 //
 // One JetStream stream per local stream, EDGE_<STREAM> (upper case),
 // subjects "edge.<stream>.>", file storage, allow_atomic: true, created by
-// the agent when missing.
+// the agent when missing. Two layouts share it; the agent writes layout 2
+// unless configured with layout 1 (JetStreamOptions.Layout, `central.layout`
+// in the YAML); the reader reads both, also mixed in one agent's history
+// (an upgraded agent continues its commit chain on the same cut subject).
+//
+// # Layout 2 (default): one message per transaction
+//
+//	edge.<stream>.<agent>.cut    one message per transaction: its events
+//	                             packed, then its commit record
+//	edge.<stream>.<agent>.part   only when one event is too large to share
+//	                             a message with the commit record: the
+//	                             events, in an atomic batch before the .cut
+//
+// The message has no headers of its own (Nats-Expected-Last-Subject-Sequence
+// is the fencing expectation, see below). Its payload is a pack:
+//
+//	+------+-------+---------------------------------------------+
+//	| 0xE2 | codec | body (codec 0: as is; 1: one zstd frame)    |
+//	+------+-------+---------------------------------------------+
+//
+//	body:   uvarint kind   1 = ends a transaction: commit record follows
+//	                       2 = a part: uvarint txn follows
+//	        [commit record | uvarint txn]
+//	        uvarint nstrings, nstrings × (uvarint len, bytes)   string table
+//	        uvarint nevents, nevents × event metadata
+//	        the events' payloads, concatenated in event order
+//
+//	commit record:  uvarint txn, string instance, varint committed_at_ns,
+//	                uvarint events, uvarint bytes (of the whole transaction),
+//	                cut, varint watermark lower_ns, varint upper_ns, cut
+//	cut:            uvarint n, n × (uvarint segment id, uvarint offset),
+//	                ascending segment ids
+//	string:         uvarint len, bytes
+//
+//	event metadata (deltas are to the previous event of the pack, the
+//	first to zero; varint = zigzag):
+//	        uvarint flags          localstream.Flags bits (keyframe 1,
+//	                               discontinuity 2, late 4, estimated time 8,
+//	                               gap 16, raw 32)
+//	        uvarint routing key, writer, content type   string table indexes
+//	        varint  segment id − previous segment id
+//	        varint  offset − previous offset − 1
+//	        varint  event time − previous event time (Unix ns)
+//	        varint  ingest time − previous ingest time (Unix ns)
+//	        uvarint nheaders, nheaders × (uvarint key, uvarint value)  indexes
+//	        uvarint payload length
+//
+// The writer compresses the body with zstd when that saves at least a
+// sixteenth of it (JSON telemetry: to a fraction; random bytes: never).
+// A decoder accepts bodies up to 64 MiB and checks every count and index
+// against the bytes left. The events of a message are the transaction's,
+// in replication order (per drone in order); consumers that need one
+// drone's payloads read the agent's messages and keep that routing key.
+// A transaction holds at most what fits one message below the server's
+// max payload (8 KiB are kept for the commit record and headers).
+//
+// A layout-2 transaction is one plain JetStream publish: the server's
+// limits on atomic batches in flight (50 per stream, 1,000 per server by
+// default) and its 10 s batch timeout do not apply, so the number of
+// agents per stream is bound by the stream leader's message rate, not by
+// batches (see docs/sync.md, sizing). The rare split transaction is a
+// two-message atomic batch whose first message is acked, so that the
+// server's refusal (too many batches in flight) is read and retried
+// after a jittered backoff.
+//
+// # Layout 1: one message per event
 //
 //	edge.<stream>.<agent>.data.<routing-key>   one message per event
 //	edge.<stream>.<agent>.cut                  one commit record per transaction
@@ -27,7 +92,9 @@
 //	Edge-Ingest-Time      decimal Unix ns the agent received the event
 //	Edge-H-<key>          every other local header, key as stored
 //
-// The payload is the event's bytes and nothing else.
+// The payload is the event's bytes and nothing else. The commit record is
+// JSON (below); a layout-1 transaction is an atomic batch of its data
+// messages and the commit record.
 //
 // # Subject-token escaping
 //
@@ -39,15 +106,16 @@
 // other use of '%'. The routing key is also carried verbatim nowhere else:
 // consumers unescape the last token.
 //
-// # Transaction
+// # Transaction (layout 1)
 //
-// A transaction is one atomic batch (ADR-50, via orbit.go jetstreamext):
+// A layout-1 transaction is one atomic batch (ADR-50, via orbit.go jetstreamext):
 //
 //	data msg 1 ─ data msg 2 ─ … ─ data msg n ─ commit record (Nats-Batch-Commit: 1)
 //	                                             Nats-Expected-Last-Subject-Sequence:
 //	                                               seq of the previous commit record (0: none)
 //
-// The commit record is JSON:
+// The layout-1 commit record is JSON (layout 2 carries the same fields in
+// binary; the reader returns both as a CommitRecord):
 //
 //	{"agent":"a1","stream":"video","txn":42,"instance":"<random per run>",
 //	 "cut":{"0":120,"4294967297":3}, "cut_text":"video:0.0=120,1.1=3",
@@ -67,10 +135,10 @@
 // nothing (atomic), and a commit whose ack was lost is found at the resume,
 // not resent. Dedup windows play no part.
 //
-// Commits are pipelined: the next transaction's data messages are sent
-// while the previous commit awaits its ack, and its commit record (which
-// must expect the previous record's sequence) only after that ack; when a
-// commit fails, the transaction behind it is abandoned.
+// Commits are pipelined: the next transaction's events are read (and, in
+// layout 1, sent) while the previous commit awaits its ack, and its commit
+// (which must expect the previous record's sequence) goes out only after
+// that ack; when a commit fails, the transaction behind it is abandoned.
 //
 // A failed expectation whose winner is a record of another agent instance
 // written after we started (or a second one during our start) means

@@ -26,6 +26,9 @@ var (
 	ErrTxnClosed = errors.New("sync: transaction closed")
 	// ErrConfig: invalid configuration; the message names the field.
 	ErrConfig = errors.New("sync: invalid config")
+	// errTxnFull: the event does not fit the transaction's message; it
+	// opens the next transaction.
+	errTxnFull = errors.New("sync: transaction full")
 	// errLinkLost: the connection dropped while a request was in flight.
 	errLinkLost = errors.New("sync: link to central lost")
 	// ErrClosed: the component is closed.

@@ -31,6 +31,11 @@ type JetStreamOptions struct {
 	// before sending the rest (early rejection, one more round trip).
 	// Default false.
 	AckFirst bool
+	// Layout is the central layout written: 2 (default: a transaction
+	// is one message packing its events and commit record) or 1 (one
+	// message per event, as before version 2; for consumers that read
+	// the subjects directly). Both are read back.
+	Layout int
 	// Now is the clock for commit records. Default time.Now.
 	Now func() time.Time
 }
@@ -69,6 +74,13 @@ func NewJetStreamSink(nc *nats.Conn, agent, instance string, opts JetStreamOptio
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	switch opts.Layout {
+	case 0:
+		opts.Layout = 2
+	case 1, 2:
+	default:
+		return nil, fmt.Errorf("%w: layout %d (1 or 2)", ErrConfig, opts.Layout)
 	}
 	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(opts.RequestTimeout))
 	if err != nil {
@@ -238,7 +250,7 @@ func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, tim
 	if r.Message == nil {
 		return Committed{}, fmt.Errorf("sync: read last commit of %s: empty answer", stream)
 	}
-	rec, err := DecodeCommitRecord(r.Message.Data)
+	rec, err := decodeCommitMessage(stream, agent, r.Message.Data)
 	if err != nil {
 		return Committed{}, err
 	}
@@ -247,8 +259,25 @@ func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, tim
 
 // Begin starts transaction number.
 func (s *JetStreamSink) Begin(stream string, number uint64) Txn {
-	return &jsTxn{sink: s, stream: stream, number: number}
+	if s.opts.Layout == 1 {
+		return &jsTxn{sink: s, stream: stream, number: number}
+	}
+	return &packTxn{sink: s, stream: stream, number: number, w: newPackWriter()}
 }
+
+// MaxTxnEvents is the most events one transaction may hold: the server's
+// batch size for layout 1 (a message per event); for layout 2 only the
+// max payload bounds it.
+func (s *JetStreamSink) MaxTxnEvents() int {
+	if s.opts.Layout == 1 {
+		return 999
+	}
+	return maxPackEvents
+}
+
+// maxPackEvents bounds a layout-2 transaction's events (memory, and the
+// reader's work per message).
+const maxPackEvents = 100_000
 
 // jsTxn is one atomic batch.
 type jsTxn struct {

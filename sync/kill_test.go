@@ -43,7 +43,8 @@ func childAgent() int {
 		return 1
 	}
 	inst := fmt.Sprintf("child-%d", os.Getpid())
-	sink, err := NewJetStreamSink(nc, agent, inst, JetStreamOptions{})
+	layout, _ := strconv.Atoi(os.Getenv("EDGE_SYNC_LAYOUT"))
+	sink, err := NewJetStreamSink(nc, agent, inst, JetStreamOptions{Layout: layout})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -79,7 +80,9 @@ func childAgent() int {
 // SIGKILL at random points of its transaction cycle, many rounds, while it
 // appends. Proof that kills hit open transactions: the server reports
 // abandoned batches; kills between commit and ack are counted when the
-// centre holds a commit the dead child never saw acked.
+// centre holds a commit the dead child never saw acked. Rounds alternate
+// the central layouts 1 and 2, so one agent's commit chain crosses from
+// one layout to the other and back, and the reader reads both.
 func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
@@ -96,7 +99,8 @@ func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	var landedUnacked int
 	for i := range n {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "EDGE_SYNC_CHILD=1", "EDGE_SYNC_DIR="+dir, "EDGE_SYNC_URL="+srv.ClientURL(), "EDGE_SYNC_AGENT=agent-k")
+		cmd.Env = append(os.Environ(), "EDGE_SYNC_CHILD=1", "EDGE_SYNC_DIR="+dir, "EDGE_SYNC_URL="+srv.ClientURL(), "EDGE_SYNC_AGENT=agent-k",
+			"EDGE_SYNC_LAYOUT="+strconv.Itoa(1+i%2))
 		if i == 0 {
 			cmd.Env = append(cmd.Env, "EDGE_SYNC_WARM=1")
 		}

@@ -19,7 +19,7 @@ type faultProxy struct {
 	target string
 
 	// Armed faults (each fires once, then disarms).
-	cutMidBatch     atomic.Bool  // client→server: forward a chunk holding a non-commit batch message, then cut
+	cutMidBatch     atomic.Bool  // client→server: forward a chunk holding a non-commit batch message (layout 1) or half of one holding a layout-2 commit message, then cut
 	dropAfterCommit atomic.Bool  // server→client: swallow a chunk holding a commit ack, then cut
 	ackDelay        atomic.Int64 // server→client: delay chunks holding commit acks by this many ns (sticky)
 	down            atomic.Bool  // link down: refuse new connections
@@ -35,7 +35,11 @@ type faultProxy struct {
 var (
 	patBatchSeq    = []byte("Nats-Batch-Sequence")
 	patBatchCommit = []byte("Nats-Batch-Commit")
-	patBatchAck    = []byte(`"batch":"`)
+	patExpectLast  = []byte("Nats-Expected-Last-Subject-Sequence")
+	patPackCommit  = []byte(".cut ")
+	// patCommitAck starts every publish ack of an EDGE_ stream (a batch
+	// commit's and a layout-2 commit message's).
+	patCommitAck = []byte(`{"stream":"EDGE_`)
 )
 
 func newFaultProxy(t testing.TB, target string) *faultProxy {
@@ -95,7 +99,14 @@ func (p *faultProxy) pipe(src, dst net.Conn, clientToServer bool) {
 					p.cuts.Add(1)
 					return
 				}
-			} else if bytes.Contains(chunk, patBatchAck) {
+				if i := bytes.Index(chunk, patPackCommit); i >= 0 && bytes.Contains(chunk, patExpectLast) && !bytes.Contains(chunk, patBatchSeq) &&
+					p.cutMidBatch.CompareAndSwap(true, false) {
+					dst.Write(chunk[:i+(len(chunk)-i)/2])
+					p.midBatchCuts.Add(1)
+					p.cuts.Add(1)
+					return
+				}
+			} else if bytes.Contains(chunk, patCommitAck) {
 				if p.dropAfterCommit.CompareAndSwap(true, false) {
 					p.droppedAcks.Add(1)
 					p.cuts.Add(1)

@@ -69,6 +69,8 @@ type CentralReader struct {
 	wm   map[string]WatermarkJSON
 	// buf holds fetched messages not yet returned.
 	buf []jetstream.Msg
+	// items holds decoded items of a layout-2 message not yet returned.
+	items []Item
 }
 
 // NewCentralReader opens a reader of the local stream's central copy. It
@@ -116,9 +118,12 @@ func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	if opts.RoutingKey != "" {
 		keyTok = EscapeToken(opts.RoutingKey)
 	}
+	// Layout 2 keeps events in the messages on the cut (and part)
+	// subjects; layout 1 on a data subject per routing key.
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"edge." + stream + "." + agentTok + ".cut"}}
 	if !opts.CommitsOnly {
-		cfg.FilterSubjects = append(cfg.FilterSubjects, "edge."+stream+"."+agentTok+".data."+keyTok)
+		cfg.FilterSubjects = append(cfg.FilterSubjects, "edge."+stream+"."+agentTok+".part",
+			"edge."+stream+"."+agentTok+".data."+keyTok)
 	}
 	if opts.StartSeq > 0 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, opts.StartSeq
@@ -144,6 +149,11 @@ func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 // Next returns the next item; io.EOF at the end of a non-following read.
 func (r *CentralReader) Next(ctx context.Context) (Item, error) {
 	for {
+		if len(r.items) > 0 {
+			it := r.items[0]
+			r.items = r.items[1:]
+			return it, nil
+		}
 		if len(r.buf) > 0 {
 			m := r.buf[0]
 			r.buf = r.buf[1:]
@@ -161,7 +171,10 @@ func (r *CentralReader) Next(ctx context.Context) (Item, error) {
 					r.done = true
 				}
 			}
-			return r.decode(m.Subject(), m.Headers(), m.Data(), seq)
+			if err := r.decode(m.Subject(), m.Headers(), m.Data(), seq); err != nil {
+				return Item{}, err
+			}
+			continue
 		}
 		if r.done {
 			return Item{}, io.EOF
@@ -219,25 +232,59 @@ func (r *CentralReader) caughtUp(ctx context.Context) bool {
 	return err == nil && info.NumPending == 0
 }
 
-func (r *CentralReader) decode(subj string, h nats.Header, data []byte, seq uint64) (Item, error) {
+// decode turns one message into items (a layout-2 pack into its events
+// and commit record) and queues them.
+func (r *CentralReader) decode(subj string, h nats.Header, data []byte, seq uint64) error {
 	p, err := parseSubject(subj)
 	if err != nil {
-		return Item{}, err
+		return err
 	}
-	if p.kind == subjectCut {
+	if p.stream != r.stream {
+		return fmt.Errorf("seq %d: %w: subject %q outside stream %s", seq, ErrCorruptRecord, subj, r.stream)
+	}
+	if p.kind == subjectData {
+		ev, err := DecodeEvent(subj, h, data)
+		if err != nil {
+			return fmt.Errorf("seq %d: %w", seq, err)
+		}
+		ev.Seq = seq
+		r.items = append(r.items, Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]})
+		return nil
+	}
+	if p.kind == subjectCut && !isPack(data) {
 		rec, err := DecodeCommitRecord(data)
 		if err != nil {
-			return Item{}, fmt.Errorf("seq %d: %w", seq, err)
+			return fmt.Errorf("seq %d: %w", seq, err)
 		}
-		r.wm[p.agent] = rec.Watermark
-		return Item{Kind: ItemCommit, Seq: seq, Agent: p.agent, Commit: rec, Watermark: rec.Watermark}, nil
+		r.commit(seq, p.agent, rec)
+		return nil
 	}
-	ev, err := DecodeEvent(subj, h, data)
+	pk, err := decodePack(p.stream, data)
+	if err == nil && (pk.commit != nil) != (p.kind == subjectCut) {
+		err = fmt.Errorf("%w: commit record on a part subject, or none on the cut subject", ErrCorruptRecord)
+	}
 	if err != nil {
-		return Item{}, fmt.Errorf("seq %d: %w", seq, err)
+		return fmt.Errorf("seq %d: %w", seq, err)
 	}
-	ev.Seq = seq
-	return Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]}, nil
+	if !r.opts.CommitsOnly {
+		for _, rec := range pk.events {
+			if r.opts.RoutingKey != "" && rec.RoutingKey != r.opts.RoutingKey {
+				continue
+			}
+			ev := CentralEvent{Seq: seq, Stream: p.stream, Agent: p.agent, Txn: pk.txn, Record: rec}
+			r.items = append(r.items, Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]})
+		}
+	}
+	if pk.commit != nil {
+		r.commit(seq, p.agent, pk.commit.record(p.agent, p.stream))
+	}
+	return nil
+}
+
+// commit queues a commit record's item and makes its watermark current.
+func (r *CentralReader) commit(seq uint64, agent string, rec CommitRecord) {
+	r.wm[agent] = rec.Watermark
+	r.items = append(r.items, Item{Kind: ItemCommit, Seq: seq, Agent: agent, Commit: rec, Watermark: rec.Watermark})
 }
 
 // ReadAll reads a whole central stream (not following) into items.

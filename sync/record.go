@@ -128,6 +128,23 @@ func DecodeCommitRecord(b []byte) (CommitRecord, error) {
 	return r, nil
 }
 
+// decodeCommitMessage decodes the message on an agent's cut subject: a
+// layout-2 pack (its commit record; agent and stream from the subject) or
+// a layout-1 JSON commit record.
+func decodeCommitMessage(stream, agent string, data []byte) (CommitRecord, error) {
+	if !isPack(data) {
+		return DecodeCommitRecord(data)
+	}
+	p, err := decodePack(stream, data)
+	if err != nil {
+		return CommitRecord{}, err
+	}
+	if p.commit == nil {
+		return CommitRecord{}, fmt.Errorf("%w: pack on the cut subject without commit record", ErrCorruptRecord)
+	}
+	return p.commit.record(agent, stream), nil
+}
+
 // Committed is the last commit of an agent on a stream as the central
 // store has it: the zero value means "nothing committed yet".
 type Committed struct {

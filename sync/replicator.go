@@ -24,9 +24,10 @@ type ReplicatorConfig struct {
 	// Priority orders streams on the shared uplink (lower first). Default
 	// DefaultPriority(stream).
 	Priority *int
-	// MaxTxnEvents bounds a transaction's data messages; with the commit
-	// record it stays below the server's 1000-message batch limit.
-	// Default 999.
+	// MaxTxnEvents bounds a transaction's events. Default and upper
+	// bound: the sink's MaxTxnEvents when it has one (layout 2: 100,000,
+	// the max payload binds first; layout 1: 999, below the server's
+	// 1000-message batch limit with the commit record), else 999.
 	MaxTxnEvents int
 	// MaxTxnBytes bounds a transaction's payload bytes. Default 8 MiB;
 	// with an uplink cap at most 3 s worth of it (the server abandons a
@@ -59,7 +60,15 @@ type ReplicatorConfig struct {
 	Logger *slog.Logger
 }
 
-func (c *ReplicatorConfig) defaults(stream string) {
+// txnEventLimiter is a sink that bounds a transaction's events itself.
+type txnEventLimiter interface{ MaxTxnEvents() int }
+
+// txnFitter is a transaction that tells whether one more event fits.
+type txnFitter interface {
+	fits(rec *localstream.Record) bool
+}
+
+func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
 	if c.SinkName == "" {
 		c.SinkName = "central"
 	}
@@ -67,8 +76,12 @@ func (c *ReplicatorConfig) defaults(stream string) {
 		p := DefaultPriority(stream)
 		c.Priority = &p
 	}
-	if c.MaxTxnEvents <= 0 || c.MaxTxnEvents > 999 {
-		c.MaxTxnEvents = 999
+	limit := 999
+	if l, ok := sink.(txnEventLimiter); ok {
+		limit = l.MaxTxnEvents()
+	}
+	if c.MaxTxnEvents <= 0 || c.MaxTxnEvents > limit {
+		c.MaxTxnEvents = limit
 	}
 	if c.MaxTxnBytes <= 0 {
 		c.MaxTxnBytes = 8 << 20
@@ -138,7 +151,7 @@ type Replicator struct {
 // NewReplicator returns the replicator of st into sink. instance must be
 // the same string the sink writes into commit records (random per run).
 func NewReplicator(st *localstream.Stream, sink Sink, instance string, cfg ReplicatorConfig) *Replicator {
-	cfg.defaults(st.Name())
+	cfg.defaults(st.Name(), sink)
 	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, state: "starting"}
 }
 
@@ -428,6 +441,10 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 			return cut, nil, f.err
 		}
 		if txn.Len() > 0 && txn.Bytes()+int64(len(f.rec.Payload)) > r.cfg.MaxTxnBytes {
+			r.pending = &f
+			break
+		}
+		if ft, ok := txn.(txnFitter); ok && !ft.fits(&f.rec) {
 			r.pending = &f
 			break
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
@@ -41,10 +42,31 @@ func streamMsgs(t testing.TB, s *JetStreamSink, stream string) uint64 {
 // record; a second transaction built on the same predecessor (another
 // agent process with the same id) is rejected and leaves nothing.
 func TestSinkCommitAndFencing(t *testing.T) {
+	for _, layout := range []int{1, 2} {
+		t.Run(fmt.Sprintf("layout%d", layout), func(t *testing.T) { testSinkCommitAndFencing(t, layout) })
+	}
+}
+
+// newLayoutSink is newSink writing the given central layout.
+func newLayoutSink(t testing.TB, nc *nats.Conn, agent string, layout int) *JetStreamSink {
+	t.Helper()
+	s, err := NewJetStreamSink(nc, agent, newInstance(), JetStreamOptions{Layout: layout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func testSinkCommitAndFencing(t *testing.T, layout int) {
 	srv := startCentral(t, central.Config{})
 	ctx := testCtx(t, 30*time.Second)
-	a := newSink(t, connect(t, srv.ClientURL()), "agent-1")
-	b := newSink(t, connect(t, srv.ClientURL()), "agent-1")
+	a := newLayoutSink(t, connect(t, srv.ClientURL()), "agent-1", layout)
+	b := newLayoutSink(t, connect(t, srv.ClientURL()), "agent-1", layout)
+	// Layout 1: a message per event and the commit record; layout 2: one.
+	msgs := uint64(4)
+	if layout == 2 {
+		msgs = 1
+	}
 	if err := a.Prepare(ctx, "telemetry"); err != nil {
 		t.Fatal(err)
 	}
@@ -68,15 +90,15 @@ func TestSinkCommitAndFencing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ca.Seq != 4 || ca.Record.Txn != 1 || ca.Record.Events != 3 {
+	if ca.Seq != msgs || ca.Record.Txn != 1 || ca.Record.Events != 3 {
 		t.Fatalf("commit %+v", ca)
 	}
 	_, err = tb.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{})
 	if Classify(err) != Conflict {
 		t.Fatalf("second commit on the same predecessor: %v (class %v), want a conflict", err, Classify(err))
 	}
-	if n := streamMsgs(t, a, "telemetry"); n != 4 {
-		t.Fatalf("stream holds %d messages, want 4 (the rejected batch must leave nothing)", n)
+	if n := streamMsgs(t, a, "telemetry"); n != msgs {
+		t.Fatalf("stream holds %d messages, want %d (the rejected transaction must leave nothing)", n, msgs)
 	}
 	got, err := b.LastCommitted(ctx, "telemetry")
 	if err != nil || got.Seq != ca.Seq || got.Record.Instance != a.instance || got.Record.Watermark.LowerNs != 100 {
@@ -112,13 +134,20 @@ func TestSinkRefusesStreamWithoutAtomic(t *testing.T) {
 }
 
 // TestSinkMidBatchCutLeavesNothing: the link is cut after part of a batch
-// reached the server; nothing of it becomes visible, and a retry from the
-// read-back commit succeeds.
+// (layout 1) or of the transaction's message (layout 2) reached the
+// server; nothing of it becomes visible, and a retry from the read-back
+// commit succeeds.
 func TestSinkMidBatchCutLeavesNothing(t *testing.T) {
+	for _, layout := range []int{1, 2} {
+		t.Run(fmt.Sprintf("layout%d", layout), func(t *testing.T) { testSinkMidBatchCut(t, layout) })
+	}
+}
+
+func testSinkMidBatchCut(t *testing.T, layout int) {
 	srv := startCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	ctx := testCtx(t, 30*time.Second)
-	s := newSink(t, connect(t, px.URL()), "a")
+	s := newLayoutSink(t, connect(t, px.URL()), "a", layout)
 	if err := s.Prepare(ctx, "health"); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +187,7 @@ func TestSinkMidBatchCutLeavesNothing(t *testing.T) {
 	if _, err := tx.Commit(ctx, c, cutAt("health", 5), Watermark{}); err != nil {
 		t.Fatal(err)
 	}
-	if n := streamMsgs(t, s, "health"); n != 6 {
-		t.Fatalf("%d messages, want 6", n)
+	if n, want := streamMsgs(t, s, "health"), map[int]uint64{1: 6, 2: 1}[layout]; n != want {
+		t.Fatalf("%d messages, want %d", n, want)
 	}
 }

@@ -107,12 +107,19 @@ func CutSubject(stream, agent string) string {
 	return "edge." + stream + "." + EscapeToken(agent) + ".cut"
 }
 
+// PartSubject is the subject of the leading message of a layout-2
+// transaction split in two (see the package doc).
+func PartSubject(stream, agent string) string {
+	return "edge." + stream + "." + EscapeToken(agent) + ".part"
+}
+
 // subjectKind is what a parsed subject is.
 type subjectKind int
 
 const (
 	subjectData subjectKind = iota + 1
 	subjectCut
+	subjectPart
 )
 
 // parsedSubject is a decoded central subject.
@@ -137,13 +144,15 @@ func parseSubject(subj string) (parsedSubject, error) {
 	switch {
 	case len(parts) == 4 && parts[3] == "cut":
 		p.kind = subjectCut
+	case len(parts) == 4 && parts[3] == "part":
+		p.kind = subjectPart
 	case len(parts) == 5 && parts[3] == "data":
 		if p.routingKey, err = UnescapeToken(parts[4]); err != nil {
 			return parsedSubject{}, err
 		}
 		p.kind = subjectData
 	default:
-		return parsedSubject{}, fmt.Errorf("%w: subject %q is neither data nor cut", ErrCorruptRecord, subj)
+		return parsedSubject{}, fmt.Errorf("%w: subject %q is neither data, part nor cut", ErrCorruptRecord, subj)
 	}
 	return p, nil
 }

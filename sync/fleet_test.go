@@ -1,0 +1,130 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// commitGaps records, per agent, when each commit was acked, to find the
+// longest time an agent went without one.
+type commitGaps struct {
+	mu    stdsync.Mutex
+	start time.Time
+	last  map[string]time.Time
+	worst map[string]time.Duration
+	count map[string]int
+}
+
+func newCommitGaps(start time.Time) *commitGaps {
+	return &commitGaps{start: start, last: map[string]time.Time{}, worst: map[string]time.Duration{}, count: map[string]int{}}
+}
+
+func (g *commitGaps) onCommit(agent string) func(Committed, []int64) {
+	return func(Committed, []int64) { g.note(agent, time.Now()) }
+}
+
+func (g *commitGaps) note(agent string, at time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	prev, ok := g.last[agent]
+	if !ok {
+		prev = g.start
+	}
+	g.worst[agent] = max(g.worst[agent], at.Sub(prev))
+	g.last[agent] = at
+	g.count[agent]++
+}
+
+// longest is each agent's longest time without a commit up to end (an
+// agent without any commit counts from start).
+func (g *commitGaps) longest(agents []string, end time.Time) map[string]time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := map[string]time.Duration{}
+	for _, a := range agents {
+		prev, ok := g.last[a]
+		if !ok {
+			prev = g.start
+		}
+		out[a] = max(g.worst[a], end.Sub(prev))
+	}
+	return out
+}
+
+// fleetAgent is one simulated ground station: its own Badger store, an
+// appender and the real replicator.
+type fleetAgent struct {
+	name  string
+	store *localstream.Store
+	st    *localstream.Stream
+	app   *appender
+	rp    *replica
+}
+
+// TestFleetNoStarvationUnderBatchLimit is issue 13 scaled down: the
+// server allows two atomic batches in flight per stream, three busy agents
+// share the stream. Every agent must keep committing; none may go without
+// a commit for longer than the stated bound.
+func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
+	seedFor(t)
+	srv := startCentral(t, central.Config{MaxBatchInflightPerStream: 2})
+	const agents = 3
+	const bound = 3 * time.Second // generous: the machine is shared
+	start := time.Now()
+	gaps := newCommitGaps(start)
+	var fleet []*fleetAgent
+	var names []string
+	for i := range agents {
+		name := fmt.Sprintf("station-%d", i)
+		store, st := openStore(t, t.TempDir())
+		t.Cleanup(func() { store.Close() })
+		a := &fleetAgent{name: name, store: store, st: st, app: newAppender(st, 4)}
+		if err := a.app.warm(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		nc := connect(t, srv.ClientURL())
+		a.rp = startReplica(t, nc, st, name, ReplicatorConfig{OnCommit: gaps.onCommit(name)}, JetStreamOptions{})
+		fleet = append(fleet, a)
+		names = append(names, name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	defer cancel()
+	var wg stdsync.WaitGroup
+	errs := make(chan error, agents)
+	for _, a := range fleet {
+		wg.Go(func() { errs <- a.app.run(ctx, time.Millisecond, 4) })
+	}
+	wg.Wait()
+	end := time.Now()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	longest := gaps.longest(names, end)
+	for _, a := range fleet {
+		s := a.rp.r.Stats()
+		t.Logf("%s: %d commits, %d retries, longest without a commit %s", a.name, s.Txns, s.Retries, longest[a.name].Round(time.Millisecond))
+	}
+	for _, a := range fleet {
+		if longest[a.name] > bound {
+			t.Errorf("%s went %s without a commit (bound %s)", a.name, longest[a.name].Round(time.Millisecond), bound)
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	nc := connect(t, srv.ClientURL())
+	for _, a := range fleet {
+		waitCaughtUp(t, nc, a.st, a.name, 30*time.Second)
+		a.rp.close()
+		verifyCentral(t, nc, a.st, a.name)
+	}
+}

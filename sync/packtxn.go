@@ -1,0 +1,127 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// packReserve is what a pack keeps free below the max payload for the
+// commit record and the NATS headers of its message.
+const packReserve = 8 << 10
+
+// packTxn is a layout-2 transaction: its events are packed in memory and
+// go out at Commit as one message on the cut subject (commit record and
+// events together), a plain JetStream publish that expects the previous
+// commit's sequence: atomic without an atomic batch, so the server's limit
+// of batches in flight does not apply. Only a lone event too large to
+// share a message with the commit record is sent as a two-message atomic
+// batch (the part, then the commit record).
+type packTxn struct {
+	sink   *JetStreamSink
+	stream string
+	number uint64
+	w      *packWriter
+	n      int
+	bytes  int64
+	closed bool
+}
+
+func (t *packTxn) Len() int       { return t.n }
+func (t *packTxn) Bytes() int64   { return t.bytes }
+func (t *packTxn) Number() uint64 { return t.number }
+
+// limit is the largest pack body of one message.
+func (t *packTxn) limit() int {
+	mp := t.sink.nc.MaxPayload()
+	if mp <= 0 {
+		mp = 1 << 20
+	}
+	return max(int(mp)-packReserve, 1024)
+}
+
+// fits reports whether rec still fits the transaction's one message. The
+// first event always fits (it goes alone if it must).
+func (t *packTxn) fits(rec *localstream.Record) bool {
+	return t.n == 0 || t.w.sizeWith(rec) <= t.limit()
+}
+
+// Add packs one event; nothing is sent before Commit.
+func (t *packTxn) Add(ctx context.Context, rec localstream.Record) error {
+	if t.closed {
+		return ErrTxnClosed
+	}
+	if t.n > 0 && !t.fits(&rec) {
+		return fmt.Errorf("%w: event %s does not fit transaction %d", errTxnFull, rec.Position, t.number)
+	}
+	if mp := t.sink.nc.MaxPayload(); mp > 0 && int64(t.w.sizeWith(&rec)-t.w.size()+64) > mp {
+		return fmt.Errorf("%w: event %s of %d bytes, max payload %d", ErrMessageTooLarge, rec.Position, len(rec.Payload), mp)
+	}
+	t.w.add(&rec)
+	t.n++
+	t.bytes += int64(len(rec.Payload))
+	return nil
+}
+
+// Commit sends the transaction, expecting prev's sequence on the cut
+// subject (fencing, see the package doc).
+func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark) (Committed, error) {
+	if t.closed {
+		return Committed{}, ErrTxnClosed
+	}
+	t.closed = true
+	now := t.sink.opts.Now().UnixNano()
+	pc := &packCommit{Txn: t.number, Instance: t.sink.instance, CommittedAtNs: now,
+		Events: t.n, Bytes: t.bytes, Cut: cut, Watermark: wm}
+	ctx, cancel := t.sink.linkCtx(ctx)
+	defer cancel()
+	data := t.w.encode(pc, t.number)
+	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
+	m.Data = data
+	var seq uint64
+	if mp := t.sink.nc.MaxPayload(); mp <= 0 || int64(len(data)+128) <= mp {
+		ack, err := t.sink.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev.Seq), jetstream.WithRetryAttempts(0))
+		if err != nil {
+			return Committed{}, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
+		}
+		seq = ack.Sequence
+	} else {
+		var err error
+		if seq, err = t.commitSplit(ctx, prev, pc); err != nil {
+			return Committed{}, err
+		}
+	}
+	return Committed{Seq: seq, Record: pc.record(t.sink.agent, t.stream)}, nil
+}
+
+// commitSplit sends the events as a part and the commit record after it,
+// in one atomic batch whose first message is acked, so that a refusal
+// (too many batches in flight) is read, not guessed.
+func (t *packTxn) commitSplit(ctx context.Context, prev Committed, pc *packCommit) (uint64, error) {
+	bp, err := jetstreamext.NewBatchPublisher(t.sink.js, jetstreamext.BatchFlowControl{
+		AckFirst: true, AckTimeout: t.sink.opts.RequestTimeout})
+	if err != nil {
+		return 0, err
+	}
+	part := nats.NewMsg(PartSubject(t.stream, t.sink.agent))
+	part.Data = t.w.encode(nil, t.number)
+	if err := bp.AddMsg(part); err != nil {
+		bp.Discard()
+		return 0, fmt.Errorf("sync: txn %d part: %w", t.number, err)
+	}
+	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
+	m.Data = newPackWriter().encode(pc, t.number)
+	ack, err := bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectLastSequencePerSubject(prev.Seq))
+	if err != nil {
+		return 0, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
+	}
+	return ack.Sequence, nil
+}
+
+// Discard abandons the transaction (nothing was sent).
+func (t *packTxn) Discard() { t.closed = true }
