@@ -80,9 +80,12 @@ func (a *assembler) push(p *rtp.Packet, arrival time.Time, emit func(*frame)) {
 		if err := a.dp.push(p.Payload, a.addNAL); err != nil {
 			a.c.malformedPayload.Add(1)
 			a.broken = true
-		} else if len(a.buf) > a.maxBytes {
+		} else if len(a.buf)+len(a.dp.fu) > a.maxBytes {
+			// Checked while the frame is assembled, fragments included: a
+			// frame that never ends holds at most maxBytes plus one packet.
 			a.c.framesTooLarge.Add(1)
 			a.broken = true
+			a.release()
 		}
 	}
 	if p.Marker {
@@ -97,6 +100,13 @@ func (a *assembler) flush() {
 	}
 	a.active = false
 	a.dp.reset()
+}
+
+// release gives back the buffers of a frame too large to keep: they grew
+// to maxBytes, far more than a normal frame needs.
+func (a *assembler) release() {
+	a.buf, a.out = nil, nil
+	a.dp.fu, a.dp.inFU = nil, false
 }
 
 func (a *assembler) begin(ts uint32) {

@@ -2,14 +2,37 @@ package video
 
 import "time"
 
+// Every frame adds to its chunk's headers: its PTS (at most 20 characters)
+// in frame-pts, its size in frame-sizes and maybe its index in frame-keys,
+// each with a separator that the centre may escape to 3 bytes.
+// frameHeaderBytes is that cost rounded up; chunkHeaderBytes covers the
+// chunk's fixed headers. Both count toward chunk_max_bytes, so that a chunk
+// with its headers fits the centre's max payload whatever the frame sizes.
+const (
+	frameHeaderBytes = 48
+	chunkHeaderBytes = 512
+)
+
+// frameLimit is the largest frame (parameter sets included) that fits a
+// chunk of maxBytes on its own.
+func frameLimit(maxBytes int) int { return maxBytes - chunkHeaderBytes - frameHeaderBytes }
+
+// chunkCost is what a chunk of payload bytes and frames counts toward
+// chunk_max_bytes: its payload and its headers.
+func chunkCost(payload, frames int) int {
+	return payload + frames*frameHeaderBytes + chunkHeaderBytes
+}
+
 // chunker collects frames into chunks: a new chunk at every keyframe, at a
 // change of time base (estimated ↔ SR) and after a discontinuity; a chunk
-// is cut before it would exceed maxBytes or span maxDur.
+// is cut before its payload and headers would exceed maxBytes, before it
+// would hold more than maxFrames frames, or span maxDur.
 type chunker struct {
-	codec    Codec
-	maxBytes int
-	maxDur   int64
-	cur      *Chunk
+	codec     Codec
+	maxBytes  int
+	maxFrames int
+	maxDur    int64
+	cur       *Chunk
 	// started is the arrival of the current chunk's first frame (for tick).
 	started time.Time
 	// disc: the next chunk starts after a discontinuity.
@@ -31,8 +54,8 @@ func (c *chunker) sizeHint(first int) int {
 	return n
 }
 
-func newChunker(codec Codec, maxBytes int, maxDur time.Duration) *chunker {
-	return &chunker{codec: codec, maxBytes: maxBytes, maxDur: int64(maxDur), disc: true}
+func newChunker(codec Codec, maxBytes, maxFrames int, maxDur time.Duration) *chunker {
+	return &chunker{codec: codec, maxBytes: maxBytes, maxFrames: maxFrames, maxDur: int64(maxDur), disc: true}
 }
 
 // discontinuity closes the current chunk and flags the next one.
@@ -45,8 +68,9 @@ func (c *chunker) discontinuity(emit func(*Chunk)) {
 func (c *chunker) add(f *frame, ssrc uint32, pts int64, estimated bool, emit func(*Chunk)) {
 	if cur := c.cur; cur != nil {
 		first := cur.Frames[0].PTS
-		if f.key || estimated != cur.Estimated || cur.SSRC != ssrc ||
-			len(cur.Payload)+len(f.data) > c.maxBytes || pts-first >= c.maxDur {
+		if f.key || estimated != cur.Estimated || cur.SSRC != ssrc || pts-first >= c.maxDur ||
+			len(cur.Frames) >= c.maxFrames ||
+			chunkCost(len(cur.Payload)+len(f.data), len(cur.Frames)+1) > c.maxBytes {
 			c.flush(emit)
 		}
 	}

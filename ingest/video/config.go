@@ -41,10 +41,16 @@ type Config struct {
 	ReorderMaxWait time.Duration `yaml:"reorder_max_wait"`
 	// ChunkMaxDuration cuts a chunk spanning more, default 2s.
 	ChunkMaxDuration time.Duration `yaml:"chunk_max_duration"`
-	// ChunkMaxBytes cuts a chunk before it exceeds this, default 900 KiB
-	// (below the central store's 1 MB max payload, leaving room for headers).
-	// A single frame larger than this is dropped (counted).
+	// ChunkMaxBytes cuts a chunk before its payload and its headers
+	// (frame-pts, frame-sizes, frame-keys: 48 bytes per frame, 512 per
+	// chunk) exceed this, default 900 KiB: below the central store's 1 MiB
+	// max payload, leaving room for the centre's own headers. A frame
+	// that cannot fit a chunk alone is dropped (counted), also while it is
+	// being assembled.
 	ChunkMaxBytes int `yaml:"chunk_max_bytes"`
+	// ChunkMaxFrames cuts a chunk before it holds more frames, default
+	// 1024 (2 s at 500 fps): it bounds the per-frame headers.
+	ChunkMaxFrames int `yaml:"chunk_max_frames"`
 	// MaxClockJump is the largest change of the RTP→wall-clock mapping taken
 	// as drift; a larger one is a discontinuity. Default 500ms.
 	MaxClockJump time.Duration `yaml:"max_clock_jump"`
@@ -101,6 +107,7 @@ func NewDefaultConfig() Config {
 		ReorderMaxWait:   50 * time.Millisecond,
 		ChunkMaxDuration: 2 * time.Second,
 		ChunkMaxBytes:    900 << 10,
+		ChunkMaxFrames:   1024,
 		MaxClockJump:     500 * time.Millisecond,
 		SessionTimeout:   30 * time.Second,
 		QueueDepth:       4096,
@@ -138,6 +145,7 @@ func (c Config) WithDefaults() Config {
 	set(&c.MaxDrones, d.MaxDrones)
 	set(&c.ReorderPackets, d.ReorderPackets)
 	set(&c.ChunkMaxBytes, d.ChunkMaxBytes)
+	set(&c.ChunkMaxFrames, d.ChunkMaxFrames)
 	set(&c.QueueDepth, d.QueueDepth)
 	set(&c.ReadBatch, d.ReadBatch)
 	set(&c.MaxPacketSize, d.MaxPacketSize)
@@ -173,6 +181,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ChunkMaxBytes < 64<<10 || c.ChunkMaxBytes > 4<<20 {
 		return bad("chunk_max_bytes", "%d (want 64 KiB to 4 MiB)", c.ChunkMaxBytes)
+	}
+	if c.ChunkMaxFrames < 1 || c.ChunkMaxFrames > 8192 {
+		return bad("chunk_max_frames", "%d (want 1 to 8192)", c.ChunkMaxFrames)
 	}
 	if c.ChunkMaxDuration < 100*time.Millisecond {
 		return bad("chunk_max_duration", "%s (want at least 100ms)", c.ChunkMaxDuration)

@@ -97,7 +97,7 @@ func (d *drone) startSession(ssrc uint32, codec Codec) {
 		if d.chunker != nil {
 			d.chunker.flush(d.emit)
 		}
-		d.chunker = newChunker(codec, d.cfg.ChunkMaxBytes, d.cfg.ChunkMaxDuration)
+		d.chunker = newChunker(codec, d.cfg.ChunkMaxBytes, d.cfg.ChunkMaxFrames, d.cfg.ChunkMaxDuration)
 	}
 	d.chunker.discontinuity(d.emit)
 	d.waitKey = true
@@ -105,7 +105,7 @@ func (d *drone) startSession(ssrc uint32, codec Codec) {
 		ssrc:    ssrc,
 		codec:   codec,
 		reorder: newReorder(d.cfg.ReorderPackets, d.cfg.ReorderMaxWait, d.c),
-		asm:     newAssembler(codec, d.cfg.ChunkMaxBytes, d.c),
+		asm:     newAssembler(codec, frameLimit(d.cfg.ChunkMaxBytes), d.c),
 		clock:   newClock(d.cfg.ClockRate, d.cfg.MaxClockJump),
 	}
 	s.asm.onDrop = d.frameDropped
@@ -140,6 +140,12 @@ func (d *drone) frameDropped() {
 func (d *drone) onFrame(f *frame) {
 	if d.waitKey && !f.key {
 		d.c.framesSkipped.Add(1)
+		return
+	}
+	if len(f.data) > frameLimit(d.cfg.ChunkMaxBytes) { // with its parameter sets
+		d.c.framesTooLarge.Add(1)
+		d.c.framesDropped.Add(1)
+		d.frameDropped()
 		return
 	}
 	d.waitKey = false

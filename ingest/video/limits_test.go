@@ -1,0 +1,159 @@
+package video
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/pion/rtp"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	edgesync "github.com/edge-agent/edge-agent/sync"
+)
+
+// h264Packet marshals one RTP packet of SSRC 7, payload type 96.
+func h264Packet(t testing.TB, seq uint16, ts uint32, marker bool, payload []byte) []byte {
+	t.Helper()
+	p := rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: seq, Timestamp: ts,
+		SSRC: 7, Marker: marker}, Payload: payload}
+	b, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Tiny H.264 parameter sets and slices: enough for the assembler, which
+// only classifies NAL units by type.
+var (
+	testSPS = []byte{0x67, 0x42, 0x00, 0x1f, 0xe9}
+	testPPS = []byte{0x68, 0xce, 0x38, 0x80}
+)
+
+func slice(idr bool, n int) []byte {
+	b := make([]byte, n)
+	b[0] = 0x41 // non-IDR slice
+	if idr {
+		b[0] = 0x65
+	}
+	for i := 1; i < n; i++ {
+		b[i] = byte(i) | 1
+	}
+	return b
+}
+
+// assemblyBytes is what the drone holds for the frame being assembled.
+func assemblyBytes(d *drone) int {
+	if d.sess == nil {
+		return 0
+	}
+	return cap(d.sess.asm.buf) + cap(d.sess.asm.dp.fu)
+}
+
+// TestEndlessFragmentBounded: one SSRC sends FU-A fragments that never
+// end (no end bit, no marker, one timestamp). The frame cap applies while
+// the frame is assembled: memory stays below chunk_max_bytes, the frame
+// counts as too large, and the stream resumes cleanly at the next keyframe.
+func TestEndlessFragmentBounded(t *testing.T) {
+	cfg := testConfig()
+	sink := &recordSink{}
+	d := newDrone("d1", &cfg, nil, sink, nil, time.Now, nil)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_000, 0)
+	seq := uint16(1)
+	send := func(ts uint32, marker bool, payload []byte) {
+		if err := d.rtp(ctx, h264Packet(t, seq, ts, marker, payload), at); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+		at = at.Add(time.Millisecond)
+	}
+	// A good keyframe first, then the endless fragment.
+	send(1000, false, testSPS)
+	send(1000, false, testPPS)
+	send(1000, true, slice(true, 500))
+	frag := make([]byte, 1200)
+	frag[0], frag[1] = 0x7c, 0x85 // FU-A indicator, start bit, IDR
+	send(4000, false, frag)
+	frag[1] = 0x05 // middle fragments: no start, no end
+	peak := 0
+	for i := 0; i < 4000; i++ { // 4.8 MB of one fragment
+		send(4000, false, frag)
+		peak = max(peak, assemblyBytes(d))
+	}
+	// Slices grow by at most 2x: the frame and its fragment stay below
+	// 2 × chunk_max_bytes together.
+	if limit := 2 * cfg.ChunkMaxBytes; peak > limit {
+		t.Fatalf("a never-ending fragment holds %d bytes (limit %d)", peak, limit)
+	}
+	// The sender recovers: a keyframe and a P frame on new timestamps.
+	send(8000, false, testSPS)
+	send(8000, false, testPPS)
+	send(8000, true, slice(true, 700))
+	send(11000, true, slice(false, 300))
+	if err := d.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := d.c.snapshot()
+	if st.FramesTooLarge != 1 || st.FramesDropped != 1 {
+		t.Fatalf("too large %d dropped %d, want 1 and 1", st.FramesTooLarge, st.FramesDropped)
+	}
+	got := decodeAll(t, sink.snapshot())
+	if len(got.frames) != 3 || !got.frames[1].Key {
+		t.Fatalf("frames %+v, want keyframe, keyframe, P", got.frames)
+	}
+	if !got.events[len(got.events)-1].Flags.Has(localstream.FlagDiscontinuity) {
+		t.Fatal("the chunk after the dropped frame is not flagged discontinuity")
+	}
+}
+
+// maxCentralPayload is the central store's default max payload (NATS 1 MiB).
+const maxCentralPayload = 1 << 20
+
+// TestChunkFitsCentralMessage: a sender that makes every small packet a
+// frame (marker on each) must not produce a chunk whose central message —
+// payload and headers (Edge-Frame-Pts grows with the frames) — exceeds the
+// centre's max payload.
+func TestChunkFitsCentralMessage(t *testing.T) {
+	cfg := testConfig()
+	sink := &recordSink{}
+	d := newDrone("d1", &cfg, nil, sink, nil, time.Now, nil)
+	ctx := context.Background()
+	at := time.Unix(1_700_000_000, 0)
+	seq, ts := uint16(1), uint32(1000)
+	send := func(marker bool, payload []byte) {
+		if err := d.rtp(ctx, h264Packet(t, seq, ts, marker, payload), at); err != nil {
+			t.Fatal(err)
+		}
+		seq++
+	}
+	send(false, testSPS)
+	send(false, testPPS)
+	send(true, slice(true, 130))
+	for i := 0; i < 7000; i++ { // 7,000 frames in 1.4 s of RTP time
+		ts += 18
+		at = at.Add(200 * time.Microsecond)
+		send(true, slice(false, 130))
+	}
+	if err := d.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	frames := 0
+	for i, ev := range sink.snapshot() {
+		rec := localstream.Record{Event: ev, Position: localstream.Position{Segment: 1<<32 | 7, Offset: 1 << 40}}
+		m := edgesync.EncodeEvent("video", "agent-0123456789", 1<<40, rec)
+		if m.Size() > maxCentralPayload {
+			c, _ := DecodeChunk(ev)
+			t.Fatalf("chunk %d of %d frames makes a central message of %d bytes (max %d)",
+				i, len(c.Frames), m.Size(), maxCentralPayload)
+		}
+		c, err := DecodeChunk(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames += len(c.Frames)
+	}
+	if frames != 7001 {
+		t.Fatalf("%d frames stored, want 7001", frames)
+	}
+}
