@@ -32,9 +32,15 @@ type Config struct {
 	// default true. Unconfigured sources must first send two packets in
 	// sequence (RFC 3550 probation).
 	Discover *bool `yaml:"discover"`
-	// MaxDrones bounds concurrent drones (sessions), default 64; more are
-	// rejected and counted.
+	// MaxDrones bounds concurrent drones (sessions), default 64. When they
+	// are all taken, a newcomer takes the slot of the discovered drone
+	// silent the longest if it has been silent for EvictIdle (counted
+	// evicted; a configured newcomer takes it however recent); else it is
+	// refused (counted). Configured drones are never evicted.
 	MaxDrones int `yaml:"max_drones"`
+	// EvictIdle is the silence after which a discovered drone may lose its
+	// slot to a newcomer when max_drones are taken, default 2s.
+	EvictIdle time.Duration `yaml:"evict_idle"`
 	// ReorderPackets bounds the reorder buffer per drone, default 256 (max 511).
 	ReorderPackets int `yaml:"reorder_packets"`
 	// ReorderMaxWait is how long a gap may hold packets back, default 50ms.
@@ -103,6 +109,7 @@ func NewDefaultConfig() Config {
 		ClockRate:        90000,
 		Discover:         &t,
 		MaxDrones:        64,
+		EvictIdle:        2 * time.Second,
 		ReorderPackets:   256,
 		ReorderMaxWait:   50 * time.Millisecond,
 		ChunkMaxDuration: 2 * time.Second,
@@ -155,6 +162,7 @@ func (c Config) WithDefaults() Config {
 	setD(&c.ChunkMaxDuration, d.ChunkMaxDuration)
 	setD(&c.MaxClockJump, d.MaxClockJump)
 	setD(&c.SessionTimeout, d.SessionTimeout)
+	setD(&c.EvictIdle, d.EvictIdle)
 	setD(&c.RawBatchAge, d.RawBatchAge)
 	return c
 }

@@ -65,10 +65,12 @@ func FuzzRTPPath(f *testing.F) {
 		}
 		rc := &receiveCounters{}
 		r := newRouter(&cfg, rc, func(id string, dc *DroneConfig) *droneRun {
-			return &droneRun{d: newDrone(id, &cfg, dc, sink, nil, time.Now, nil), ch: make(chan item, 4)}
+			return &droneRun{d: newDrone(id, &cfg, dc, sink, nil, time.Now, nil), ch: make(chan item, 4), evict: make(chan struct{})}
 		})
-		r.dispatch(b, netipLoopback, now, false)
-		r.dispatch(b, netipLoopback, now, true)
+		if r.screen(b, netipLoopback) { // as the readers do
+			r.dispatch(b, netipLoopback, now, false)
+			r.dispatch(b, netipLoopback, now, true)
+		}
 	})
 }
 

@@ -213,14 +213,9 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 		in.rc.readBatches.Add(1)
 		// One allocation per batch: the datagrams are copied into a slab
 		// that lives as long as any of them is queued or buffered.
+		// Garbage (not RTP, not allowed, oversize) is screened out first:
+		// it is never copied, so it cannot pin a slab.
 		total := 0
-		for i := 0; i < n; i++ {
-			if msgs[i].N <= in.cfg.MaxPacketSize {
-				total += msgs[i].N
-			}
-		}
-		slab := make([]byte, 0, total)
-		in.mu.Lock()
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
 			in.rc.datagrams.Add(1)
@@ -228,14 +223,25 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 			if d := kernelDrops(m.OOB[:m.NN]); d >= 0 {
 				in.dropsBySck[sock].Store(d)
 			}
-			if m.N > in.cfg.MaxPacketSize {
-				in.rc.oversize.Add(1)
-				continue
-			}
 			ua, ok := m.Addr.(*net.UDPAddr)
-			if !ok {
+			switch {
+			case m.N > in.cfg.MaxPacketSize:
+				in.rc.oversize.Add(1)
+				m.N = -1
+			case !ok || !in.router.screen(m.Buffers[0][:m.N], ua.AddrPort()):
+				m.N = -1
+			default:
+				total += m.N
+			}
+		}
+		slab := make([]byte, 0, total)
+		in.mu.Lock()
+		for i := 0; i < n; i++ {
+			m := &msgs[i]
+			if m.N < 0 {
 				continue
 			}
+			ua := m.Addr.(*net.UDPAddr)
 			off := len(slab)
 			slab = append(slab, m.Buffers[0][:m.N]...)
 			b := slab[off:len(slab):len(slab)]
@@ -263,7 +269,7 @@ func (in *Ingest) startDrone(ctx context.Context, id string, dc *DroneConfig) *d
 		in.counters[id] = c
 	}
 	d := newDrone(id, &in.cfg, dc, in.sink, in.marks, in.now, c)
-	dr := &droneRun{d: d, ch: make(chan item, in.cfg.QueueDepth)}
+	dr := &droneRun{d: d, ch: make(chan item, in.cfg.QueueDepth), evict: make(chan struct{})}
 	in.rc.dronesStarted.Add(1)
 	in.wg.Add(1)
 	go func() {
@@ -318,6 +324,9 @@ func (in *Ingest) runDrone(ctx context.Context, dr *droneRun) {
 				in.finish(context.WithoutCancel(ctx), dr, handle)
 				return
 			}
+		case <-dr.evict: // the router took the slot back (already removed)
+			in.finish(context.WithoutCancel(ctx), dr, handle)
+			return
 		case <-ctx.Done():
 			in.mu.Lock()
 			if in.router != nil {
@@ -359,6 +368,7 @@ func (in *Ingest) Stats() Stats {
 		Oversize: in.rc.oversize.Load(), NotRTP: in.rc.notRTP.Load(),
 		Rejected: in.rc.rejected.Load(), Unverified: in.rc.unverified.Load(),
 		TooManyDrones: in.rc.tooManyDrones.Load(), UnknownRTCP: in.rc.unknownRTCP.Load(),
+		Evicted:       in.rc.evicted.Load(),
 		KernelDrops:   uint64(in.dropsBySck[0].Load() + in.dropsBySck[1].Load()),
 		DronesStarted: in.rc.dronesStarted.Load(), DronesClosed: in.rc.dronesClosed.Load(),
 		SocketBuffer: int(in.sockBuf.Load()),

@@ -2,12 +2,16 @@ package video
 
 import (
 	"context"
+	"encoding/binary"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pion/rtp"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replay"
 	edgesync "github.com/edge-agent/edge-agent/sync"
 )
 
@@ -155,5 +159,69 @@ func TestChunkFitsCentralMessage(t *testing.T) {
 	}
 	if frames != 7001 {
 		t.Fatalf("%d frames stored, want 7001", frames)
+	}
+}
+
+// TestSSRCFloodEvictsIdleDrones: 10,000 distinct SSRCs, each passing
+// probation with two packets in sequence and then falling silent, must
+// neither grow the drones without bound nor lock out a real drone that
+// starts after them: the slots of discovered drones idle for evict_idle
+// are given to newcomers (counted).
+func TestSSRCFloodEvictsIdleDrones(t *testing.T) {
+	c := loadCapture(t, "h264", CodecH264)
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	sink := &recordSink{}
+	cfg := NewDefaultConfig()
+	cfg.RTCPListen = "mux"
+	in, addr := startIngest(t, cfg, sink, WithClock(clock))
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	const flood = 10_000
+	pkt := make([]byte, 12+20)
+	pkt[0], pkt[1], pkt[12] = 0x80, 96, 0x41
+	for s := 0; s < flood; s++ {
+		for seq := 0; seq < 2; seq++ {
+			binary.BigEndian.PutUint16(pkt[2:], uint16(seq))
+			binary.BigEndian.PutUint32(pkt[8:], uint32(0x5000_0000+s))
+			if _, err := conn.Write(pkt); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s%200 == 0 {
+			time.Sleep(time.Millisecond) // stay within the socket buffer
+		}
+	}
+	waitFor(t, "flood datagrams", 20*time.Second, func() bool {
+		st := in.Stats()
+		return st.Datagrams+st.KernelDrops >= 2*flood
+	})
+	st := in.Stats()
+	if st.Drones > cfg.MaxDrones {
+		t.Fatalf("%d drones after the flood (max %d)", st.Drones, cfg.MaxDrones)
+	}
+	offset.Store(int64(3 * time.Second)) // the flood's drones are idle now
+	id := "ssrc-" + ssrcHex(c.pkts)
+	if _, err := replay.SendPackets(context.Background(), c.pkts, c.port, addr, replay.Options{Speed: 2, Mux: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the real drone's packets", 20*time.Second, func() bool {
+		st := in.Stats()
+		return st.PerDrone[id].Packets+st.PerDrone[id].RTCP >= uint64(len(c.pkts))-st.KernelDrops
+	})
+	in.Close()
+	st = in.Stats()
+	t.Logf("drones started %d, evicted %d, refused %d, active %d", st.DronesStarted, st.Evicted, st.TooManyDrones, st.Drones)
+	if st.Evicted == 0 {
+		t.Fatal("no idle drone was evicted")
+	}
+	got := decodeAll(t, byDrone(sink.snapshot())[id])
+	if st.KernelDrops == 0 {
+		checkFramesAs(t, c, got, expectedPTS(c.pkts), id)
+	} else if len(got.frames) == 0 {
+		t.Fatal("the real drone stored nothing")
 	}
 }

@@ -14,6 +14,7 @@ var (
 	descBytes     = prometheus.NewDesc("edge_video_received_bytes_total", "UDP payload bytes read.", nil, nil)
 	descDropped   = prometheus.NewDesc("edge_video_datagrams_dropped_total", "Datagrams dropped before reaching a drone, by reason.", []string{"reason"}, nil)
 	descDrones    = prometheus.NewDesc("edge_video_drones", "Drones with an active video session.", nil, nil)
+	descEvicted   = prometheus.NewDesc("edge_video_drones_evicted_total", "Idle discovered drones closed to give their slot to a newcomer.", nil, nil)
 	descDrone     = map[string]*prometheus.Desc{}
 )
 
@@ -54,6 +55,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descBytes
 	ch <- descDropped
 	ch <- descDrones
+	ch <- descEvicted
 	for _, d := range descDrone {
 		ch <- d
 	}
@@ -70,6 +72,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(v), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(descDrones, prometheus.GaugeValue, float64(s.Drones))
+	ch <- prometheus.MustNewConstMetric(descEvicted, prometheus.CounterValue, float64(s.Evicted))
 	for id, ds := range s.PerDrone {
 		for _, m := range droneMetrics {
 			ch <- prometheus.MustNewConstMetric(descDrone[m.name], prometheus.CounterValue, float64(m.get(ds)), id)

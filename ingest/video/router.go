@@ -27,6 +27,12 @@ type droneRun struct {
 	ch    chan item
 	ssrcs []uint32 // bound SSRCs (router lock)
 	gone  bool     // removed from the router (router lock)
+	// configured: the drone is in Config.Drones and is never evicted.
+	configured bool
+	// lastSeen is the arrival of the last datagram routed to it (router lock).
+	lastSeen time.Time
+	// evict is closed when the router gave the drone's slot to another.
+	evict chan struct{}
 }
 
 // candidate is an SSRC on probation.
@@ -84,17 +90,24 @@ func (r *router) allowed(a netip.Addr) bool {
 	return false
 }
 
-// dispatch routes one datagram; rtcpPort is true for the RTCP socket.
-func (r *router) dispatch(b []byte, src netip.AddrPort, arrival time.Time, rtcpPort bool) {
+// screen reports whether a datagram may be RTP/RTCP from an allowed
+// source, counting it when not. The readers screen before they copy, so
+// that garbage never takes (or pins) memory. Safe without the router lock.
+func (r *router) screen(b []byte, src netip.AddrPort) bool {
 	if len(b) < 8 || b[0]>>6 != 2 {
 		r.rc.notRTP.Add(1)
-		return
+		return false
 	}
-	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	if !r.allowed(src.Addr()) {
+	if !r.allowed(src.Addr().Unmap()) {
 		r.rc.rejected.Add(1)
-		return
+		return false
 	}
+	return true
+}
+
+// dispatch routes one screened datagram; rtcpPort is true for the RTCP socket.
+func (r *router) dispatch(b []byte, src netip.AddrPort, arrival time.Time, rtcpPort bool) {
+	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
 	it := item{b: b, arrival: arrival}
 	// RFC 5761 §4: RTCP packet types 192-223 occupy the second byte.
 	if rtcpPort || (b[1] >= 192 && b[1] <= 223) {
@@ -115,7 +128,7 @@ func (r *router) routeRTCP(ssrc uint32, it item) {
 		return
 	}
 	if dc := r.cfgBySSRC[ssrc]; dc != nil {
-		if dr := r.bind(ssrc, dc.ID, dc); dr != nil {
+		if dr := r.bind(ssrc, dc.ID, dc, it.arrival); dr != nil {
 			r.enqueue(dr, it)
 		}
 		return
@@ -141,7 +154,7 @@ func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) 
 		return
 	}
 	if dc := r.cfgBySSRC[ssrc]; dc != nil {
-		if dr := r.bind(ssrc, dc.ID, dc); dr != nil {
+		if dr := r.bind(ssrc, dc.ID, dc, it.arrival); dr != nil {
 			r.enqueue(dr, it)
 		}
 		return
@@ -169,7 +182,7 @@ func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) 
 		r.rc.unverified.Add(uint64(len(c.held)))
 		return
 	}
-	dr := r.bind(ssrc, id, dc)
+	dr := r.bind(ssrc, id, dc, it.arrival)
 	if dr == nil {
 		return
 	}
@@ -198,15 +211,19 @@ func (r *router) identify(ssrc uint32, src netip.AddrPort) (string, *DroneConfig
 	return "", nil
 }
 
-// bind maps ssrc to drone id, starting the drone if needed.
-func (r *router) bind(ssrc uint32, id string, dc *DroneConfig) *droneRun {
+// bind maps ssrc to drone id, starting the drone if needed. When
+// max_drones are running, a newcomer takes the slot of the discovered drone
+// silent the longest, if it has been silent for evict_idle (a configured
+// newcomer takes it however recent); else it is refused.
+func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, now time.Time) *droneRun {
 	dr := r.byID[id]
 	if dr == nil {
-		if len(r.byID) >= r.cfg.MaxDrones {
+		if len(r.byID) >= r.cfg.MaxDrones && !r.evictIdlest(now, dc != nil) {
 			r.rc.tooManyDrones.Add(1)
 			return nil
 		}
 		dr = r.start(id, dc)
+		dr.configured, dr.lastSeen = dc != nil, now
 		r.byID[id] = dr
 	}
 	r.bySSRC[ssrc] = dr
@@ -216,6 +233,26 @@ func (r *router) bind(ssrc uint32, id string, dc *DroneConfig) *droneRun {
 		dr.ssrcs = dr.ssrcs[1:]
 	}
 	return dr
+}
+
+// evictIdlest removes the discovered drone silent the longest if it has
+// been silent for evict_idle (any, when force) and tells its goroutine to
+// close it. It reports whether a slot was freed. O(max_drones), only when
+// the drones are all taken.
+func (r *router) evictIdlest(now time.Time, force bool) bool {
+	var victim *droneRun
+	for _, dr := range r.byID {
+		if !dr.configured && (victim == nil || dr.lastSeen.Before(victim.lastSeen)) {
+			victim = dr
+		}
+	}
+	if victim == nil || (!force && now.Sub(victim.lastSeen) < r.cfg.EvictIdle) {
+		return false
+	}
+	r.remove(victim)
+	close(victim.evict)
+	r.rc.evicted.Add(1)
+	return true
 }
 
 // evictCandidate makes room for a new candidate by dropping one at random
@@ -233,6 +270,9 @@ func (r *router) evictCandidate() {
 }
 
 func (r *router) enqueue(dr *droneRun, it item) {
+	if it.arrival.After(dr.lastSeen) {
+		dr.lastSeen = it.arrival
+	}
 	select {
 	case dr.ch <- it:
 	default:

@@ -120,6 +120,7 @@ type receiveCounters struct {
 	rejected         atomic.Uint64
 	unverified       atomic.Uint64
 	tooManyDrones    atomic.Uint64
+	evicted          atomic.Uint64
 	unknownRTCP      atomic.Uint64
 	kernelDrops      atomic.Uint64
 	dronesStarted    atomic.Uint64
@@ -138,6 +139,9 @@ type Stats struct {
 	// TooManyDrones were refused by max_drones; UnknownRTCP were reports
 	// for SSRCs of no drone.
 	Rejected, Unverified, TooManyDrones, UnknownRTCP uint64
+	// Evicted are discovered drones closed to give their slot to a
+	// newcomer, after evict_idle of silence.
+	Evicted uint64
 	// KernelDrops are datagrams the kernel dropped on full socket buffers
 	// (SO_RXQ_OVFL; 0 where the OS does not report them).
 	KernelDrops uint64
