@@ -69,7 +69,8 @@ func eventTime(payload []byte, path []string, unit TimeUnit) (int64, timeStatus)
 			return 0, timeInvalid
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
-		if err != nil || t.UnixNano() <= 0 {
+		// UnixNano wraps outside 1677-2262: such a time is invalid, not wrapped.
+		if err != nil || !t.After(time.Unix(0, 0)) || t.After(time.Unix(0, math.MaxInt64)) {
 			return 0, timeInvalid
 		}
 		return t.UnixNano(), timeOK

@@ -34,6 +34,11 @@ func TestEventTime(t *testing.T) {
 		{`{"timestamp":-5}`, "timestamp", TimeAuto, 0, timeInvalid},
 		{`{"timestamp":1e300}`, "timestamp", TimeAuto, 0, timeInvalid},
 		{`{"timestamp":{"a":1}}`, "timestamp", TimeAuto, 0, timeInvalid},
+		// Beyond int64 nanoseconds (1677-09-21 to 2262-04-11): invalid, not wrapped.
+		{`{"t":"5000-01-01T00:00:00Z"}`, "t", TimeAuto, 0, timeInvalid},
+		{`{"t":"2262-04-12T00:00:00Z"}`, "t", TimeAuto, 0, timeInvalid},
+		{`{"t":"1500-01-01T00:00:00Z"}`, "t", TimeAuto, 0, timeInvalid},
+		{`{"t":"2262-04-11T00:00:00Z"}`, "t", TimeAuto, time.Date(2262, 4, 11, 0, 0, 0, 0, time.UTC).UnixNano(), timeOK},
 	}
 	for _, c := range cases {
 		got, st := eventTime([]byte(c.payload), fieldPath(c.field), c.unit)
