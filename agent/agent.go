@@ -430,7 +430,5 @@ func (a *Agent) startHTTP() (*http.Server, error) {
 		return nil, fmt.Errorf("http.listen %s: %w", a.cfg.HTTP.Listen, err)
 	}
 	a.httpAddr = ln.Addr().String()
-	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln)
-	return srv, nil
+	return serveHTTP(ln, a.Handler()), nil
 }

@@ -3,7 +3,11 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
+	"time"
+
+	"golang.org/x/net/netutil"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,4 +40,33 @@ func (a *Agent) Handler() http.Handler {
 		enc.Encode(a.Status())
 	})
 	return mux
+}
+
+// Bounds of the HTTP endpoints: a scraper or a curious host cannot hold
+// more than maxHTTPConns connections (further ones wait in the kernel's
+// accept queue), nor keep an idle keep-alive connection past
+// httpIdleTimeout, nor send more than httpMaxHeaderBytes of headers.
+const (
+	maxHTTPConns       = 64
+	httpIdleTimeout    = 30 * time.Second
+	httpMaxHeaderBytes = 16 << 10
+)
+
+// serveHTTP serves h on ln within the bounds above, until the returned
+// server is shut down.
+func serveHTTP(ln net.Listener, h http.Handler) *http.Server {
+	srv := newHTTPServer(h)
+	go srv.Serve(netutil.LimitListener(ln, maxHTTPConns))
+	return srv
+}
+
+func newHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       httpIdleTimeout,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+	}
 }

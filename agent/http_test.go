@@ -1,0 +1,84 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/netutil"
+)
+
+// TestHTTPConnectionBounds: 200 keep-alive clients that stay idle hold at
+// most maxHTTPConns server connections at once, every one of them is
+// served in the end, and idle connections are closed after the idle
+// timeout (shortened here).
+func TestHTTPConnectionBounds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open, peak atomic.Int64
+	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
+	srv.IdleTimeout = 300 * time.Millisecond
+	srv.ConnState = func(_ net.Conn, s http.ConnState) {
+		switch s {
+		case http.StateNew:
+			n := open.Add(1)
+			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+			}
+		case http.StateClosed, http.StateHijacked:
+			open.Add(-1)
+		}
+	}
+	go srv.Serve(netutil.LimitListener(ln, maxHTTPConns))
+	defer srv.Close()
+	const clients = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+			buf := make([]byte, 256)
+			if _, err := c.Read(buf); err != nil {
+				errs <- fmt.Errorf("no response: %w", err)
+				return
+			}
+			// Stay idle on the keep-alive connection: the server must close it.
+			if _, err := io.ReadAll(c); err != nil {
+				errs <- fmt.Errorf("idle connection not closed by the server: %w", err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if p := peak.Load(); p > maxHTTPConns {
+		t.Fatalf("%d connections open at once (max %d)", p, maxHTTPConns)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for open.Load() != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := open.Load(); n != 0 {
+		t.Fatalf("%d connections still open", n)
+	}
+	if srv.MaxHeaderBytes != httpMaxHeaderBytes || srv.ReadHeaderTimeout == 0 {
+		t.Fatalf("server unbounded: %+v", srv)
+	}
+}
