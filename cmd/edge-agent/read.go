@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 
@@ -107,7 +108,9 @@ func toLine(it sync.Item) readLine {
 			l.Headers[h.Key] = h.Value
 		}
 	}
-	if strings.Contains(r.ContentType, "json") && json.Valid(r.Payload) {
+	// json.Valid accepts invalid UTF-8 inside strings; printed raw, it
+	// would make the line invalid JSON. Such payloads go in payload_b64.
+	if strings.Contains(r.ContentType, "json") && json.Valid(r.Payload) && utf8.Valid(r.Payload) {
 		l.Payload = r.Payload
 	} else {
 		l.PayloadB64 = base64.StdEncoding.EncodeToString(r.Payload)
