@@ -117,7 +117,9 @@ const maxCentralPayload = 1 << 20
 // TestChunkFitsCentralMessage: a sender that makes every small packet a
 // frame (marker on each) must not produce a chunk whose central message —
 // payload and headers (Edge-Frame-Pts grows with the frames) — exceeds the
-// centre's max payload.
+// centre's max payload. Layout 1 (one message per event, headers in NATS
+// headers with escaping) is the larger encoding; layout 2 packs the same
+// headers as plain strings.
 func TestChunkFitsCentralMessage(t *testing.T) {
 	cfg := testConfig()
 	sink := &recordSink{}
