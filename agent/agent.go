@@ -58,34 +58,44 @@ type Agent struct {
 	devices  *deviceParts
 	httpAddr string
 
+	// red removes the configured secrets from logs, errors and responses.
+	red *redactor
+
 	// mu guards errs.
 	mu   stdsync.Mutex
 	errs map[string]string // component → last error, for /status
 }
 
 // New checks the configuration and resolves the agent id. It starts nothing.
+// Every log line, error and response of the agent leaves without the
+// configured secrets.
 func New(cfg Config, logger *slog.Logger) (*Agent, error) {
+	red := newRedactor(cfg)
 	if err := cfg.Validate(); err != nil {
-		return nil, err
+		return nil, red.Error(err)
+	}
+	if err := cfg.checkFiles(); err != nil {
+		return nil, red.Error(err)
 	}
 	if logger == nil {
 		logger = slog.Default()
 	}
 	fsSize, err := filesystemSize(cfg.DataDir)
 	if err != nil {
-		return nil, err
+		return nil, red.Error(err)
 	}
 	if err := cfg.CheckDisk(fsSize); err != nil {
-		return nil, err
+		return nil, red.Error(err)
 	}
+	logger = slog.New(red.Handler(logger.Handler()))
 	id, err := ResolveAgentID(cfg.AgentID, cfg.DataDir)
 	if err != nil {
-		return nil, err
+		return nil, red.Error(err)
 	}
 	var r [6]byte
 	rand.Read(r[:])
 	return &Agent{cfg: cfg, log: logger.With("agent", id), id: id, instance: hex.EncodeToString(r[:]),
-		ready: make(chan struct{}), errs: map[string]string{}, vlogFileSize: cfg.Store.valueLogFileSize(fsSize)}, nil
+		ready: make(chan struct{}), errs: map[string]string{}, vlogFileSize: cfg.Store.valueLogFileSize(fsSize), red: red}, nil
 }
 
 // ID returns the agent id.
@@ -97,12 +107,17 @@ func (a *Agent) Ready() <-chan struct{} { return a.ready }
 // HTTPAddr is the bound HTTP address (after Ready; empty when disabled).
 func (a *Agent) HTTPAddr() string { return a.httpAddr }
 
-// CentralURL is the URL of the central server in use (after Ready).
+// CentralURL is the URL of the central server in use, without
+// credentials: the connected server, else the configured ones (after
+// Ready; "" without central).
 func (a *Agent) CentralURL() string {
 	if a.nc == nil {
 		return ""
 	}
-	return a.nc.ConnectedUrl()
+	if u := a.nc.ConnectedUrlRedacted(); u != "" {
+		return u
+	}
+	return RedactURLs(strings.Join(a.nc.Servers(), ","))
 }
 
 // VideoAddr is the bound RTP address (after Ready; nil when disabled).
@@ -119,12 +134,16 @@ func (a *Agent) Store() *localstream.Store { return a.store }
 func (a *Agent) setErr(component string, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.errs[component] = err.Error()
+	a.errs[component] = a.red.String(err.Error())
 }
 
 // Run runs the agent until ctx ends or a part fails, then shuts down in
 // pipeline order. It returns nil after a clean shutdown.
-func (a *Agent) Run(ctx context.Context) (err error) {
+func (a *Agent) Run(ctx context.Context) error {
+	return a.red.Error(a.run(ctx))
+}
+
+func (a *Agent) run(ctx context.Context) (err error) {
 	a.started = time.Now()
 	var cleanup []func()
 	defer func() {
@@ -256,6 +275,10 @@ func (a *Agent) startCentral() error {
 			return err
 		}
 		if err := srv.Start(); err != nil {
+			var le *central.ListenError
+			if errors.As(err, &le) {
+				return fmt.Errorf("%w: central.embedded.listen: %s is taken (another server there?): choose another HOST:PORT: %w", ErrConfig, le.Addr, le.Err)
+			}
 			return err
 		}
 		a.central = srv
@@ -276,6 +299,10 @@ func (a *Agent) startCentral() error {
 		return err
 	}
 	a.nc = nc
+	if !nc.IsConnected() {
+		// Connect returns at once and keeps retrying: say so, with the URL.
+		a.log.Warn("central not reachable; capturing locally and retrying", "url", a.CentralURL(), "err", nc.LastError())
+	}
 	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.Layout})
 	if err != nil {
 		return err
@@ -405,7 +432,8 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		in, err := telemetry.New(tc, telemetry.Sink{Stream: d.telemetrySink(st), Meta: a.store,
 			Marks: d.telemetryMarks(tr)})
 		if err != nil {
-			return fmt.Errorf("%w: telemetry: %w", ErrConfig, err)
+			// The telemetry error names its part ("telemetry: invalid config: ...").
+			return fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		a.telem = in
 		g.Go(func() error { return in.Run(ctx) })

@@ -63,6 +63,8 @@ type LogConfig struct {
 type HTTPConfig struct {
 	// Listen is HOST:PORT; empty disables. Default 127.0.0.1:9464.
 	Listen string `yaml:"listen"`
+	// Pprof serves /debug/pprof (CPU, heap, goroutine profiles). Default false.
+	Pprof bool `yaml:"pprof"`
 }
 
 // StoreConfig configures the local store (see localstream.Options).
@@ -312,6 +314,9 @@ func (c Config) Validate() error {
 		}
 		if len(c.Telemetry.Topics) == 0 {
 			return bad("telemetry.topics", "at least one topic pattern such as drones/{drone}/telemetry/#")
+		}
+		if err := c.Telemetry.checkTopics(); err != nil {
+			return err
 		}
 		if c.Telemetry.PasswordFile != "" && c.Telemetry.PasswordEnv != "" {
 			return bad("telemetry.password_file", "set password_file or password_env, not both")

@@ -14,13 +14,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics (Prometheus), /healthz and /status (JSON).
+// Handler serves /metrics (Prometheus), /healthz, /status (JSON), the
+// status page at / and, when enabled, /debug/pprof.
 func (a *Agent) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&statusCollector{a: a})
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// Uncompressed, so that the redactor sees the text.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := a.store.Err(); err != nil {
 			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
@@ -39,7 +41,7 @@ func (a *Agent) Handler() http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(a.Status())
 	})
-	return mux
+	return a.operatorRoutes(mux)
 }
 
 // Bounds of the HTTP endpoints: a scraper or a curious host cannot hold

@@ -17,7 +17,9 @@ func NewLogger(c LogConfig, w io.Writer) *slog.Logger {
 	if c.Format == "json" {
 		h = slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(RateLimit(h, time.Minute, 5, nil))
+	// URLs lose their passwords here already; Agent adds the literal
+	// secrets of its configuration.
+	return slog.New(RateLimit((&redactor{}).Handler(h), time.Minute, 5, nil))
 }
 
 // minLevel drops records below a level.

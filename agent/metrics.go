@@ -26,7 +26,6 @@ func (c *statusCollector) Describe(chan<- *prometheus.Desc) {}
 func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 	ch := &emitter{out: out, seen: map[string]bool{}}
 	s := c.a.Status()
-	now := time.Now()
 	emitStruct(ch, "edge_store", nil, nil, reflect.ValueOf(s.Store))
 	for _, st := range s.Streams {
 		l, v := []string{"stream"}, []string{st.Name}
@@ -36,12 +35,12 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 			emitStruct(ch, "edge_replication", l, v, reflect.ValueOf(*st.Replication))
 		}
 		gauge(ch, "edge_stream_segments_open", l, v, float64(countOpen(st)))
-		if lw := st.LocalWatermark.LowerNs; lw > 0 {
-			gauge(ch, "edge_watermark_local_lag_seconds", l, v, now.Sub(time.Unix(0, lw)).Seconds())
-			gauge(ch, "edge_watermark_local_lower_seconds", l, v, float64(lw)/1e9)
+		if st.LocalLagSeconds != nil {
+			gauge(ch, "edge_watermark_local_lag_seconds", l, v, *st.LocalLagSeconds)
+			gauge(ch, "edge_watermark_local_lower_seconds", l, v, float64(st.LocalWatermark.LowerNs)/1e9)
 		}
-		if st.CommittedWatermark != nil {
-			gauge(ch, "edge_watermark_committed_lag_seconds", l, v, now.Sub(time.Unix(0, st.CommittedWatermark.LowerNs)).Seconds())
+		if st.CommittedLagSeconds != nil {
+			gauge(ch, "edge_watermark_committed_lag_seconds", l, v, *st.CommittedLagSeconds)
 			gauge(ch, "edge_watermark_committed_lower_seconds", l, v, float64(st.CommittedWatermark.LowerNs)/1e9)
 		}
 	}

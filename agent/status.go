@@ -17,10 +17,15 @@ type Status struct {
 	// Agent is the agent id; Instance marks this run's commit records.
 	Agent    string `json:"agent"`
 	Instance string `json:"instance"`
+	// Time is when this status was taken (the agent's clock).
+	Time time.Time `json:"time"`
 	// Uptime since Run started.
 	UptimeSeconds float64 `json:"uptime_seconds"`
-	// Central is the connected central URL ("" when disconnected or disabled).
+	// Central is the central URL in use, without credentials: the
+	// connected server, else the configured ones ("" when disabled).
 	Central string `json:"central"`
+	// CentralConnected tells whether the connection to the centre is up.
+	CentralConnected bool `json:"central_connected"`
 	// Store holds store-wide counters (free space, queue, disk-full rejects).
 	Store localstream.StoreStats `json:"store"`
 	// Streams describes each local stream.
@@ -47,6 +52,10 @@ type StreamStatus struct {
 	// one in the last commit record.
 	LocalWatermark     watermark.Watermark `json:"local_watermark"`
 	CommittedWatermark *sync.Watermark     `json:"committed_watermark,omitempty"`
+	// LocalLagSeconds and CommittedLagSeconds are how far each watermark's
+	// lower bound is behind Status.Time (absent while there is none).
+	LocalLagSeconds     *float64 `json:"local_lag_seconds,omitempty"`
+	CommittedLagSeconds *float64 `json:"committed_lag_seconds,omitempty"`
 	// Stats are the stream's append counters; Marks the tracker's.
 	Stats localstream.StreamStats `json:"stats"`
 	Marks watermark.Stats         `json:"marks"`
@@ -56,11 +65,20 @@ type StreamStatus struct {
 
 // Status assembles the current status. Safe to call after Ready.
 func (a *Agent) Status() Status {
-	s := Status{Agent: a.id, Instance: a.instance, UptimeSeconds: time.Since(a.started).Seconds(),
-		Central: a.CentralURL(), Store: a.store.Stats(), Errors: map[string]string{}}
+	now := time.Now()
+	s := Status{Agent: a.id, Instance: a.instance, Time: now, UptimeSeconds: now.Sub(a.started).Seconds(),
+		Central: a.CentralURL(), CentralConnected: a.nc != nil && a.nc.IsConnected(), Store: a.store.Stats(),
+		Errors: map[string]string{}}
 	a.mu.Lock()
 	maps.Copy(s.Errors, a.errs)
 	a.mu.Unlock()
+	if a.nc != nil && !s.CentralConnected {
+		msg := "not connected to " + s.Central + " (check central.url and that the server runs; capturing locally meanwhile)"
+		if err := a.nc.LastError(); err != nil {
+			msg += ": " + err.Error()
+		}
+		s.Errors["central"] = msg
+	}
 	repl := map[string]*sync.StreamStats{}
 	for _, r := range a.repls {
 		rs := r.Stats()
@@ -87,6 +105,10 @@ func (a *Agent) Status() Status {
 		}
 		if r := repl[name]; r != nil && r.WatermarkLowerNs != 0 {
 			ss.CommittedWatermark = &sync.Watermark{LowerNs: r.WatermarkLowerNs, UpperNs: r.WatermarkUpperNs}
+			ss.CommittedLagSeconds = lagSeconds(now, r.WatermarkLowerNs)
+		}
+		if ss.LocalWatermark.LowerNs > 0 {
+			ss.LocalLagSeconds = lagSeconds(now, ss.LocalWatermark.LowerNs)
 		}
 		s.Streams = append(s.Streams, ss)
 	}
@@ -100,4 +122,10 @@ func (a *Agent) Status() Status {
 	}
 	s.Devices = a.devices.status()
 	return s
+}
+
+// lagSeconds is how far the time lowerNs is behind now.
+func lagSeconds(now time.Time, lowerNs int64) *float64 {
+	l := now.Sub(time.Unix(0, lowerNs)).Seconds()
+	return &l
 }

@@ -1,6 +1,9 @@
 package central
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors callers branch on; test with errors.Is.
 var (
@@ -11,3 +14,21 @@ var (
 	// ErrClosed: the server was closed.
 	ErrClosed = errors.New("central: server closed")
 )
+
+// ListenError: the client port cannot be bound (another server there?).
+// It is an ErrNotReady; the caller names its own knob for the address.
+type ListenError struct {
+	// Addr is the HOST:PORT asked for.
+	Addr string
+	// Err is the bind error.
+	Err error
+}
+
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("central: cannot listen on %s (another server there?): %v", e.Addr, e.Err)
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// Is makes a ListenError an ErrNotReady.
+func (e *ListenError) Is(target error) bool { return target == ErrNotReady }

@@ -204,7 +204,7 @@ func (s *Server) Start() error {
 	if o.Port > 0 {
 		l, err := net.Listen("tcp", net.JoinHostPort(o.Host, fmt.Sprint(o.Port)))
 		if err != nil {
-			return fmt.Errorf("%w: cannot listen on %s (another server there? choose another --listen): %w", ErrNotReady, s.cfg.listen(), err)
+			return &ListenError{Addr: s.cfg.listen(), Err: err}
 		}
 		l.Close()
 	}

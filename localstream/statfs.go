@@ -9,5 +9,7 @@ func statfsFree(dir string) (int64, error) {
 	if err := unix.Statfs(dir, &st); err != nil {
 		return 0, err
 	}
-	return int64(st.Bavail) * st.Bsize, nil
+	// Bavail and Bsize differ in type across architectures (int32 Bsize
+	// on 32-bit ARM): convert both.
+	return int64(st.Bavail) * int64(st.Bsize), nil
 }

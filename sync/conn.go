@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"strings"
 	"time"
 
@@ -76,7 +77,24 @@ func (c ConnConfig) String() string {
 	case c.User != "":
 		auth = "user-password"
 	}
-	return fmt.Sprintf("urls=%s tls=%t auth=%s", strings.Join(c.URLs, ","), c.CAFile != "" || c.CertFile != "", auth)
+	return fmt.Sprintf("urls=%s tls=%t auth=%s", c.redactedURLs(), c.CAFile != "" || c.CertFile != "", auth)
+}
+
+// redactedURLs lists the URLs without passwords or tokens.
+func (c ConnConfig) redactedURLs() string {
+	out := make([]string, len(c.URLs))
+	for i, raw := range c.URLs {
+		out[i] = raw
+		if u, err := url.Parse(raw); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				out[i] = u.Redacted()
+			} else {
+				u.User = url.User("xxxxx") // a token
+				out[i] = u.String()
+			}
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // Connect connects to the central store. It returns at once even when no
@@ -131,6 +149,14 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			logger.Info("central reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		// With RetryOnFailedConnect a first connect that fails is retried
+		// here, silently unless logged: say which URL cannot be reached.
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			logger.Info("central connected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			logger.Warn("central unreachable; capturing locally and retrying", "urls", cfg.redactedURLs(), "err", err)
 		}),
 	}
 	if cfg.IgnoreDiscoveredServers {

@@ -1,6 +1,9 @@
 package telemetry
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors callers branch on; test with errors.Is.
 var (
@@ -22,3 +25,17 @@ var (
 	// space was left unacknowledged.
 	errStopping = errors.New("telemetry: stopping")
 )
+
+// PatternError is a malformed topic pattern; it wraps ErrPattern.
+type PatternError struct {
+	// Pattern is the pattern as configured.
+	Pattern string
+	// Reason says what is wrong and how to fix it.
+	Reason string
+}
+
+func (e *PatternError) Error() string {
+	return fmt.Sprintf("%v %q: %s", ErrPattern, e.Pattern, e.Reason)
+}
+
+func (e *PatternError) Unwrap() error { return ErrPattern }

@@ -5,8 +5,9 @@ import (
 	"strings"
 )
 
-// Pattern is an MQTT topic filter with one named level, `{drone}`, that
-// captures the drone id: `drones/{drone}/telemetry/#`. Other levels are
+// Pattern is an MQTT topic filter with one level that captures the drone
+// id: `drones/{drone}/telemetry/#`, or `drones/+/telemetry/#` where the
+// single `+` is the drone level. Other levels are
 // literals, `+` (any one level) or a final `#` (any rest, including none).
 type Pattern struct {
 	// raw is the pattern as configured.
@@ -20,31 +21,47 @@ type Pattern struct {
 // DroneVar is the level of a pattern that names the drone.
 const DroneVar = "{drone}"
 
-// ParsePattern checks and parses a pattern. It must contain {drone} exactly
-// once as a whole level, and `#` only as its last level.
+// ParsePattern checks and parses a pattern. The drone level is the one
+// {drone} level or, without one, the single `+` level (`drones/+/telemetry`,
+// the filter every MQTT user types); other `+` levels match any one level.
+// `#` may only be the last level. Errors are *PatternError.
 func ParsePattern(s string) (Pattern, error) {
 	p := Pattern{raw: s, levels: strings.Split(s, "/"), droneAt: -1}
-	if s == "" {
-		return p, fmt.Errorf("%w: empty", ErrPattern)
+	bad := func(format string, args ...any) (Pattern, error) {
+		return p, &PatternError{Pattern: s, Reason: fmt.Sprintf(format, args...)}
 	}
+	if s == "" {
+		return bad("empty")
+	}
+	plus := -1
+	plusCount := 0
 	for i, l := range p.levels {
 		switch {
 		case l == DroneVar:
 			if p.droneAt >= 0 {
-				return p, fmt.Errorf("%w: %q has %s twice", ErrPattern, s, DroneVar)
+				return bad("%s twice", DroneVar)
 			}
 			p.droneAt = i
 		case l == "#":
 			if i != len(p.levels)-1 {
-				return p, fmt.Errorf("%w: %q: '#' must be the last level", ErrPattern, s)
+				return bad("'#' must be the last level")
 			}
 		case l == "+":
+			plus = i
+			plusCount++
 		case strings.ContainsAny(l, "+#{}"):
-			return p, fmt.Errorf("%w: %q: level %q mixes wildcards or braces with text", ErrPattern, s, l)
+			return bad("level %q mixes wildcards or braces with text", l)
 		}
 	}
 	if p.droneAt < 0 {
-		return p, fmt.Errorf("%w: %q has no %s level", ErrPattern, s, DroneVar)
+		switch plusCount {
+		case 0:
+			return bad("no drone level: mark it with %s or a single + (e.g. drones/+/telemetry)", DroneVar)
+		case 1:
+			p.droneAt = plus
+		default:
+			return bad("several + levels: mark the drone level with %s", DroneVar)
+		}
 	}
 	return p, nil
 }

@@ -1,0 +1,37 @@
+package agent
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+	"net/http/pprof"
+)
+
+// web holds the status page and its vendored plotting library (uPlot,
+// MIT; version and licence in web/vendor/uplot/). Everything is in the
+// binary: the page works offline, without a CDN.
+//
+//go:embed web
+var web embed.FS
+
+// operatorRoutes adds the status page to mux and returns the handler that
+// serves it all: every response passes through the redactor, except the
+// /debug/pprof profiles (binary, and only with http.pprof: true).
+func (a *Agent) operatorRoutes(mux *http.ServeMux) http.Handler {
+	files, _ := fs.Sub(web, "web")
+	static := http.FileServerFS(files)
+	mux.Handle("GET /{$}", static)
+	mux.Handle("GET /app.js", static)
+	mux.Handle("GET /app.css", static)
+	mux.Handle("GET /vendor/", static)
+	outer := http.NewServeMux()
+	outer.Handle("/", a.red.Middleware(mux))
+	if a.cfg.HTTP.Pprof {
+		outer.HandleFunc("/debug/pprof/", pprof.Index)
+		outer.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		outer.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		outer.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		outer.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return outer
+}

@@ -1,0 +1,244 @@
+// The edge-agent status page: polls /status, renders the tables and keeps
+// the last minutes of lag, backlog and uplink rate in bounded ring buffers
+// for the plots (uPlot). No other dependency, nothing from the network but
+// the agent itself.
+"use strict";
+
+const params = new URLSearchParams(location.search);
+const INTERVAL_MS = Math.max(200, Number(params.get("interval") || 1000));
+const HISTORY = 600; // points kept per series: 10 minutes at 1 s
+
+// page is read by the browser test: how many polls, points and errors.
+const page = window.edgePage = { polls: 0, failures: 0, points: 0, streams: [], lastTime: "" };
+
+const fmtInt = (n) => (n == null ? "–" : Math.round(n).toLocaleString("en-US"));
+const fmtSec = (s) => (s == null ? "–" : s < 100 ? s.toFixed(1) + " s" : Math.round(s).toLocaleString("en-US") + " s");
+function fmtBytes(n) {
+  if (n == null) return "–";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? Math.round(n) : n.toFixed(1)) + " " + u[i];
+}
+const fmtRate = (n) => (n == null ? "–" : fmtBytes(n) + "/s");
+
+function el(tag, attrs, text) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  if (text != null) e.textContent = text;
+  return e;
+}
+
+function cell(tr, key, text, cls) {
+  const td = el("td", { "data-k": key }, text);
+  if (cls) td.className = cls;
+  tr.appendChild(td);
+  return td;
+}
+
+// Ring is a bounded series of numbers (null for a gap).
+class Ring {
+  constructor(n) { this.n = n; this.a = []; }
+  push(v) { this.a.push(v); if (this.a.length > this.n) this.a.shift(); }
+}
+
+const hist = { t: new Ring(HISTORY), series: new Map() }; // key -> Ring
+function ring(key) {
+  let r = hist.series.get(key);
+  if (!r) {
+    r = new Ring(HISTORY);
+    for (let i = 0; i < hist.t.a.length; i++) r.push(null); // align with t
+    hist.series.set(key, r);
+  }
+  return r;
+}
+
+// prev keeps the last counters to turn them into rates.
+let prev = null;
+
+const palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b"];
+const plots = {};
+
+function makePlot(id, series) {
+  const div = document.getElementById(id);
+  div.textContent = "";
+  const width = Math.max(300, div.clientWidth || 380);
+  const opts = {
+    width, height: 180,
+    scales: { x: { time: true } },
+    legend: { live: false },
+    series: [{}].concat(series),
+    axes: [{}, { size: 60 }],
+  };
+  const data = [[]].concat(series.map(() => []));
+  return { u: new uPlot(opts, data, div), div, keys: series.map((s) => s.key) };
+}
+
+function ensurePlots(streams) {
+  const names = streams.join(",");
+  if (page.streams.join(",") === names) return;
+  page.streams = streams.slice();
+  const lag = [], backlog = [], uplink = [{ label: "total", key: "uplink/total", stroke: "#1d2330", width: 2 }];
+  streams.forEach((s, i) => {
+    const c = palette[i % palette.length];
+    lag.push({ label: s + " committed", key: "lagc/" + s, stroke: c, width: 2 });
+    lag.push({ label: s + " local", key: "lagl/" + s, stroke: c, dash: [5, 4] });
+    backlog.push({ label: s, key: "backlog/" + s, stroke: c, width: 2 });
+    uplink.push({ label: s, key: "uplink/" + s, stroke: c });
+  });
+  plots.lag = makePlot("plot-lag", lag);
+  plots.backlog = makePlot("plot-backlog", backlog);
+  plots.uplink = makePlot("plot-uplink", uplink);
+}
+
+function redraw() {
+  for (const p of Object.values(plots)) {
+    const data = [hist.t.a.slice()].concat(p.keys.map((k) => ring(k).a.slice()));
+    p.u.setData(data);
+    p.div.setAttribute("data-points", String(hist.t.a.length));
+  }
+}
+
+function render(s) {
+  const now = Date.parse(s.time) / 1000;
+  const dt = prev ? now - prev.t : 0;
+  const rate = (cur, old) => (prev && dt > 0 && old != null ? Math.max(0, (cur - old) / dt) : null);
+
+  document.getElementById("agent").textContent = s.agent;
+  document.getElementById("central").textContent = s.central || "(replication off)";
+  const cs = document.getElementById("central-state");
+  cs.textContent = s.central ? (s.central_connected ? "connected" : "disconnected") : "off";
+  cs.className = "pill " + (s.central ? (s.central_connected ? "ok" : "bad") : "");
+  document.getElementById("uptime").textContent = fmtSec(s.uptime_seconds);
+  document.getElementById("updated").textContent = new Date(s.time).toLocaleTimeString();
+
+  // Streams.
+  const streams = (s.streams || []).map((x) => x.name);
+  ensurePlots(streams);
+  hist.t.push(now);
+  const tb = document.querySelector("#streams tbody");
+  tb.textContent = "";
+  const cur = { t: now, repl: {}, drones: {} };
+  let total = 0, haveTotal = false;
+  for (const st of s.streams || []) {
+    const r = st.replication || {};
+    const tr = el("tr", { "data-stream": st.name });
+    cell(tr, "name", st.name);
+    const state = r.state || "local only";
+    cell(tr, "state", state, state === "replicating" ? "" : "warnText");
+    cell(tr, "committed_lag", fmtSec(st.committed_lag_seconds));
+    cell(tr, "local_lag", fmtSec(st.local_lag_seconds));
+    cell(tr, "backlog_events", fmtInt(r.backlog_events));
+    cell(tr, "backlog_bytes", fmtBytes(r.backlog_bytes));
+    cell(tr, "appended", fmtInt(st.stats && st.stats.appended));
+    cell(tr, "replicated", fmtInt(r.events));
+    cur.repl[st.name] = r.bytes;
+    const up = rate(r.bytes, prev && prev.repl[st.name]);
+    cell(tr, "uplink", fmtRate(up));
+    if (up != null) { total += up; haveTotal = true; }
+    tb.appendChild(tr);
+    ring("lagc/" + st.name).push(st.committed_lag_seconds ?? null);
+    ring("lagl/" + st.name).push(st.local_lag_seconds ?? null);
+    ring("backlog/" + st.name).push(r.backlog_events ?? null);
+    ring("uplink/" + st.name).push(up);
+  }
+  ring("uplink/total").push(haveTotal ? total : null);
+  // Series of streams that went away still advance, as gaps.
+  for (const [k, r] of hist.series) if (r.a.length < hist.t.a.length) r.push(null);
+
+  renderDrones(s, cur, rate);
+  renderHost(s);
+  renderErrors(s);
+  prev = cur;
+  page.polls++;
+  page.points = hist.t.a.length;
+  page.lastTime = s.time;
+  redraw();
+}
+
+function renderDrones(s, cur, rate) {
+  const dev = s.devices || {};
+  const drones = dev.drones || [];
+  const video = (s.video && s.video.PerDrone) || {};
+  document.getElementById("drone-count").textContent =
+    drones.length + " known, " + drones.filter((d) => d.online).length + " online";
+  const tb = document.querySelector("#drones tbody");
+  tb.textContent = "";
+  const now = Date.parse(s.time);
+  for (const d of drones) {
+    const tr = el("tr", { "data-drone": d.id });
+    cell(tr, "id", d.id);
+    const st = cell(tr, "online", "");
+    st.appendChild(el("span", { class: "pill " + (d.online ? "ok" : "bad") }, d.online ? "online" : "offline"));
+    const ago = d.last_seen ? (now - Date.parse(d.last_seen)) / 1000 : null;
+    cell(tr, "last_seen", ago == null ? "never" : fmtSec(Math.max(0, ago)) + " ago");
+    cur.drones[d.id] = { events: d.events, bytes: d.bytes };
+    const p = prev && prev.drones[d.id];
+    cell(tr, "events_rate", rate(d.events, p && p.events) == null ? "–" : rate(d.events, p.events).toFixed(1));
+    cell(tr, "bytes_rate", fmtRate(rate(d.bytes, p && p.bytes)));
+    cell(tr, "events", fmtInt(d.events));
+    cell(tr, "bytes", fmtBytes(d.bytes));
+    const v = video[d.id];
+    const drops = v ? (v.QueueDrops || 0) + (v.Lost || 0) + (v.FramesDropped || 0) : 0;
+    cell(tr, "drops", fmtInt(drops), drops > 0 ? "warnText" : "");
+    tb.appendChild(tr);
+  }
+  if (!drones.length) {
+    const tr = el("tr");
+    tr.appendChild(el("td", { colspan: "8" }, "no drone seen yet"));
+    tb.appendChild(tr);
+  }
+}
+
+function renderHost(s) {
+  const dev = s.devices || {};
+  const h = dev.health || {};
+  const disk = dev.disk || {};
+  const rows = [
+    ["cpu", h.cpu ? h.cpu.percent.toFixed(0) + " % of " + h.cpu.count + " cores" : "–"],
+    ["load", h.load ? [h.load.load1, h.load.load5, h.load.load15].map((x) => x.toFixed(2)).join(" ") : "–"],
+    ["memory", h.mem ? h.mem.used_percent.toFixed(0) + " % used, " + fmtBytes(h.mem.available) + " available" : "–"],
+    ["disk", disk.total_bytes ? fmtBytes(disk.free_bytes) + " free of " + fmtBytes(disk.total_bytes) : "–"],
+    ["disk state", disk.state || "–"],
+    ["store free", fmtBytes(s.store && s.store.free_bytes)],
+    ["disk-full rejects", fmtInt(s.store && s.store.disk_full_rejects)],
+  ];
+  const tb = document.querySelector("#host tbody");
+  tb.textContent = "";
+  for (const [k, v] of rows) {
+    const tr = el("tr");
+    tr.appendChild(el("th", {}, k));
+    cell(tr, k.replace(/[^a-z]+/g, "_"), v, k === "disk state" && v !== "ok" && v !== "–" ? "warnText" : "");
+    tb.appendChild(tr);
+  }
+}
+
+function renderErrors(s) {
+  const ul = document.getElementById("errors");
+  ul.textContent = "";
+  const errs = Object.entries(s.errors || {}).sort();
+  for (const [k, v] of errs) ul.appendChild(el("li", { "data-k": k }, k + ": " + v));
+  if (!errs.length) ul.appendChild(el("li", { class: "none" }, "none"));
+}
+
+async function poll() {
+  const ps = document.getElementById("poll-state");
+  try {
+    const resp = await fetch("status", { cache: "no-store" });
+    if (!resp.ok) throw new Error("HTTP " + resp.status);
+    render(await resp.json());
+    ps.textContent = "live";
+    ps.className = "pill ok";
+  } catch (e) {
+    page.failures++;
+    ps.textContent = "agent unreachable: " + e.message;
+    ps.className = "pill bad";
+  } finally {
+    setTimeout(poll, INTERVAL_MS);
+  }
+}
+
+window.addEventListener("resize", () => {
+  for (const p of Object.values(plots)) p.u.setSize({ width: Math.max(300, p.div.clientWidth), height: 180 });
+});
+poll();
