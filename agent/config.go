@@ -310,7 +310,7 @@ func (c Config) Validate() error {
 	if c.Telemetry.Enabled {
 		u, err := url.Parse(c.Telemetry.Broker)
 		if err != nil || u.Host == "" {
-			return bad("telemetry.broker", "%q: want a URL such as tcp://127.0.0.1:1883", c.Telemetry.Broker)
+			return bad("telemetry.broker", "%q: want a URL such as tcp://127.0.0.1:1883", RedactURLs(c.Telemetry.Broker))
 		}
 		if len(c.Telemetry.Topics) == 0 {
 			return bad("telemetry.topics", "at least one topic pattern such as drones/{drone}/telemetry/#")
@@ -432,7 +432,7 @@ func (c CentralConfig) validate() error {
 		for _, u := range c.URLs() {
 			pu, err := url.Parse(u)
 			if err != nil || (pu.Scheme != "nats" && pu.Scheme != "tls") || pu.Host == "" {
-				return bad("central.url", "%q: want embedded or nats://host:port[,nats://...]", u)
+				return bad("central.url", "%q: want embedded or nats://host:port[,nats://...]", RedactURLs(u))
 			}
 		}
 	}

@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/central"
+)
+
+func TestRedactURLs(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"tcp://user:pw@host:1883", "tcp://user:xxxxx@host:1883"},
+		{"nats://a:b@c1:4222,nats://a:b@c2:4222", "nats://a:xxxxx@c1:4222,nats://a:xxxxx@c2:4222"},
+		{"nats://s3cr3ttoken@c1:4222", "nats://xxxxx@c1:4222"},
+		{"tcp://justuser@host", "tcp://justuser@host"},
+		{`err="dial tcp://u:p@ss@h:1/x"`, `err="dial tcp://u:xxxxx@h:1/x"`},
+		{"no url here, a@b", "no url here, a@b"},
+		{`{"central":"nats://u:pw@h:4222"}`, `{"central":"nats://u:xxxxx@h:4222"}`},
+	}
+	for _, c := range cases {
+		if got := RedactURLs(c.in); got != c.want {
+			t.Errorf("RedactURLs(%q) = %q want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the agent's concurrent logging.
+type syncBuffer struct {
+	mu stdsync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestNoSecretShown gives the agent credentials in every supported way —
+// in the MQTT and NATS URLs (password and token), in password files and in
+// an environment variable, plus an unreachable central whose URL carries a
+// password — and checks that no secret appears in its logs (text and JSON,
+// debug level), its errors, /status, /metrics, /healthz or the status page,
+// while the URLs themselves are shown (redacted), so the check has
+// something to catch.
+func TestNoSecretShown(t *testing.T) {
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	cen, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cen.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cen.Close()
+	natsHost := strings.TrimPrefix(cen.ClientURL(), "nats://")
+	mqttHost := strings.TrimPrefix(brk.URL(), "tcp://")
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	deadHost := closed.Addr().String()
+	closed.Close()
+
+	writeSecret := func(s string) string {
+		p := filepath.Join(t.TempDir(), "pw")
+		if err := os.WriteFile(p, []byte(s+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cases := []struct {
+		name   string
+		secret string
+		set    func(c *Config, secret string)
+	}{
+		{"mqtt url", "mqtt-url-S3cret", func(c *Config, s string) {
+			c.Telemetry.Broker = "tcp://edge:" + s + "@" + mqttHost
+		}},
+		{"mqtt password file", "mqtt-file-S3cret", func(c *Config, s string) {
+			c.Telemetry.Username, c.Telemetry.PasswordFile = "edge", writeSecret(s)
+		}},
+		{"mqtt password env", "mqtt-env-S3cret", func(c *Config, s string) {
+			t.Setenv("EDGE_TEST_MQTT_PASSWORD", s)
+			c.Telemetry.Username, c.Telemetry.PasswordEnv = "edge", "EDGE_TEST_MQTT_PASSWORD"
+		}},
+		{"nats url password", "nats-url-S3cret", func(c *Config, s string) {
+			c.Central.URL = "nats://edge:" + s + "@" + natsHost
+		}},
+		{"nats url token", "nats-token-S3cret", func(c *Config, s string) {
+			c.Central.URL = "nats://" + s + "@" + natsHost
+		}},
+		{"nats password file", "nats-file-S3cret", func(c *Config, s string) {
+			c.Central.URL, c.Central.User, c.Central.PasswordFile = "nats://"+natsHost, "edge", writeSecret(s)
+		}},
+		{"unreachable nats url", "nats-dead-S3cret", func(c *Config, s string) {
+			c.Central.URL = "nats://edge:" + s + "@" + deadHost
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := testConfig(t, t.TempDir(), brk.URL())
+			cfg.Central.ShutdownTimeout = 500 * time.Millisecond
+			c.set(&cfg, c.secret)
+			var text, js syncBuffer
+			logger := slog.New(slog.NewMultiHandler(
+				NewLogger(LogConfig{Level: "debug", Format: "text"}, &text).Handler(),
+				NewLogger(LogConfig{Level: "debug", Format: "json"}, &js).Handler()))
+			a, err := New(cfg, logger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runCtx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- a.Run(runCtx) }()
+			select {
+			case <-a.Ready():
+			case err := <-done:
+				t.Fatalf("agent did not start: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("agent not ready")
+			}
+			base := "http://" + a.HTTPAddr()
+			var shown []string
+			var s Status
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				getJSON(t, base+"/status", &s)
+				if strings.HasPrefix(c.name, "unreachable") || s.CentralConnected || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if strings.HasPrefix(c.name, "unreachable") {
+				time.Sleep(time.Second) // reconnect attempts log
+				if s.CentralConnected || !strings.Contains(s.Errors["central"], deadHost) {
+					t.Errorf("unreachable central not shown in /status: connected=%v errors=%v", s.CentralConnected, s.Errors)
+				}
+			} else if !s.CentralConnected {
+				t.Fatalf("central not connected: %v", s.Errors)
+			}
+			for _, p := range []string{"/status", "/metrics", "/healthz", "/", "/app.js"} {
+				shown = append(shown, getText(t, base+p))
+			}
+			cancel()
+			if err := <-done; err != nil {
+				shown = append(shown, err.Error())
+			}
+			shown = append(shown, text.String(), js.String())
+			all := strings.Join(shown, "\n")
+			for _, form := range []string{c.secret, url.QueryEscape(c.secret)} {
+				if strings.Contains(all, form) {
+					i := strings.Index(all, form)
+					t.Errorf("secret %q shown: …%s…", form, all[max(0, i-200):min(len(all), i+100)])
+				}
+			}
+			// What is shown instead: the redacted URL, in the logs.
+			if strings.Contains(c.name, "url") && !strings.Contains(text.String(), "xxxxx@") {
+				t.Errorf("no redacted URL in the text log:\n%s", text.String())
+			}
+			if strings.Contains(c.name, "url") && !strings.Contains(js.String(), "xxxxx@") {
+				t.Errorf("no redacted URL in the JSON log")
+			}
+		})
+	}
+}
+
+// A config error that quotes a URL does not quote its password.
+func TestConfigErrorRedacted(t *testing.T) {
+	cfg := NewDefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Central.URL = "http://edge:cfg-S3cret@central:4222"
+	_, err := New(cfg, nil)
+	if !errors.Is(err, ErrConfig) || strings.Contains(err.Error(), "cfg-S3cret") || !strings.Contains(err.Error(), "central.url") {
+		t.Fatalf("err = %v", err)
+	}
+}
