@@ -277,7 +277,12 @@ func (a *Agent) startCentral() error {
 		if err := srv.Start(); err != nil {
 			var le *central.ListenError
 			if errors.As(err, &le) {
-				return fmt.Errorf("%w: central.embedded.listen: %s is taken (another server there?): choose another HOST:PORT: %w", ErrConfig, le.Addr, le.Err)
+				reason := le.Err
+				var oe *net.OpError
+				if errors.As(reason, &oe) {
+					reason = oe.Err // without the address said once already
+				}
+				return fmt.Errorf("%w: central.embedded.listen: %s: %v (another server there?): choose another HOST:PORT", ErrConfig, le.Addr, reason)
 			}
 			return err
 		}

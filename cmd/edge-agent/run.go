@@ -32,10 +32,13 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	rtp := fs.String("rtp-listen", "", "RTP listen HOST:PORT, RTCP on the next port (overrides video.listen)")
 	broker := fs.String("mqtt-broker", "", "MQTT broker URL (overrides telemetry.broker)")
 	var topics stringList
-	fs.Var(&topics, "mqtt-topic", "MQTT topic pattern with {drone}, repeatable (overrides telemetry.topics)")
+	fs.Var(&topics, "mqtt-topic", "MQTT topic `PATTERN`, repeatable (overrides telemetry.topics): the drone id is the level\n"+
+		"written {drone}, or the single + level: drones/+/telemetry and drones/{drone}/telemetry/# both work;\n"+
+		"with {drone}, other + levels match anything; # only as the last level")
 	centralURL := fs.String("central", "", "central JetStream: nats://host:port[,...] or embedded (overrides central.url)")
 	httpListen := fs.String("http-listen", "", "HTTP HOST:PORT for /metrics, /healthz, /status (overrides http.listen)")
 	logFormat := fs.String("log-format", "", "text or json (overrides log.format)")
+	pprof := fs.Bool("pprof", false, "serve /debug/pprof on the HTTP listener (overrides http.pprof)")
 	if err := parseFlags(fs, args); err != nil {
 		return agent.Config{}, err
 	}
@@ -72,6 +75,9 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	}
 	if set["log-format"] {
 		cfg.Log.Format = *logFormat
+	}
+	if set["pprof"] {
+		cfg.HTTP.Pprof = *pprof
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{err}

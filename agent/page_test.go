@@ -1,0 +1,214 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+)
+
+// chromium finds Debian's headless browser (.ci/run installs it).
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no chromium on PATH (apt-get install chromium; .ci/run installs it): the status page is not checked in a browser")
+	return ""
+}
+
+// artifactDir is where tests keep what a person should look at:
+// $TEST_ARTIFACTS, else testdata/artifacts (ignored by git).
+func artifactDir(t *testing.T) string {
+	dir := os.Getenv("TEST_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("testdata", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestStatusPageInBrowser loads the status page from a running agent (real
+// Mosquitto, embedded JetStream, simulated drones on `drones/+/telemetry`)
+// in headless Chromium and checks what it renders: the agent, the central
+// and its state, each stream's counters, each drone, equal to /status; the
+// plots hold points and gain more as the page polls. The screenshot is kept
+// as a test artifact.
+func TestStatusPageInBrowser(t *testing.T) {
+	exe := chromium(t)
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	cfg := testConfig(t, t.TempDir(), brk.URL())
+	cfg.Telemetry.Topics = []string{"drones/+/telemetry"}
+	a, cancel, done := startAgent(t, cfg)
+	defer func() { cancel(); <-done }()
+	base := "http://" + a.HTTPAddr()
+
+	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 3, Rate: 100, Count: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Everything captured and replicated: the telemetry numbers stay put.
+	var s Status
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		getJSON(t, base+"/status", &s)
+		tm := streamStatus(s, "telemetry")
+		if tm.Stats.Appended == sim.Published && tm.Replication != nil && tm.Replication.Events == sim.Published &&
+			tm.Replication.BacklogEvents == 0 && tm.CommittedLagSeconds != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("telemetry not replicated: published %d, status %+v", sim.Published, tm)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 1000), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
+	defer tcancel()
+
+	type row map[string]string
+	type rendered struct {
+		Agent, Central, CentralState string
+		Streams, Drones              map[string]row
+		Errors                       []string
+		Points                       []int
+		Series                       []int
+		Canvases                     int
+	}
+	var page rendered
+	const read = `(() => {
+	  const rows = (sel, attr) => Object.fromEntries([...document.querySelectorAll(sel)].map(tr =>
+	    [tr.getAttribute(attr), Object.fromEntries([...tr.querySelectorAll("td[data-k]")].map(td => [td.dataset.k, td.textContent]))]));
+	  const plots = ["plot-lag", "plot-backlog", "plot-uplink"].map(id => document.getElementById(id));
+	  return {
+	    Agent: document.getElementById("agent").textContent,
+	    Central: document.getElementById("central").textContent,
+	    CentralState: document.getElementById("central-state").textContent,
+	    Streams: rows("#streams tbody tr[data-stream]", "data-stream"),
+	    Drones: rows("#drones tbody tr[data-drone]", "data-drone"),
+	    Errors: [...document.querySelectorAll("#errors li")].map(li => li.textContent),
+	    Points: plots.map(p => Number(p.getAttribute("data-points") || 0)),
+	    Series: plots.map(p => p.querySelectorAll(".u-legend .u-series").length),
+	    Canvases: document.querySelectorAll(".plot canvas").length,
+	  };
+	})()`
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/?interval=250"),
+		chromedp.WaitVisible(`#streams tbody tr[data-stream="telemetry"]`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`window.edgePage.polls >= 3`)); err != nil {
+		t.Fatal(err)
+	}
+	page, err = chromedp.Run(bctx, chromedp.Evaluate[rendered](read))
+	if err != nil {
+		t.Fatal(err)
+	}
+	getJSON(t, base+"/status", &s)
+
+	num := func(txt string) uint64 {
+		n, err := strconv.ParseUint(strings.ReplaceAll(txt, ",", ""), 10, 64)
+		if err != nil {
+			t.Errorf("not a number on the page: %q", txt)
+		}
+		return n
+	}
+	if page.Agent != s.Agent || page.Central != s.Central || page.CentralState != "connected" || !s.CentralConnected {
+		t.Errorf("header: agent %q central %q %q; /status %q %q connected=%v", page.Agent, page.Central, page.CentralState,
+			s.Agent, s.Central, s.CentralConnected)
+	}
+	for _, st := range s.Streams {
+		r, ok := page.Streams[st.Name]
+		if !ok {
+			t.Errorf("stream %s not on the page", st.Name)
+			continue
+		}
+		if r["state"] != st.Replication.State {
+			t.Errorf("%s: state %q, /status %q", st.Name, r["state"], st.Replication.State)
+		}
+		if st.Name != "telemetry" {
+			continue // health keeps appending while we look
+		}
+		if num(r["appended"]) != st.Stats.Appended || num(r["replicated"]) != st.Replication.Events ||
+			num(r["backlog_events"]) != st.Replication.BacklogEvents || r["backlog_bytes"] != "0 B" {
+			t.Errorf("telemetry row %v, /status appended %d replicated %d backlog %d", r, st.Stats.Appended,
+				st.Replication.Events, st.Replication.BacklogEvents)
+		}
+		// A lag is shown in seconds where /status has one, else "–".
+		lagShown := func(txt string, lag *float64) bool {
+			return (lag == nil && txt == "–") || (lag != nil && strings.HasSuffix(txt, " s"))
+		}
+		if !lagShown(r["committed_lag"], st.CommittedLagSeconds) || !lagShown(r["local_lag"], st.LocalLagSeconds) {
+			t.Errorf("telemetry lags: page %q %q, /status %v %v", r["committed_lag"], r["local_lag"],
+				st.CommittedLagSeconds, st.LocalLagSeconds)
+		}
+	}
+	ds := s.Devices.(map[string]any)["drones"].([]any)
+	if len(page.Drones) != len(ds) || len(ds) != 3 {
+		t.Errorf("page shows %d drones, /status %d, simulated 3", len(page.Drones), len(ds))
+	}
+	for _, d := range ds {
+		d := d.(map[string]any)
+		r := page.Drones[d["id"].(string)]
+		if r == nil || num(r["events"]) != uint64(d["events"].(float64)) || r["online"] == "" {
+			t.Errorf("drone %v: page row %v", d["id"], r)
+		}
+	}
+	if len(s.Errors) == 0 && (len(page.Errors) != 1 || page.Errors[0] != "none") {
+		t.Errorf("errors: page %v, /status %v", page.Errors, s.Errors)
+	}
+	nStreams := len(s.Streams)
+	wantSeries := []int{2 * nStreams, nStreams, nStreams + 1} // the uplink plot has a total
+	if page.Canvases != 3 || !slices.Equal(page.Series, wantSeries) {
+		t.Errorf("plots: %d canvases, legend series %v, want 3 and %v", page.Canvases, page.Series, wantSeries)
+	}
+	first := page.Points
+	if first[0] < 3 {
+		t.Errorf("lag plot has %d points after 3 polls", first[0])
+	}
+
+	// The plots update: more points after more polls, every plot.
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`window.edgePage.polls >= 8`)); err != nil {
+		t.Fatal(err)
+	}
+	if page, err = chromedp.Run(bctx, chromedp.Evaluate[rendered](read)); err != nil {
+		t.Fatal(err)
+	}
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range first {
+		if page.Points[i] <= first[i] {
+			t.Errorf("plot %d did not grow: %d then %d points", i, first[i], page.Points[i])
+		}
+	}
+	out := filepath.Join(artifactDir(t), "status-page.png")
+	if err := os.WriteFile(out, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", out, len(shot))
+}
