@@ -11,6 +11,9 @@ var (
 	ErrConfig = errors.New("central: invalid config")
 	// ErrNotReady: the server did not become ready (client port or JetStream) in time.
 	ErrNotReady = errors.New("central: server not ready")
+	// ErrServerName: the server name does not match the one kept in the
+	// data dir (the node would start without its streams).
+	ErrServerName = errors.New("central: server name does not match the data dir")
 	// ErrClosed: the server was closed.
 	ErrClosed = errors.New("central: server closed")
 )

@@ -141,12 +141,15 @@ func New(cfg Config) (*Server, error) {
 // Lock should be held.
 func (s *Server) options() (*server.Options, error) {
 	host, _, _ := splitHostPort(s.cfg.listen())
-	if s.cfg.ServerName == "" {
-		// Fixed at the first start so that a restart finds its files.
-		s.cfg.ServerName = "edge-central-" + strconv.Itoa(s.port)
-		if s.port == 0 {
-			s.cfg.ServerName = "edge-central"
+	if s.cfg.ClusterName == "" {
+		name, err := keptName(s.cfg.DataDir, s.cfg.ServerName, s.defaultName())
+		if err != nil {
+			return nil, err
 		}
+		s.cfg.ServerName = name
+	} else if s.cfg.ServerName == "" {
+		// Fixed at the first start so that a restart finds its files.
+		s.cfg.ServerName = s.defaultName()
 	}
 	name := s.cfg.ServerName
 	o := &server.Options{
@@ -180,6 +183,23 @@ func (s *Server) options() (*server.Options, error) {
 		return nil, fmt.Errorf("central: data dir: %w", err)
 	}
 	return o, nil
+}
+
+// defaultName is the server name of a node started without one.
+// Lock should be held.
+func (s *Server) defaultName() string {
+	if s.port == 0 {
+		return "edge-central"
+	}
+	return "edge-central-" + strconv.Itoa(s.port)
+}
+
+// StoreDir is where the node keeps its JetStream files
+// (<data dir>/<server name>). Valid after the first Start.
+func (s *Server) StoreDir() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return filepath.Join(s.cfg.DataDir, s.cfg.ServerName)
 }
 
 // Start starts the node and waits until clients can connect and, when

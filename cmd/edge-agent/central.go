@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +22,7 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("central", stderr)
 	listen := fs.String("listen", "127.0.0.1:4222", "client `HOST:PORT`")
 	dataDir := fs.String("data-dir", "", "JetStream data `DIR` (required)")
-	name := fs.String("server-name", "", "node name, unique in a cluster and stable across restarts (default edge-central-<port>)")
+	name := fs.String("server-name", "", "node name, unique in a cluster and stable across restarts (standalone: kept in the data dir at the first start, default edge-central-<port>; another name on that data dir is refused)")
 	clusterName := fs.String("cluster-name", "", "cluster `NAME` (all members the same)")
 	clusterListen := fs.String("cluster-listen", "", "route `HOST:PORT` of this member")
 	routes := fs.String("routes", "", "comma-separated route `URLS` of the members (nats://host:port,...)")
@@ -50,8 +51,11 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	defer srv.Close()
 	if err := srv.Start(); err != nil {
+		if errors.Is(err, central.ErrServerName) {
+			return usagef("%v", err)
+		}
 		return err
 	}
-	fmt.Fprintf(stdout, "central: JetStream listening on %s (data %s)\n", srv.ClientURL(), *dataDir)
+	fmt.Fprintf(stdout, "central: JetStream listening on %s (server name %s, data %s)\n", srv.ClientURL(), srv.Name(), srv.StoreDir())
 	return srv.Run(ctx)
 }
