@@ -23,6 +23,8 @@ type Store struct {
 	db   *badger.DB
 	opts Options
 	log  *slog.Logger
+	// id is the store identity (see ID); set by Open.
+	id string
 
 	// mu guards streams.
 	mu      stdsync.Mutex
@@ -92,6 +94,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
+	if err := s.ensureID(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	if err := s.refreshFree(); err != nil {
 		db.Close()
 		return nil, err
@@ -131,6 +137,7 @@ func (s *Store) load() error {
 				}
 				seg.assigned = seg.Length
 			}
+			st.recovered = st.topologyLocked().TailCut()
 			s.streams[m.Name] = st
 		}
 		return nil
@@ -177,6 +184,7 @@ func (s *Store) CreateStream(name string, cfg StreamConfig) (*Stream, error) {
 		m.Head[sg.ID] = 0
 	}
 	st := newStream(s, m)
+	st.recovered = st.topologyLocked().TailCut()
 	if err := s.update(func(txn *badger.Txn) error { return st.putMeta(txn) }); err != nil {
 		return nil, fmt.Errorf("localstream: create stream %q: %w", name, err)
 	}

@@ -67,6 +67,8 @@ type Stream struct {
 	stats  StreamStats
 	// winStart is the start of the current rate window (committer only).
 	winStart time.Time
+	// recovered is the tail found at Open (see RecoveredTail).
+	recovered StreamCut
 }
 
 // StreamStats are counters of a stream since the store was opened.

@@ -84,7 +84,7 @@ func rawPublish(b *testing.B, nc *nats.Conn, stream, agent string, recs []locals
 			n++
 			i++
 		}
-		rec := newCommitRecord(agent, stream, "raw", txn, localstream.StreamCut{Stream: stream, Positions: map[localstream.SegmentID]uint64{recs[i-1].Segment: recs[i-1].Offset + 1}}, Watermark{}, n, bytes, time.Now().UnixNano())
+		rec := newCommitRecord(agent, stream, "raw", txn, localstream.StreamCut{Stream: stream, Positions: map[localstream.SegmentID]uint64{recs[i-1].Segment: recs[i-1].Offset + 1}}, Watermark{}, CommitMeta{}, n, bytes, time.Now().UnixNano())
 		data, _ := json.Marshal(rec)
 		m := nats.NewMsg(CutSubject(stream, agent))
 		m.Data = data

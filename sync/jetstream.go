@@ -342,12 +342,12 @@ func (t *jsTxn) Add(ctx context.Context, rec localstream.Record) error {
 
 // Commit sends the commit record, expecting the previous commit's sequence
 // on the cut subject (fencing).
-func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark) (Committed, error) {
+func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error) {
 	if t.closed {
 		return Committed{}, ErrTxnClosed
 	}
 	t.closed = true
-	rec := newCommitRecord(t.sink.agent, t.stream, t.sink.instance, t.number, cut, wm, t.n, t.bytes, t.sink.opts.Now().UnixNano())
+	rec := newCommitRecord(t.sink.agent, t.stream, t.sink.instance, t.number, cut, wm, meta, t.n, t.bytes, t.sink.opts.Now().UnixNano())
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return Committed{}, err

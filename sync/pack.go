@@ -25,6 +25,9 @@ const (
 	// with the number of the transaction the part belongs to.
 	packFlagCommit = 1
 	packFlagPart   = 2
+	// packFlagCommitChain: a commit record followed by its chain fields
+	// (store identity, epoch base, gap marker; see resume.go).
+	packFlagCommitChain = 3
 	// maxPackBody bounds a decoded body: NATS caps a message at 64 MiB, and
 	// a writer compresses only bodies that fit its max payload raw.
 	maxPackBody = 64 << 20
@@ -49,6 +52,13 @@ type packCommit struct {
 	Bytes         int64
 	Cut           localstream.StreamCut
 	Watermark     Watermark
+	// Chain holds the store identity, epoch base and gap marker.
+	Chain CommitMeta
+}
+
+// hasChain reports whether the commit needs the chain fields.
+func (c *packCommit) hasChain() bool {
+	return c.Chain.Store != "" || c.Chain.EpochBase != 0 || c.Chain.Lost != nil
 }
 
 // packWriter builds one pack body: the string table and the per-event
@@ -132,7 +142,29 @@ func appendCommit(b []byte, c *packCommit) []byte {
 	b = appendCut(b, c.Cut)
 	b = binary.AppendVarint(b, c.Watermark.LowerNs)
 	b = binary.AppendVarint(b, c.Watermark.UpperNs)
-	return appendCut(b, c.Watermark.Cut)
+	b = appendCut(b, c.Watermark.Cut)
+	if !c.hasChain() {
+		return b
+	}
+	b = appendBytes(b, c.Chain.Store)
+	b = binary.AppendUvarint(b, uint64(c.Chain.EpochBase))
+	l := c.Chain.Lost
+	if l == nil {
+		return append(b, 0)
+	}
+	b = append(b, 1)
+	b = appendBytes(b, string(l.Reason))
+	b = appendBytes(b, l.Store)
+	b = appendCutJSON(b, l.From)
+	b = appendCutJSON(b, l.To)
+	b = binary.AppendUvarint(b, l.CentralSeq)
+	return binary.AppendVarint(b, l.FoundAtNs)
+}
+
+// appendCutJSON encodes a JSON cut like appendCut (ids are decimal keys).
+func appendCutJSON(b []byte, c CutJSON) []byte {
+	cut, _ := c.Cut("x")
+	return appendCut(b, cut)
 }
 
 // appendCut encodes a cut as its segments in ascending id order.
@@ -166,7 +198,11 @@ func uvarintLen(x uint64) int {
 func (w *packWriter) encode(commit *packCommit, txn uint64) []byte {
 	body := make([]byte, 0, w.size()+256)
 	if commit != nil {
-		body = append(body, packFlagCommit)
+		flag := byte(packFlagCommit)
+		if commit.hasChain() {
+			flag = packFlagCommitChain
+		}
+		body = append(body, flag)
 		body = appendCommit(body, commit)
 	} else {
 		body = append(body, packFlagPart)
@@ -225,9 +261,12 @@ func decodePack(stream string, b []byte) (decodedPack, error) {
 	}
 	d := packDecoder{b: body}
 	var out decodedPack
-	switch d.uvarint() {
-	case packFlagCommit:
+	switch kind := d.uvarint(); kind {
+	case packFlagCommit, packFlagCommitChain:
 		c := d.commit(stream)
+		if d.err == nil && kind == packFlagCommitChain {
+			d.chain(stream, &c)
+		}
 		out.commit, out.txn = &c, c.Txn
 	case packFlagPart:
 		if out.txn = d.uvarint(); out.txn == 0 {
@@ -391,9 +430,39 @@ func (d *packDecoder) commit(stream string) packCommit {
 	return c
 }
 
+// chain reads a commit's chain fields.
+func (d *packDecoder) chain(stream string, c *packCommit) {
+	c.Chain.Store = d.str()
+	if b := d.uvarint(); b > math.MaxUint32 {
+		d.fail("epoch base")
+	} else {
+		c.Chain.EpochBase = uint32(b)
+	}
+	switch d.uvarint() {
+	case 0:
+		return
+	case 1:
+	default:
+		d.fail("lost flag")
+		return
+	}
+	l := &LostRange{Reason: LossReason(d.str()), Store: d.str()}
+	l.From = cutToJSON(d.cut(stream))
+	l.To = cutToJSON(d.cut(stream))
+	l.CentralSeq = d.uvarint()
+	l.FoundAtNs = d.varint()
+	if d.err == nil {
+		if err := l.check(stream); err != nil {
+			d.fail("lost range")
+			return
+		}
+	}
+	c.Chain.Lost = l
+}
+
 // record converts the binary commit to the public CommitRecord.
 func (c *packCommit) record(agent, stream string) CommitRecord {
-	return newCommitRecord(agent, stream, c.Instance, c.Txn, c.Cut, c.Watermark, c.Events, c.Bytes, c.CommittedAtNs)
+	return newCommitRecord(agent, stream, c.Instance, c.Txn, c.Cut, c.Watermark, c.Chain, c.Events, c.Bytes, c.CommittedAtNs)
 }
 
 // sortedSegments returns a cut's segment ids in ascending order.

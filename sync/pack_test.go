@@ -59,6 +59,15 @@ func testCommit() *packCommit {
 		Cut: cut, Watermark: Watermark{LowerNs: 1_766_999_999_000_000_000, UpperNs: 1_767_000_000_000_000_000, Cut: cut}}
 }
 
+// testChainCommit is a commit with the chain fields of issue 11.
+func testChainCommit() *packCommit {
+	c := testCommit()
+	from := localstream.StreamCut{Stream: "telemetry", Positions: map[localstream.SegmentID]uint64{0: 100}}
+	c.Chain = CommitMeta{Store: "5eed", EpochBase: 3, Lost: &LostRange{Reason: LossCentralTail, Store: "5eed",
+		From: cutToJSON(from), To: cutToJSON(c.Cut), CentralSeq: 17, FoundAtNs: 1_767_000_000_000_000_000}}
+	return c
+}
+
 func TestPackRoundTrip(t *testing.T) {
 	for _, random := range []bool{false, true} {
 		for _, n := range []int{0, 1, 2, 500} {
@@ -67,7 +76,7 @@ func TestPackRoundTrip(t *testing.T) {
 			for i := range recs {
 				w.add(&recs[i])
 			}
-			for _, c := range []*packCommit{testCommit(), nil} {
+			for _, c := range []*packCommit{testCommit(), testChainCommit(), nil} {
 				b := w.encode(c, 42)
 				p, err := decodePack("telemetry", b)
 				if err != nil {
@@ -189,6 +198,7 @@ func FuzzDecodePack(f *testing.F) {
 	f.Add(w.encode(nil, 7))
 	f.Add(append([]byte{packMagic, packCodecNone}, mustBody(f, w.encode(testCommit(), 42))...))
 	f.Add(newPackWriter().encode(testCommit(), 42))
+	f.Add(w.encode(testChainCommit(), 42))
 	f.Add([]byte{packMagic, packCodecNone, packFlagPart, 1, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := decodePack("telemetry", b)

@@ -70,14 +70,14 @@ func (t *packTxn) Add(ctx context.Context, rec localstream.Record) error {
 
 // Commit sends the transaction, expecting prev's sequence on the cut
 // subject (fencing, see the package doc).
-func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark) (Committed, error) {
+func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error) {
 	if t.closed {
 		return Committed{}, ErrTxnClosed
 	}
 	t.closed = true
 	now := t.sink.opts.Now().UnixNano()
 	pc := &packCommit{Txn: t.number, Instance: t.sink.instance, CommittedAtNs: now,
-		Events: t.n, Bytes: t.bytes, Cut: cut, Watermark: wm}
+		Events: t.n, Bytes: t.bytes, Cut: cut, Watermark: wm, Chain: meta}
 	ctx, cancel := t.sink.linkCtx(ctx)
 	defer cancel()
 	data := t.w.encode(pc, t.number)

@@ -72,6 +72,19 @@ type CommitRecord struct {
 	// Instance is random per replicator run: it tells our own commits from
 	// another process's when a fencing expectation fails.
 	Instance string `json:"instance"`
+	// Store is the identity of the local store whose events the
+	// transaction holds (localstream.Store.ID). Records written before
+	// store identities have none; the store that reads such a record as
+	// its agent's last takes it for its own.
+	Store string `json:"store,omitempty"`
+	// EpochBase is added to the epoch of every segment id of the store in
+	// this transaction (data messages' Edge-Segment, Cut, Watermark.Cut),
+	// so that a store that lost data, or replaced another, never reuses a
+	// position the centre has seen (see resume.go). Absent: 0.
+	EpochBase uint32 `json:"epoch_base,omitempty"`
+	// Lost, when set, is a gap marker: events found lost when this
+	// transaction's chain resumed.
+	Lost *LostRange `json:"lost,omitempty"`
 	// Cut is the local stream cut after the last event of the transaction.
 	Cut CutJSON `json:"cut"`
 	// CutText is Cut in the stream cut's text form (for people).
@@ -85,10 +98,20 @@ type CommitRecord struct {
 	CommittedAtNs int64 `json:"committed_at_ns"`
 }
 
-// newCommitRecord fills a record.
-func newCommitRecord(agent, stream, instance string, txn uint64, cut localstream.StreamCut, wm Watermark, events int, bytes int64, now int64) CommitRecord {
+// CommitMeta is what a replicator adds to a commit record besides the
+// cut and the watermark.
+type CommitMeta struct {
+	// Store, EpochBase and Lost are copied to the record's fields.
+	Store     string
+	EpochBase uint32
+	Lost      *LostRange
+}
+
+// newCommitRecord fills a record. cut and wm are in central positions.
+func newCommitRecord(agent, stream, instance string, txn uint64, cut localstream.StreamCut, wm Watermark, meta CommitMeta, events int, bytes int64, now int64) CommitRecord {
 	return CommitRecord{
 		Agent: agent, Stream: stream, Txn: txn, Instance: instance,
+		Store: meta.Store, EpochBase: meta.EpochBase, Lost: meta.Lost,
 		Cut: cutToJSON(cut), CutText: cut.String(),
 		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: cutToJSON(wm.Cut)},
 		Events:    events, Bytes: bytes, CommittedAtNs: now,
@@ -124,6 +147,11 @@ func DecodeCommitRecord(b []byte) (CommitRecord, error) {
 	}
 	if _, err := r.Watermark.Cut.Cut(r.Stream); err != nil {
 		return CommitRecord{}, err
+	}
+	if r.Lost != nil {
+		if err := r.Lost.check(r.Stream); err != nil {
+			return CommitRecord{}, err
+		}
 	}
 	return r, nil
 }

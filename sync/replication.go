@@ -195,7 +195,7 @@ func (r *Replicator) WaitCaughtUp(ctx context.Context) error {
 		if stopped != nil {
 			return nil
 		}
-		if cut, err := last.Record.StreamCut(); err == nil && last.Seq > 0 {
+		if cut, ok := r.localCut(last); ok {
 			if le, err := r.st.Topology().LessEq(tail, cut); err == nil && le {
 				return nil
 			}

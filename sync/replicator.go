@@ -54,6 +54,19 @@ type ReplicatorConfig struct {
 	// OnCommit, when set, is called after each commit with the ingest
 	// times of its events (benchmarks, tests). It must not block.
 	OnCommit func(c Committed, ingestNs []int64)
+	// Takeover is the operator's order (edge-agent run --takeover) to take
+	// over the agent's chain at the first central read even when another
+	// store, or a copy of this one, wrote it last. Default false.
+	Takeover bool
+	// Heartbeat is the longest an idle stream goes without a commit: a
+	// live store's chain moves at least this often, which is how a store
+	// that finds another store's chain tells a live twin from a dead,
+	// replaced one. Default 1 s.
+	Heartbeat time.Duration
+	// TakeoverAfter is how long another store's chain must stay
+	// unchanged before this store takes it over. Default 3 × Heartbeat
+	// (at least 3 s).
+	TakeoverAfter time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger logs state changes (never per event). Default discard.
@@ -104,6 +117,12 @@ func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
 	if c.MaxBackoff < c.MinBackoff {
 		c.MaxBackoff = max(250*time.Millisecond, c.MinBackoff)
 	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.TakeoverAfter <= 0 {
+		c.TakeoverAfter = max(3*c.Heartbeat, 3*time.Second)
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -124,7 +143,7 @@ type Replicator struct {
 	// Counters (atomic).
 	txns, events, bytes         atomic.Uint64
 	retries, conflicts, adopted atomic.Uint64
-	wmRegressed                 atomic.Uint64
+	wmRegressed, lost, rewinds  atomic.Uint64
 
 	mu stdsync.Mutex
 	// last is the latest commit known (ours or adopted). Guarded by mu.
@@ -135,13 +154,22 @@ type Replicator struct {
 	state string
 	// lastErr is the latest error; stopErr the permanent one. Guarded by mu.
 	lastErr, stopErr error
+	// lastLoss is the latest loss found (LostRange.String). Guarded by mu.
+	lastLoss string
 
-	// Run-local fencing state (only Run's goroutine).
+	// Run-local chain state (only Run's goroutine, see chain.go).
 	instance   string
+	store      string // local store identity
 	started    bool   // the first central read of this run happened
 	startSeq   uint64 // seq of the commit record seen at the first read
-	ownCommits uint64 // commits acked to this run
-	foreign    int    // foreign commits adopted during this run
+	ownCommits int    // commits acked to this run
+	foreign    int    // predecessors' late commits adopted during this run
+	watchSeq   uint64 // another store's record being watched (0: none)
+	watchAt    time.Time
+	loaded     bool       // base and instance loaded/noted
+	base       uint32     // epoch base in use
+	lostNext   *LostRange // gap marker for the next commit record
+	lastCommit time.Time  // when this run last committed (heartbeat)
 	prepared   bool
 	pending    *fetched               // a record read but not yet sent (txn was full)
 	localAt    time.Time              // when the committed cut was last recorded locally
@@ -152,7 +180,7 @@ type Replicator struct {
 // the same string the sink writes into commit records (random per run).
 func NewReplicator(st *localstream.Stream, sink Sink, instance string, cfg ReplicatorConfig) *Replicator {
 	cfg.defaults(st.Name(), sink)
-	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, state: "starting"}
+	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, store: st.Store().ID(), state: "starting"}
 }
 
 // Stream is the local stream's name.
@@ -218,16 +246,12 @@ func (r *Replicator) session(ctx context.Context) error {
 		}
 		return err
 	}
-	cut, err := r.adopt(c)
+	cut, err := r.resume(c)
 	if err != nil {
 		return err
 	}
-	if c.Seq > 0 {
-		if err := r.recordLocally(cut, true); err != nil {
-			return err
-		}
-	}
 	r.pending = nil
+	r.lastCommit = r.cfg.Now()
 	rd, err := r.st.NewReader(cut, nil)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrCutMismatch, err)
@@ -271,7 +295,8 @@ func (r *Replicator) session(ctx context.Context) error {
 			txn.Discard()
 			return err
 		}
-		if txn.Len() == 0 && !r.watermarkMoved(prev, wm) {
+		heartbeat := r.cfg.Now().Sub(r.lastCommit) >= r.cfg.Heartbeat
+		if txn.Len() == 0 && !r.watermarkMoved(prev, wm) && !heartbeat && r.lostNext == nil {
 			txn.Discard()
 			// Idle: record the last committed cut locally now, not at the
 			// next commit (retention and /status read it). No commit is
@@ -283,12 +308,14 @@ func (r *Replicator) session(ctx context.Context) error {
 			}
 			continue
 		}
-		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest}
+		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest,
+			meta: CommitMeta{Store: r.store, EpochBase: r.base, Lost: r.lostNext}}
+		r.lastCommit = r.cfg.Now()
 		go func(fl *inflight, prev Committed) {
 			defer close(fl.done)
 			cctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
 			defer cancel()
-			fl.c, fl.err = txn.Commit(cctx, prev, lastCut, wm)
+			fl.c, fl.err = txn.Commit(cctx, prev, toCentral(lastCut, fl.meta.EpochBase), toCentralWatermark(wm, fl.meta.EpochBase), fl.meta)
 			if fl.err == nil {
 				// Booked at once (stats, local cut, OnCommit), not when
 				// the next transaction is ready. Only one commit is in
@@ -309,52 +336,7 @@ type inflight struct {
 	err    error
 	cut    localstream.StreamCut
 	ingest []int64
-}
-
-// adopt applies the fencing rules to the commit read from the centre and
-// returns the cut to continue from.
-func (r *Replicator) adopt(c Committed) (localstream.StreamCut, error) {
-	foreignNew := false
-	if !r.started {
-		r.started, r.startSeq = true, c.Seq
-	} else if c.Seq != r.startSeq && c.Record.Instance != r.instance {
-		// Someone else committed during this run. A commit of our dead
-		// predecessor may still land late (once, on our own store, so its
-		// cut fits); anything more is another live agent.
-		if r.ownCommits > 0 || r.foreign > 0 {
-			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: commit %d (txn %d) by instance %s", ErrFenced, r.st.Name(), c.Seq, c.Record.Txn, c.Record.Instance)
-		}
-		foreignNew = true
-	}
-	r.mu.Lock()
-	prev := r.last
-	r.mu.Unlock()
-	if c.Seq == 0 {
-		if prev.Seq > 0 {
-			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: the central store lost commit %d", ErrCutMismatch, r.st.Name(), prev.Seq)
-		}
-		return r.st.HeadCut(), nil
-	}
-	cut, err := c.Record.StreamCut()
-	if err == nil {
-		err = r.st.Topology().Validate(cut)
-	}
-	if err != nil {
-		// A commit of our own dead predecessor always fits (same store). A
-		// foreign one that does not fit and is recent comes from a live
-		// agent with our id.
-		recent := r.cfg.Now().Sub(time.Unix(0, c.Record.CommittedAtNs)) < time.Minute
-		if foreignNew || c.Record.Instance != r.instance && recent {
-			return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: commit %d by instance %s does not fit the local stream: %v", ErrFenced, r.st.Name(), c.Seq, c.Record.Instance, err)
-		}
-		return localstream.StreamCut{}, fmt.Errorf("%w: stream %s: commit %d (agent %s): %v (local data lost, or another agent uses this id)", ErrCutMismatch, r.st.Name(), c.Seq, c.Record.Agent, err)
-	}
-	if foreignNew {
-		r.foreign++
-		r.adopted.Add(1)
-	}
-	r.setLast(c)
-	return cut, nil
+	meta   CommitMeta
 }
 
 func (r *Replicator) setLast(c Committed) {
@@ -376,7 +358,9 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 		if err := r.cfg.Uplink.Wait(ctx, *r.cfg.Priority, len(f.rec.Payload)+256); err != nil {
 			return err
 		}
-		if err := txn.Add(ctx, f.rec); err != nil {
+		rec := f.rec
+		rec.Segment = shift(rec.Segment, r.base)
+		if err := txn.Add(ctx, rec); err != nil {
 			return err
 		}
 		if txn.Len() == 1 {
@@ -471,6 +455,12 @@ func (r *Replicator) committed(fl *inflight) error {
 	r.events.Add(uint64(c.Record.Events))
 	r.bytes.Add(uint64(c.Record.Bytes))
 	r.setLast(c)
+	r.lastCommit = r.cfg.Now()
+	if fl.meta.Lost != nil {
+		if err := r.lossDelivered(); err != nil {
+			return err
+		}
+	}
 	if err := r.recordLocally(fl.cut, false); err != nil {
 		return err
 	}
@@ -501,10 +491,13 @@ func (r *Replicator) recordLocally(cut localstream.StreamCut, force bool) error 
 // fsync'd Badger write) off the transaction path.
 const localCutInterval = 250 * time.Millisecond
 
-// watermark is the committed watermark for cut. When the tracker already
-// published one for a later cut (computed for a transaction that then
-// failed, perhaps by a previous process), the previous commit's watermark
-// is used: it holds for every later event, and the records stay monotone.
+// watermark is the committed watermark for cut (local positions), never
+// below prev's, the commit it chains onto: the tracker can be rewound by
+// a rebuilt smaller transaction while a larger one lands late, but a
+// record never carries less than its predecessor (monotoneWatermark).
+// When the tracker refuses (it already published one for a later cut of a
+// failed transaction, perhaps by a previous process), prev's watermark is
+// repeated: it holds for every later event.
 func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (Watermark, error) {
 	if r.cfg.Watermark == nil {
 		return Watermark{}, nil
@@ -512,12 +505,12 @@ func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (Water
 	wm, err := r.cfg.Watermark(cut)
 	if errors.Is(err, watermark.ErrCutRegressed) {
 		r.wmRegressed.Add(1)
-		return prev.Record.WatermarkValue()
+		wm, err = Watermark{}, nil
 	}
 	if err != nil {
 		return Watermark{}, fmt.Errorf("sync: committed watermark: %w", err)
 	}
-	return wm, nil
+	return monotoneWatermark(r.st.Topology(), wm, prev.Record, r.store, r.base), nil
 }
 
 func isStreamNotFound(err error) bool { return errors.Is(err, jetstream.ErrStreamNotFound) }

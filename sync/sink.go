@@ -26,11 +26,11 @@ type Sink interface {
 type Txn interface {
 	// Add sends one event of the transaction.
 	Add(ctx context.Context, rec localstream.Record) error
-	// Commit sends the commit record (cut, watermark), expecting prev to
-	// be the agent's last commit (fencing), and waits for the outcome. An
-	// error means the outcome is unknown unless it is a rejection (see
-	// Classify); LastCommitted tells.
-	Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark) (Committed, error)
+	// Commit sends the commit record (cut and watermark in central
+	// positions, meta), expecting prev to be the agent's last commit
+	// (fencing), and waits for the outcome. An error means the outcome is
+	// unknown unless it is a rejection (see Classify); LastCommitted tells.
+	Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error)
 	// Discard abandons the transaction; the server drops it after its
 	// batch timeout.
 	Discard()

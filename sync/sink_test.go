@@ -86,14 +86,14 @@ func testSinkCommitAndFencing(t *testing.T, layout int) {
 			t.Fatal(err)
 		}
 	}
-	ca, err := ta.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{LowerNs: 100, UpperNs: 102})
+	ca, err := ta.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{LowerNs: 100, UpperNs: 102}, CommitMeta{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ca.Seq != msgs || ca.Record.Txn != 1 || ca.Record.Events != 3 {
 		t.Fatalf("commit %+v", ca)
 	}
-	_, err = tb.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{})
+	_, err = tb.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{}, CommitMeta{})
 	if Classify(err) != Conflict {
 		t.Fatalf("second commit on the same predecessor: %v (class %v), want a conflict", err, Classify(err))
 	}
@@ -109,7 +109,7 @@ func testSinkCommitAndFencing(t *testing.T, layout int) {
 	if tc.Number() != 2 {
 		t.Fatalf("next txn number %d", tc.Number())
 	}
-	if _, err := tc.Commit(ctx, got, cutAt("telemetry", 3), Watermark{}); err != nil {
+	if _, err := tc.Commit(ctx, got, cutAt("telemetry", 3), Watermark{}, CommitMeta{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -159,7 +159,7 @@ func testSinkMidBatchCut(t *testing.T, layout int) {
 		time.Sleep(time.Millisecond)
 	}
 	if err == nil {
-		_, err = tx.Commit(ctx, Committed{}, cutAt("health", 50), Watermark{})
+		_, err = tx.Commit(ctx, Committed{}, cutAt("health", 50), Watermark{}, CommitMeta{})
 	}
 	if err == nil || px.midBatchCuts.Load() != 1 {
 		t.Fatalf("commit after a mid-batch cut: err=%v cuts=%d", err, px.midBatchCuts.Load())
@@ -184,7 +184,7 @@ func testSinkMidBatchCut(t *testing.T, layout int) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tx.Commit(ctx, c, cutAt("health", 5), Watermark{}); err != nil {
+	if _, err := tx.Commit(ctx, c, cutAt("health", 5), Watermark{}, CommitMeta{}); err != nil {
 		t.Fatal(err)
 	}
 	if n, want := streamMsgs(t, s, "health"), map[int]uint64{1: 6, 2: 1}[layout]; n != want {

@@ -40,6 +40,17 @@ type StreamStats struct {
 	// BacklogBytes their payload bytes (estimated from segment averages).
 	BacklogEvents uint64 `json:"backlog_events"`
 	BacklogBytes  uint64 `json:"backlog_bytes"`
+	// Store is the local store identity; EpochBase the base its positions
+	// are sent under (central segment id = local + EpochBase<<32).
+	Store     string `json:"store"`
+	EpochBase uint32 `json:"epoch_base,omitempty"`
+	// LostRanges counts losses found at resume (each a gap marker in a
+	// commit record); CentralRewinds counts resumes from a central cut
+	// behind what this store had committed (the centre lost its tail).
+	LostRanges     uint64 `json:"lost_ranges"`
+	CentralRewinds uint64 `json:"central_rewinds"`
+	// LastLoss describes the latest loss (empty: none since start).
+	LastLoss string `json:"last_loss,omitempty"`
 	// LastError is the latest error; Stopped holds the permanent one.
 	LastError string `json:"last_error,omitempty"`
 	Stopped   string `json:"stopped,omitempty"`
@@ -48,14 +59,16 @@ type StreamStats struct {
 // Stats returns the replicator's snapshot. Safe for concurrent use.
 func (r *Replicator) Stats() StreamStats {
 	r.mu.Lock()
-	last, state, lastErr, stopErr := r.last, r.state, r.lastErr, r.stopErr
+	last, state, lastErr, stopErr, lastLoss := r.last, r.state, r.lastErr, r.stopErr, r.lastLoss
 	r.mu.Unlock()
 	s := StreamStats{
 		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
 		Txns: r.txns.Load(), Events: r.events.Load(), Bytes: r.bytes.Load(),
 		Retries: r.retries.Load(), Conflicts: r.conflicts.Load(), Adopted: r.adopted.Load(),
 		WatermarkFallbacks: r.wmRegressed.Load(),
-		LastTxn:            last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,
+		Store:              r.store, EpochBase: last.Record.EpochBase,
+		LostRanges: r.lost.Load(), CentralRewinds: r.rewinds.Load(), LastLoss: lastLoss,
+		LastTxn: last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,
 		WatermarkLowerNs: last.Record.Watermark.LowerNs, WatermarkUpperNs: last.Record.Watermark.UpperNs,
 	}
 	if lastErr != nil {
@@ -68,8 +81,8 @@ func (r *Replicator) Stats() StreamStats {
 		s.EventTimeLag = r.cfg.Now().Sub(time.Unix(0, s.WatermarkLowerNs))
 	}
 	topo := r.st.Topology()
-	cut, err := last.Record.StreamCut()
-	if last.Seq == 0 || err != nil {
+	cut, ok := r.localCut(last)
+	if !ok {
 		cut = r.st.HeadCut()
 	}
 	s.BacklogEvents, s.BacklogBytes = Backlog(topo, cut)

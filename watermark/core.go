@@ -262,7 +262,9 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 			break
 		}
 	}
-	if j < 0 && c.pruned {
+	if j < 0 && c.pruned && len(c.results) > 0 {
+		// (With none kept, e.g. every restored one was beyond a local
+		// tail lost since, there is nothing to rewind to: start afresh.)
 		return top, fmt.Errorf("%w: %s is before %s, the oldest of the last %d committed watermarks",
 			ErrCutRegressed, cut, c.results[0].Cut, len(c.results))
 	}

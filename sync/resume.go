@@ -1,0 +1,500 @@
+package sync
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// Resume decision: a deterministic core (no I/O, time as input) that the
+// replicator runs on every central read, and the property test runs over
+// a model of JetStream.
+//
+// # One chain per store identity
+//
+// An agent's commit records on a stream form one chain (each expects the
+// sequence of the one before). Every record names the store whose events
+// it holds. Kafka's idempotent producers are the anchor: a producer id
+// with an epoch, bumped by whoever takes over the id, and the broker
+// refuses the old epoch from then on. Here the store identity is the
+// producer, the chain's expected sequence is the broker's check, and a
+// takeover is a commit by another store. Which store may take over:
+//
+//   - The chain's last record is this store's, written by one of its own
+//     runs: continue (a late commit of a dead predecessor of this run is
+//     adopted once).
+//   - It is this store's identity but a run this store never had: a copy
+//     of this store (a cloned card) writes it. Refused until an operator
+//     takes over (ErrTwin).
+//   - It is another store's: a replaced disk or a twin with a copied
+//     configuration. They look alike at the centre, so the newcomer
+//     watches: a live store commits at least every Heartbeat, so a chain
+//     unchanged for TakeoverAfter belongs to a dead store and is taken
+//     over (the replaced disk carries on unattended); a chain that moves
+//     while watched has a live writer and the newcomer is refused
+//     (ErrTwin) until an operator acts (--takeover). Either way the
+//     refused store keeps capturing locally.
+//   - A store that took over writes from a new epoch base: every position
+//     it sends is beyond every position the centre has seen. The old
+//     store, if it comes back, finds a foreign record in its chain and
+//     stops (ErrFenced, naming both identities).
+//
+// # Positions are never reused
+//
+// Central segment id = local segment id + EpochBase<<32 (the record's
+// epoch_base). A store that lost data (a wiped directory, a tail lost to a
+// power cut in periodic durability) resumes under a base beyond every
+// epoch of the chain's last record: the offsets it assigns again land in
+// epochs the centre has never seen. The loss is a LostRange in the next
+// commit record (its start exact: the last commit's cut), a counter, a log
+// line and a /status error.
+//
+// # The centre lost its tail
+//
+// When the centre's last record is behind what this store committed, the
+// store sends again from there what it still retains, and reports what
+// retention deleted as a LostRange with both ends exact.
+
+// LossReason says how events came to be lost.
+type LossReason string
+
+const (
+	// LossLocalTail: the local store lost events that the centre had
+	// committed (a power cut in periodic durability, a restored backup);
+	// the events it had after the centre's cut are lost, end unknown.
+	LossLocalTail LossReason = "local-tail-lost"
+	// LossStoreReplaced: another store took over the agent's chain; the
+	// old store's events after its last commit are lost, end unknown.
+	LossStoreReplaced LossReason = "store-replaced"
+	// LossCentralTail: the centre lost commits; what the local store no
+	// longer retains of them is lost, both ends exact.
+	LossCentralTail LossReason = "central-tail-lost"
+)
+
+// LostRange is a gap marker in a commit record: the central positions of
+// events that will never reach the centre.
+type LostRange struct {
+	// Reason says how they were lost.
+	Reason LossReason `json:"reason"`
+	// Store is the identity of the store that held them.
+	Store string `json:"store,omitempty"`
+	// From is the cut before the first lost event (exact), To the cut
+	// after the last one; To absent means unknown: every later position
+	// in From's segments and their successors at From's epoch base.
+	From CutJSON `json:"from"`
+	To   CutJSON `json:"to,omitempty"`
+	// CentralSeq is the sequence of the commit record the loss was found
+	// against (the chain's last record then).
+	CentralSeq uint64 `json:"central_seq,omitempty"`
+	// FoundAtNs is the agent's clock when the loss was found.
+	FoundAtNs int64 `json:"found_at_ns"`
+}
+
+// check validates a decoded LostRange.
+func (l *LostRange) check(stream string) error {
+	if len(l.From) == 0 || l.Reason == "" {
+		return fmt.Errorf("%w: lost range without reason or start", ErrCorruptRecord)
+	}
+	if _, err := l.From.Cut(stream); err != nil {
+		return err
+	}
+	_, err := l.To.Cut(stream)
+	return err
+}
+
+// String is the loss in one line (logs, /status).
+func (l *LostRange) String() string {
+	to := "unknown"
+	if len(l.To) > 0 {
+		to = fmt.Sprint(map[string]uint64(l.To))
+	}
+	return fmt.Sprintf("%s: events of store %s from %v to %s (central seq %d)", l.Reason, l.Store, map[string]uint64(l.From), to, l.CentralSeq)
+}
+
+// ResumeKind is what a replicator does after reading the centre.
+type ResumeKind int
+
+const (
+	// ResumeContinue: send the events after From under Base.
+	ResumeContinue ResumeKind = iota + 1
+	// ResumeResend: the centre is behind the local committed cut; record
+	// From as the committed cut (back), then send after it.
+	ResumeResend
+	// ResumeRebase: lost data or a taken-over chain; record From as the
+	// committed cut and send after it under the new Base, with Lost in
+	// the first commit record.
+	ResumeRebase
+	// ResumeWait: another store's chain, watched for less than
+	// TakeoverAfter; read again (Err says why).
+	ResumeWait
+	// ResumeRefuse: another writer is live; stop (Err names both
+	// identities).
+	ResumeRefuse
+)
+
+func (k ResumeKind) String() string {
+	switch k {
+	case ResumeContinue:
+		return "continue"
+	case ResumeResend:
+		return "resend"
+	case ResumeRebase:
+		return "rebase"
+	case ResumeWait:
+		return "wait"
+	case ResumeRefuse:
+		return "refuse"
+	}
+	return "unknown"
+}
+
+// ResumeInput is everything the decision depends on.
+type ResumeInput struct {
+	// Stream names the local stream (for messages).
+	Stream string
+	// Store is the local store identity; Instance this run's id;
+	// KnownInstance reports whether an instance id is one of this
+	// store's runs (this one included).
+	Store, Instance string
+	KnownInstance   func(string) bool
+	// Takeover is the operator's order to take over whatever chain is
+	// there (only at the first read of a run).
+	Takeover bool
+	// Base is the local epoch base in use.
+	Base uint32
+	// Topo, Head and Recovered describe the local stream: its segments,
+	// its first retained position, and its tail when the store was opened.
+	Topo      localstream.Topology
+	Head      localstream.StreamCut
+	Recovered localstream.StreamCut
+	// Committed is what this store knows it committed (the latest of this
+	// run's commits and the local record), in local positions; nil: none.
+	Committed *localstream.StreamCut
+	// Last is the chain's last record at the centre (Seq 0: none).
+	Last Committed
+	// Started is set after the first read of this run; StartSeq is the
+	// sequence read then; OwnCommits counts this run's commits; Adopted
+	// counts predecessors' late commits adopted by this run.
+	Started             bool
+	StartSeq            uint64
+	OwnCommits, Adopted int
+	// WatchSeq is the foreign record first seen while watching (0: not
+	// watching); Watched how long ago it was first seen.
+	WatchSeq uint64
+	Watched  time.Duration
+	// TakeoverAfter is how long a foreign chain must stay unchanged to be
+	// taken over.
+	TakeoverAfter time.Duration
+	// Now is the clock (for FoundAtNs).
+	Now time.Time
+}
+
+// ResumeAction is the decision.
+type ResumeAction struct {
+	Kind ResumeKind
+	// From is the local cut to send after (Continue, Resend, Rebase).
+	From localstream.StreamCut
+	// Base is the epoch base to send under.
+	Base uint32
+	// Lost is the gap to report in the next commit record (nil: none).
+	Lost *LostRange
+	// Adopt: Last is a late commit of this store's dead predecessor.
+	Adopt bool
+	// Err explains Wait and Refuse.
+	Err error
+}
+
+// Decide is the resume decision. It never returns a From that skips an
+// event this store holds and the centre does not, and never a Base under
+// which a position the centre holds could be sent again.
+func Decide(in ResumeInput) ResumeAction {
+	last := in.Last
+	if last.Seq == 0 {
+		return in.decideEmpty()
+	}
+	rec := last.Record
+	own := rec.Store == "" || rec.Store == in.Store
+	mine := rec.Instance == in.Instance
+	known := mine || in.KnownInstance != nil && in.KnownInstance(rec.Instance)
+	newSinceStart := in.Started && last.Seq != in.StartSeq
+	switch {
+	case !own && newSinceStart && !mine:
+		if in.WatchSeq != 0 && in.OwnCommits == 0 {
+			return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: store %s committed (seq %d, instance %s) while store %s watched agent %s's chain: both are live; stop one, or restart this one with --takeover",
+				ErrTwin, in.Stream, rec.Store, last.Seq, rec.Instance, in.Store, rec.Agent)}
+		}
+		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: store %s took over agent %s's chain (seq %d, instance %s); this store %s stopped replicating and keeps capturing locally",
+			ErrFenced, in.Stream, rec.Store, rec.Agent, last.Seq, rec.Instance, in.Store)}
+	case !own:
+		return in.decideForeign()
+	case rec.Store != "" && !known:
+		if !in.Started && in.Takeover {
+			return in.takeover(LossStoreReplaced)
+		}
+		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: commit seq %d of store %s by run %s, which this store never ran: a copy of this store (cloned disk) is live; stop one, or restart this one with --takeover",
+			ErrTwin, in.Stream, last.Seq, rec.Store, rec.Instance)}
+	case newSinceStart && !mine:
+		// A commit of our dead predecessor may still land late, once,
+		// before this run committed; anything more is another process.
+		if in.OwnCommits > 0 || in.Adopted > 0 {
+			return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: commit %d (txn %d) by instance %s of this store %s", ErrFenced, in.Stream, last.Seq, rec.Txn, rec.Instance, in.Store)}
+		}
+		a := in.decideOwn()
+		a.Adopt = a.Kind == ResumeContinue
+		return a
+	}
+	return in.decideOwn()
+}
+
+// decideEmpty: the centre holds nothing of this agent.
+func (in ResumeInput) decideEmpty() ResumeAction {
+	start := initialCut(in.Topo)
+	if in.Committed == nil {
+		return ResumeAction{Kind: ResumeContinue, From: in.Head, Base: in.Base}
+	}
+	// The centre lost every commit (a new or restored stream): send again
+	// whatever is retained.
+	a := ResumeAction{Kind: ResumeResend, From: in.Head, Base: in.Base}
+	if le, err := in.Topo.LessEq(in.Head, start); err != nil || !le {
+		a.Lost = &LostRange{Reason: LossCentralTail, Store: in.Store, From: cutToJSON(toCentral(start, in.Base)),
+			To: cutToJSON(toCentral(in.Head, in.Base)), FoundAtNs: in.Now.UnixNano()}
+	}
+	return a
+}
+
+// decideOwn: the chain's last record is this store's.
+func (in ResumeInput) decideOwn() ResumeAction {
+	last := in.Last
+	central, err := last.Record.StreamCut()
+	if err != nil {
+		return in.rebaseLostTail()
+	}
+	cut, ok := toLocal(central, last.Record.EpochBase)
+	if !ok || in.Topo.Validate(cut) != nil {
+		return in.rebaseLostTail()
+	}
+	if last.Record.Instance != in.Instance {
+		// A record of an earlier run covers only events it found durable;
+		// one beyond what this run recovered was lost locally since.
+		if le, err := in.Topo.LessEq(cut, in.Recovered); err != nil || !le {
+			return in.rebaseLostTail()
+		}
+	}
+	base := max(in.Base, last.Record.EpochBase)
+	if in.Committed != nil {
+		if le, err := in.Topo.LessEq(*in.Committed, cut); err != nil || !le {
+			return in.resend(cut, base)
+		}
+	}
+	return ResumeAction{Kind: ResumeContinue, From: cut, Base: base}
+}
+
+// resend: the centre's cut is behind what this store committed.
+func (in ResumeInput) resend(cut localstream.StreamCut, base uint32) ResumeAction {
+	from, err := in.Topo.Join(cut, in.Head)
+	if err != nil {
+		from = in.Head
+	}
+	a := ResumeAction{Kind: ResumeResend, From: from, Base: base}
+	if !from.Equal(cut) {
+		a.Lost = &LostRange{Reason: LossCentralTail, Store: in.Store,
+			From: cutToJSON(toCentral(cut, base)), To: cutToJSON(toCentral(from, base)),
+			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()}
+	}
+	return a
+}
+
+// rebaseLostTail: the centre holds positions of this store beyond what it
+// recovered. The events of this store before the centre's cut are there;
+// those it had after it are lost (end unknown). Offsets after the
+// recovered tail will be assigned again, so a new base.
+func (in ResumeInput) rebaseLostTail() ResumeAction {
+	central, _ := in.Last.Record.StreamCut()
+	cut, _ := toLocal(central, in.Last.Record.EpochBase)
+	return ResumeAction{
+		Kind: ResumeRebase,
+		From: meetRecovered(in.Topo, cut, in.Recovered, in.Head),
+		Base: max(in.Base, maxEpoch(central)+1),
+		Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: in.Last.Record.Cut,
+			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()},
+	}
+}
+
+// decideForeign: the chain's last record is another store's.
+func (in ResumeInput) decideForeign() ResumeAction {
+	rec := in.Last.Record
+	if in.Takeover && !in.Started {
+		return in.takeover(LossStoreReplaced)
+	}
+	if in.WatchSeq != 0 && in.WatchSeq != in.Last.Seq {
+		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: store %s committed agent %s's chain (seq %d, instance %s) while store %s watched it: both are live; stop one, or restart this one with --takeover",
+			ErrTwin, in.Stream, rec.Store, rec.Agent, in.Last.Seq, rec.Instance, in.Store)}
+	}
+	if in.WatchSeq == 0 || in.Watched < in.TakeoverAfter {
+		left := in.TakeoverAfter - in.Watched
+		if in.WatchSeq == 0 {
+			left = in.TakeoverAfter
+		}
+		return ResumeAction{Kind: ResumeWait, Err: fmt.Errorf("%w: stream %s: agent %s's chain was last written by store %s (seq %d); this store %s takes over if it stays unchanged %s longer",
+			ErrTakeoverPending, in.Stream, rec.Agent, rec.Store, in.Last.Seq, in.Store, left.Round(time.Millisecond))}
+	}
+	return in.takeover(LossStoreReplaced)
+}
+
+// takeover continues another store's chain: this store's events after
+// what it committed itself (nothing: its head), under a base beyond every
+// epoch of the chain; the other store's events after its last commit are
+// lost.
+func (in ResumeInput) takeover(reason LossReason) ResumeAction {
+	central, _ := in.Last.Record.StreamCut()
+	from := in.Head
+	if in.Committed != nil {
+		if j, err := in.Topo.Join(*in.Committed, in.Head); err == nil {
+			from = j
+		}
+	}
+	store := in.Last.Record.Store
+	return ResumeAction{
+		Kind: ResumeRebase, From: from,
+		Base: max(in.Base, maxEpoch(central)+1, in.Last.Record.EpochBase+1),
+		Lost: &LostRange{Reason: reason, Store: store, From: in.Last.Record.Cut,
+			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()},
+	}
+}
+
+// meetRecovered is the resume cut after a lost tail: for every key range
+// the earlier of the centre's position (cut, possibly beyond the local
+// topology) and the recovered tail. Segments of cut unknown locally are
+// successors the local store lost: their ranges resume at the recovered
+// tail. When the pieces do not form a cut, the recovered tail (joined with
+// the head) is the answer: it never skips an event appended since Open.
+func meetRecovered(topo localstream.Topology, cut, recovered, head localstream.StreamCut) localstream.StreamCut {
+	fallback := recovered
+	if j, err := topo.Join(recovered, head); err == nil {
+		fallback = j
+	}
+	out := localstream.StreamCut{Stream: topo.Stream, Positions: map[localstream.SegmentID]uint64{}}
+	var covered []localstream.KeyRange
+	for id, off := range cut.Positions {
+		s, ok := topo.Segments[id]
+		if !ok {
+			continue
+		}
+		if r, in := recovered.Positions[id]; in {
+			off = min(off, r)
+		} else if off > s.Length {
+			off = s.Length
+		}
+		out.Positions[id] = off
+		covered = append(covered, s.Range)
+	}
+	for id, off := range recovered.Positions {
+		r := topo.Segments[id].Range
+		overlap := false
+		for _, c := range covered {
+			overlap = overlap || c.Overlaps(r)
+		}
+		if !overlap {
+			out.Positions[id] = off
+		}
+	}
+	if topo.Validate(out) != nil {
+		return fallback
+	}
+	if le, err := topo.LessEq(out, recovered); err != nil || !le {
+		return fallback
+	}
+	if j, err := topo.Join(out, head); err == nil {
+		return j
+	}
+	return fallback
+}
+
+// initialCut is the start of the stream: its first segments at offset 0.
+func initialCut(topo localstream.Topology) localstream.StreamCut {
+	c := localstream.StreamCut{Stream: topo.Stream, Positions: map[localstream.SegmentID]uint64{}}
+	for id, s := range topo.Segments {
+		if len(s.Predecessors) == 0 {
+			c.Positions[id] = 0
+		}
+	}
+	return c
+}
+
+// shift is a local segment id in central positions under base.
+func shift(id localstream.SegmentID, base uint32) localstream.SegmentID {
+	return localstream.NewSegmentID(id.Epoch()+base, id.Number())
+}
+
+// toCentral maps a local cut to central positions under base.
+func toCentral(c localstream.StreamCut, base uint32) localstream.StreamCut {
+	if base == 0 || c.Positions == nil {
+		return c
+	}
+	out := localstream.StreamCut{Stream: c.Stream, Positions: make(map[localstream.SegmentID]uint64, len(c.Positions))}
+	for id, off := range c.Positions {
+		out.Positions[shift(id, base)] = off
+	}
+	return out
+}
+
+// toLocal maps a central cut written under base back to local positions;
+// false when a segment's epoch is below base (not this base's).
+func toLocal(c localstream.StreamCut, base uint32) (localstream.StreamCut, bool) {
+	if base == 0 || c.Positions == nil {
+		return c, true
+	}
+	out := localstream.StreamCut{Stream: c.Stream, Positions: make(map[localstream.SegmentID]uint64, len(c.Positions))}
+	for id, off := range c.Positions {
+		if id.Epoch() < base {
+			return localstream.StreamCut{}, false
+		}
+		out.Positions[localstream.NewSegmentID(id.Epoch()-base, id.Number())] = off
+	}
+	return out, true
+}
+
+// maxEpoch is the highest epoch in a cut.
+func maxEpoch(c localstream.StreamCut) uint32 {
+	var e uint32
+	for id := range c.Positions {
+		e = max(e, id.Epoch())
+	}
+	return e
+}
+
+// monotoneWatermark makes a commit's watermark at least its chain
+// predecessor's: a commit that landed late (after a smaller transaction
+// was rebuilt) can rewind the tracker, but never the chain. prev's cut is
+// in central positions under prevBase; wm is local. Times take the later
+// value; the cut joins prev's when it is this store's under the same base
+// (prev's watermark cut is inside prev's cut, which is inside this
+// commit's), else keeps wm's.
+func monotoneWatermark(topo localstream.Topology, wm Watermark, prev CommitRecord, store string, base uint32) Watermark {
+	if prev.Txn == 0 {
+		return wm
+	}
+	out := Watermark{LowerNs: max(wm.LowerNs, prev.Watermark.LowerNs), UpperNs: max(wm.UpperNs, prev.Watermark.UpperNs), Cut: wm.Cut}
+	if (prev.Store != "" && prev.Store != store) || prev.EpochBase != base || len(prev.Watermark.Cut) == 0 {
+		return out
+	}
+	pc, err := prev.Watermark.Cut.Cut(prev.Stream)
+	if err != nil {
+		return out
+	}
+	pl, ok := toLocal(pc, base)
+	if !ok {
+		return out
+	}
+	if wm.Cut.Positions == nil {
+		if topo.Validate(pl) == nil {
+			out.Cut = pl
+		}
+		return out
+	}
+	if j, err := topo.Join(wm.Cut, pl); err == nil {
+		out.Cut = j
+	}
+	return out
+}
