@@ -326,7 +326,7 @@ func (a *Agent) startCentral() error {
 		a.repls = append(a.repls, sync.NewReplicator(a.streams[name], sink, a.instance, sync.ReplicatorConfig{
 			Priority: &prio, MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
 			CommitInterval: c.CommitInterval, Uplink: uplink, Logger: a.log.With("stream", name),
-			Watermark: a.committedWatermark(name, tr),
+			Watermark: a.committedWatermark(name, tr), Takeover: c.Takeover,
 		}))
 	}
 	return nil

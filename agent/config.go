@@ -192,6 +192,12 @@ type CentralConfig struct {
 	Priorities map[string]int `yaml:"priorities"`
 	// ShutdownTimeout bounds the final commit on shutdown. Default 5s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// Takeover is the operator's order to take over this agent id's
+	// commit chains at start even when another store (or a copy of this
+	// one) wrote them last (see docs/sync.md, "Lost state"). Flag only
+	// (edge-agent run --takeover): left in a file, it would let a twin
+	// take over at every restart.
+	Takeover bool `yaml:"-"`
 }
 
 // EmbeddedCentral configures an in-process JetStream server.

@@ -86,6 +86,9 @@ func (a *Agent) Status() Status {
 		if rs.LastError != "" {
 			s.Errors["sync/"+rs.Stream] = rs.LastError
 		}
+		if rs.LastLoss != "" {
+			s.Errors["sync/"+rs.Stream+"/lost"] = rs.LastLoss
+		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(a.streams)) {
 		st := a.streams[name]

@@ -39,6 +39,7 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	httpListen := fs.String("http-listen", "", "HTTP HOST:PORT for /metrics, /healthz, /status (overrides http.listen)")
 	logFormat := fs.String("log-format", "", "text or json (overrides log.format)")
 	pprof := fs.Bool("pprof", false, "serve /debug/pprof on the HTTP listener (overrides http.pprof)")
+	takeover := fs.Bool("takeover", false, "take over this agent id's central chains even when another store (a twin, a copy of this one) wrote them last; the other store is fenced")
 	if err := parseFlags(fs, args); err != nil {
 		return agent.Config{}, err
 	}
@@ -79,6 +80,7 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	if set["pprof"] {
 		cfg.HTTP.Pprof = *pprof
 	}
+	cfg.Central.Takeover = *takeover
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{err}
 	}
