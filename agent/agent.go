@@ -246,7 +246,8 @@ func (a *Agent) openStore() error {
 			return err
 		}
 		tr, err := watermark.NewTracker(st, s, watermark.Options{IdleTimeout: a.cfg.Watermark.IdleTimeout,
-			AllowedLateness: a.cfg.Watermark.AllowedLateness, Logger: a.log})
+			AllowedLateness: a.cfg.Watermark.AllowedLateness, MaxClockSkew: a.cfg.Watermark.MaxClockSkew,
+			MaxClockBehind: a.cfg.Watermark.MaxClockBehind, Logger: a.log})
 		if err != nil {
 			s.Close()
 			return err
@@ -401,7 +402,9 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		if st == nil {
 			return fmt.Errorf("%w: video.enabled needs a streams.video entry", ErrConfig)
 		}
-		in, err := video.New(a.cfg.Video.Config, d.videoSink(st), video.WithLogger(a.log.With("part", "video")),
+		vcfg := a.cfg.Video.Config
+		vcfg.MaxClockSkew = max(a.cfg.Watermark.MaxClockSkew, 0) // -1 (disabled) disables the SR check too
+		in, err := video.New(vcfg, d.videoSink(st), video.WithLogger(a.log.With("part", "video")),
 			video.WithMarks(tr))
 		if err != nil {
 			return err

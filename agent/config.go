@@ -17,6 +17,7 @@ import (
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // ErrConfig marks an invalid configuration (exit status 2).
@@ -101,6 +102,13 @@ type WatermarkConfig struct {
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
 	// AllowedLateness: out-of-orderness allowed to every writer. Default 0.
 	AllowedLateness time.Duration `yaml:"allowed_lateness"`
+	// MaxClockSkew: how far an event time may be ahead of its ingest time
+	// before it is flagged clock-skew and its mark bounded. Default 10s; -1 disables.
+	MaxClockSkew time.Duration `yaml:"max_clock_skew"`
+	// MaxClockBehind: how far an event time may be behind its ingest time
+	// before it is flagged clock-skew and late and its writer stops holding
+	// the watermark back. Default 10m; -1 disables.
+	MaxClockBehind time.Duration `yaml:"max_clock_behind"`
 }
 
 // VideoConfig configures RTP capture.
@@ -234,8 +242,9 @@ func NewDefaultConfig() Config {
 			"telemetry": {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByEventRate, MinSegments: 1, TargetRate: 2000}},
 			"health":    {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleFixed, MinSegments: 1}},
 		},
-		Watermark: WatermarkConfig{IdleTimeout: 30 * time.Second},
-		Video:     VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
+		Watermark: WatermarkConfig{IdleTimeout: 30 * time.Second,
+			MaxClockSkew: watermark.DefaultMaxClockSkew, MaxClockBehind: watermark.DefaultMaxClockBehind},
+		Video: VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
 		Telemetry: TelemetryConfig{Enabled: true, Broker: "tcp://127.0.0.1:1883",
 			Topics: []string{"drones/{drone}/telemetry/#"}, StatusTopic: "drones/{drone}/status",
 			TimeField: "timestamp", TimeUnit: "auto", MaxPayload: 64 << 10,
@@ -307,6 +316,12 @@ func (c Config) Validate() error {
 	}
 	if c.Watermark.AllowedLateness < 0 {
 		return bad("watermark.allowed_lateness", "must not be negative")
+	}
+	if c.Watermark.MaxClockSkew <= 0 && c.Watermark.MaxClockSkew != -1 {
+		return bad("watermark.max_clock_skew", "must be positive (or -1 to disable)")
+	}
+	if c.Watermark.MaxClockBehind <= 0 && c.Watermark.MaxClockBehind != -1 {
+		return bad("watermark.max_clock_behind", "must be positive (or -1 to disable)")
 	}
 	if c.Video.Enabled {
 		if err := c.Video.Config.Validate(); err != nil {

@@ -35,6 +35,16 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 			emitStruct(ch, "edge_replication", l, v, reflect.ValueOf(*st.Replication))
 		}
 		gauge(ch, "edge_stream_segments_open", l, v, float64(countOpen(st)))
+		for _, w := range st.ClockSkew {
+			wl, wv := []string{"stream", "writer"}, []string{st.Name, w.Writer}
+			ch.send("edge_watermark_clock_skew_ahead_events_total", wl, wv, prometheus.CounterValue, float64(w.Ahead))
+			ch.send("edge_watermark_clock_skew_behind_events_total", wl, wv, prometheus.CounterValue, float64(w.Behind))
+			behind := 0.0
+			if w.IsBehind {
+				behind = 1
+			}
+			gauge(ch, "edge_watermark_writer_behind", wl, wv, behind)
+		}
 		if st.LocalLagSeconds != nil {
 			gauge(ch, "edge_watermark_local_lag_seconds", l, v, *st.LocalLagSeconds)
 			gauge(ch, "edge_watermark_local_lower_seconds", l, v, float64(st.LocalWatermark.LowerNs)/1e9)

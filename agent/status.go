@@ -59,6 +59,10 @@ type StreamStatus struct {
 	// Stats are the stream's append counters; Marks the tracker's.
 	Stats localstream.StreamStats `json:"stats"`
 	Marks watermark.Stats         `json:"marks"`
+	// ClockSkew lists the writers with events outside the receiving
+	// clock's bounds, with their counts and whether they are behind now
+	// (not holding the watermark back).
+	ClockSkew []watermark.WriterSkew `json:"clock_skew,omitempty"`
 	// Replication is the replicator's state, lag and backlog (nil without central).
 	Replication *sync.StreamStats `json:"replication,omitempty"`
 }
@@ -94,7 +98,8 @@ func (a *Agent) Status() Status {
 		st := a.streams[name]
 		topo := st.Topology()
 		ss := StreamStatus{Name: name, Head: st.HeadCut().String(), Tail: topo.TailCut().String(),
-			Committed: map[string]string{}, Stats: st.Stats(), Marks: a.trackers[name].Stats(), Replication: repl[name]}
+			Committed: map[string]string{}, Stats: st.Stats(), Marks: a.trackers[name].Stats(), Replication: repl[name],
+			ClockSkew: a.trackers[name].SkewedWriters()}
 		for _, id := range slices.Sorted(maps.Keys(topo.Segments)) {
 			ss.Segments = append(ss.Segments, topo.Segments[id])
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // clock is an injected, manually advanced clock.
@@ -44,9 +45,10 @@ type note struct {
 	pos    localstream.Position
 }
 
-func (m *recMarks) Late(string, int64) bool { return false }
+func (m *recMarks) Admit(string, int64, int64) watermark.Admission { return watermark.Admission{} }
 
-func (m *recMarks) Note(w string, t int64, p localstream.Position) error {
+func (m *recMarks) NoteAdmitted(w string, a watermark.Admission, t int64, p localstream.Position) error {
+	t = a.Mark(t)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.notes = append(m.notes, note{w, t, p})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // Header keys the ingest packages put on their events, read by SourceOf.
@@ -125,10 +126,12 @@ func DropReason(err error) string {
 // Marks is what the ingest needs from a stream's watermark tracker
 // (satisfied by *watermark.Tracker); the health sampler uses Note.
 type Marks interface {
-	// Late reports, before the append, whether to flag the event FlagLate.
-	Late(writer string, eventTimeNs int64) bool
-	// Note records the event time at its durable position (after the append).
-	Note(writer string, eventTimeNs int64, pos localstream.Position) error
+	// Admit, before the append, gives the event's flags (late, clock
+	// skew) and the bound of its mark (DESIGN.md rule 12).
+	Admit(writer string, eventTimeNs, ingestNs int64) watermark.Admission
+	// NoteAdmitted records the event's bounded time at its durable
+	// position (after the append).
+	NoteAdmitted(writer string, a watermark.Admission, eventTimeNs int64, pos localstream.Position) error
 	// CloseWriter stops a writer from holding the watermark back.
 	CloseWriter(writer string) error
 }

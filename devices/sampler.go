@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // HealthConfig configures a Sampler. The zero value of a field gives the
@@ -147,8 +148,10 @@ func (s *Sampler) SampleOnce(ctx context.Context) (localstream.Position, error) 
 	writer := HealthWriter(s.cfg.Agent)
 	ev := localstream.Event{RoutingKey: s.cfg.Agent, Writer: writer, EventTime: now.UnixNano(),
 		IngestTime: now.UnixNano(), ContentType: "application/json", Payload: payload}
-	if s.marks != nil && s.marks.Late(writer, ev.EventTime) {
-		ev.Flags |= localstream.FlagLate
+	var adm watermark.Admission
+	if s.marks != nil {
+		adm = s.marks.Admit(writer, ev.EventTime, ev.IngestTime)
+		ev.Flags |= adm.Flags()
 	}
 	pos, err := s.out.Append(ctx, ev)
 	if err != nil {
@@ -159,7 +162,7 @@ func (s *Sampler) SampleOnce(ctx context.Context) (localstream.Position, error) 
 	}
 	s.samples.Add(1)
 	if s.marks != nil {
-		if err := s.marks.Note(writer, ev.EventTime, pos); err != nil {
+		if err := s.marks.NoteAdmitted(writer, adm, ev.EventTime, pos); err != nil {
 			s.markErrors.Add(1)
 		}
 	}

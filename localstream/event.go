@@ -19,6 +19,10 @@ const (
 	FlagGap
 	// FlagRaw marks a payload stored as received because it could not be parsed.
 	FlagRaw
+	// FlagClockSkew marks an event whose time lies outside the receiving
+	// clock's bounds (watermark.Options.MaxClockSkew / MaxClockBehind): it
+	// keeps its own time, but its watermark mark is bounded.
+	FlagClockSkew
 )
 
 // Has reports whether all bits of g are set.

@@ -85,7 +85,8 @@
 //	Edge-Writer           writer id
 //	Edge-Txn              decimal transaction number
 //	Edge-Late, Edge-Discontinuity, Edge-Keyframe, Edge-Estimated-Time,
-//	Edge-Gap, Edge-Raw    "1" where the event has the flag (absent otherwise)
+//	Edge-Gap, Edge-Raw,
+//	Edge-Clock-Skew       "1" where the event has the flag (absent otherwise)
 //	Content-Type          the event's content type
 //	Edge-Mqtt-Topic       from the local header "mqtt-topic"
 //	Edge-Frame-Pts        from the local header "frame-pts" (comma-separated Unix ns)

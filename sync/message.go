@@ -25,6 +25,7 @@ const (
 	HdrEstimatedTime  = "Edge-Estimated-Time"
 	HdrGap            = "Edge-Gap"
 	HdrRaw            = "Edge-Raw"
+	HdrClockSkew      = "Edge-Clock-Skew"
 	HdrContentType    = "Content-Type"
 	HdrMqttTopic      = "Edge-Mqtt-Topic"
 	HdrFramePts       = "Edge-Frame-Pts"
@@ -44,6 +45,7 @@ var flagHeaders = []struct {
 	{localstream.FlagEstimatedTime, HdrEstimatedTime},
 	{localstream.FlagGap, HdrGap},
 	{localstream.FlagRaw, HdrRaw},
+	{localstream.FlagClockSkew, HdrClockSkew},
 }
 
 // EncodeEvent builds the data message of one local record in transaction txn.

@@ -114,7 +114,7 @@ func BenchmarkNote(b *testing.B) {
 // benchSim builds a 4-segment simulated stream with 20 noted writers.
 func benchSim(b *testing.B) (*simStream, *core, []string) {
 	sim := newSimStream("video", 4)
-	c := newCore("video", 0, 0)
+	c := newCore("video", coreConfig{})
 	keys := benchKeys()
 	for i, k := range keys {
 		if err := c.note(sim.snapshot(), "w/"+k, int64(i), sim.append(k), 1); err != nil {

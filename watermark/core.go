@@ -2,6 +2,7 @@ package watermark
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 
@@ -29,6 +30,9 @@ type core struct {
 	idleNs int64
 	// latenessNs is the allowed lateness in ns (noted = max seen - lateness).
 	latenessNs int64
+	// skewNs and behindNs bound event times by the receiving clock
+	// (clockbound.go); <= 0 disables each.
+	skewNs, behindNs int64
 	// writers holds every known writer by id.
 	writers map[string]*writer
 	// local is the last local watermark emitted (zero: none yet).
@@ -53,8 +57,19 @@ type core struct {
 	stats Stats
 }
 
-func newCore(stream string, idleNs, latenessNs int64) *core {
-	return &core{stream: stream, idleNs: idleNs, latenessNs: latenessNs, writers: map[string]*writer{}}
+// coreConfig is what a core is built with; durations in ns.
+type coreConfig struct {
+	idleNs, latenessNs, skewNs, behindNs int64
+}
+
+func newCore(stream string, cfg coreConfig) *core {
+	return &core{stream: stream, idleNs: cfg.idleNs, latenessNs: cfg.latenessNs,
+		skewNs: cfg.skewNs, behindNs: cfg.behindNs, writers: map[string]*writer{}}
+}
+
+// config returns what the core was built with.
+func (c *core) config() coreConfig {
+	return coreConfig{idleNs: c.idleNs, latenessNs: c.latenessNs, skewNs: c.skewNs, behindNs: c.behindNs}
 }
 
 // writer returns the state of id, creating it.
@@ -70,49 +85,81 @@ func (c *core) writer(id string) (*writer, error) {
 		c.stats.WritersRefused++
 		return nil, fmt.Errorf("%w: %d writers", ErrTooManyWriters, len(c.writers))
 	}
-	w = &writer{id: id}
+	w = &writer{id: id, admitted: math.MinInt64}
 	c.writers[id] = w
 	return w, nil
 }
 
-// late answers whether an event of writer id with time t (not yet
-// appended) is late: earlier than a watermark already published (local or
-// committed), or earlier than the writer's own noted time (Note would
-// reject it). It also marks the writer active: a closed or idle writer
-// comes back with its next event.
-func (c *core) late(id string, t, now int64) bool {
-	late := (!c.local.IsZero() && t < c.local.LowerNs) ||
+// late is admit without a receiving clock: no bound applies.
+func (c *core) late(id string, t, now int64) bool { return c.admit(id, t, noIngest, now).Late }
+
+// admit answers, for an event of writer id with time t ingested at ingest
+// (not yet appended), which flags it gets and what it may note
+// (clockbound.go). It is late when it is behind the receiving clock,
+// earlier than a watermark already published (local or committed), or
+// earlier than the writer's own noted time (Note would reject it). It also
+// marks the writer active: a closed or idle writer comes back with its
+// next event.
+func (c *core) admit(id string, t, ingest, now int64) Admission {
+	a := c.classify(t, ingest)
+	a.Late = a.Late || (!c.local.IsZero() && t < c.local.LowerNs) ||
 		(len(c.results) > 0 && t < c.committedWM().LowerNs)
+	switch a.Skew {
+	case SkewAhead:
+		c.stats.ClockSkewAhead++
+	case SkewBehind:
+		c.stats.ClockSkewBehind++
+	}
 	w, err := c.writer(id)
 	if err != nil {
 		// Refused writer: its marks will be refused too, so it never
 		// counts; answer from the published watermarks alone.
-		if late {
+		if a.Late {
 			c.stats.Late++
 		}
-		return late
+		return a
 	}
-	late = late || (w.hasMark && t < w.noted)
+	a.Late = a.Late || (w.hasMark && t < w.noted)
+	if a.bounded {
+		a.floorNs = w.admitted
+		w.admitted = a.Mark(t)
+	}
+	switch a.Skew {
+	case SkewAhead:
+		w.skewAhead++
+	case SkewBehind:
+		w.skewBehind++
+	}
+	w.behind = a.Skew == SkewBehind
 	if w.closed {
 		w.closed, w.dirty = false, true
 	}
 	w.lastActive = now
-	if late {
+	if a.Late {
 		c.stats.Late++
-		return true
+		return a
 	}
 	// The event is in flight until its Note. A writer without a mark keeps
-	// the lowest time in flight (its appends may be pipelined).
-	if !w.inflight || w.hasMark || t < w.inflightT {
-		w.inflightT = t
+	// the lowest time in flight (its appends may be pipelined); that time
+	// is the bounded one, never a clock's runaway value.
+	m := a.Mark(t)
+	if !w.inflight || w.hasMark || m < w.inflightT {
+		w.inflightT = m
 	}
 	w.inflight, w.inflightSince = true, now
-	return false
+	return a
 }
 
 // note applies writer id's mark "time t at durable position p". topo must
 // know p's segment and those the writer noted before.
 func (c *core) note(topo localstream.Topology, id string, t int64, p localstream.Position, now int64) error {
+	return c.noteMark(topo, id, t, p, now, false)
+}
+
+// noteMark is note; behind is set for an event admitted behind the
+// receiving clock: its mark carries the position (and the bounded time)
+// but does not make the writer count in the committed view.
+func (c *core) noteMark(topo localstream.Topology, id string, t int64, p localstream.Position, now int64, behind bool) error {
 	w, err := c.writer(id)
 	if err != nil {
 		return err
@@ -146,7 +193,7 @@ func (c *core) note(topo localstream.Topology, id string, t int64, p localstream
 	reopen := !(w.closed && w.inflight)
 	w.hasMark, w.closed, w.inflight, w.dirty = true, w.closed && !reopen, false, true
 	w.lastActive = now
-	c.stats.HistoryThinned += uint64(w.record())
+	c.stats.HistoryThinned += uint64(w.record(behind))
 	c.stats.Notes++
 	return nil
 }
@@ -193,6 +240,30 @@ func (k *candidate) use(topo localstream.Topology, m mark) {
 	k.upper = max(k.upper, m.t)
 }
 
+// followClock makes a candidate no writer holds back follow the
+// receiving clock (clockFloor): an idle stream's watermark advances, so
+// that a time cut across streams completes.
+func (c *core) followClock(k *candidate, now int64) {
+	if k.ok {
+		return
+	}
+	if f, ok := c.clockFloor(now); ok {
+		k.lower, k.ok = f, true
+		c.stats.ClockFloored++
+	}
+}
+
+// liveMarks reports whether any of the marks stands for an event that was
+// not admitted behind the receiving clock.
+func liveMarks(ms []mark) bool {
+	for _, m := range ms {
+		if !m.behindOnly {
+			return true
+		}
+	}
+	return false
+}
+
 // localAt computes and emits the local watermark at time now over topo.
 func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) {
 	var k candidate
@@ -201,7 +272,7 @@ func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) 
 		if w.hasMark {
 			k.use(topo, mark{t: w.noted, pos: w.pos})
 		}
-		if !w.active(now, c.idleNs) {
+		if !w.holds(now, c.idleNs) {
 			continue
 		}
 		switch {
@@ -211,6 +282,7 @@ func (c *core) localAt(topo localstream.Topology, now int64) (Watermark, error) 
 			k.count(w.inflightT)
 		}
 	}
+	c.followClock(&k, now)
 	base := topo.OpenAtZero()
 	if c.localHold {
 		var err error
@@ -298,11 +370,11 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 		if base != nil {
 			k.use(topo, *base)
 		}
-		active := w.active(now, c.idleNs)
 		uncommitted := n < len(w.hist)
 		switch {
-		case !uncommitted && !active:
-			// Closed or idle, and everything it wrote is committed.
+		case !liveMarks(w.hist[n:]) && !w.holds(now, c.idleNs):
+			// Closed, idle or behind, and every event it wrote that is
+			// not late is committed.
 		case base != nil:
 			// Its events after the base mark are at or after the base's time.
 			k.count(base.t)
@@ -314,6 +386,7 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 			k.count(w.inflightT)
 		}
 	}
+	c.followClock(&k, now)
 	next, emitted, err := c.emit(topo, prev, k, cut, cut)
 	if err != nil {
 		return prev, err

@@ -16,7 +16,7 @@ import (
 // committed cut, and containing the marks.
 func TestCommittedAcrossMergeOfSplitSuccessor(t *testing.T) {
 	sim := newSimStream("video", 2) // 0.0 [0,.5), 0.1 [.5,1)
-	c := newCore("video", 0, 0)
+	c := newCore("video", coreConfig{})
 	now := int64(1)
 	note := func(w, key string, tm int64) localstream.Position {
 		if c.late(w, tm, now) {
@@ -75,7 +75,7 @@ func TestCommittedAcrossMergeOfSplitSuccessor(t *testing.T) {
 // uses a mark inside the cut once it moves.
 func TestHistoryThinning(t *testing.T) {
 	sim := newSimStream("video", 1)
-	c := newCore("video", 0, 0)
+	c := newCore("video", coreConfig{})
 	first := sim.snapshot().OpenAtZero()
 	n := 3 * maxHistory
 	for i := range n {
@@ -112,7 +112,7 @@ func TestHistoryThinning(t *testing.T) {
 // TestWriterBounds: empty, overlong and too many writer ids are refused.
 func TestWriterBounds(t *testing.T) {
 	sim := newSimStream("video", 1)
-	c := newCore("video", 0, 0)
+	c := newCore("video", coreConfig{})
 	p := sim.append("papa")
 	for _, id := range []string{"", string(make([]byte, maxWriterID+1))} {
 		if err := c.note(sim.snapshot(), id, 1, p, 1); !errors.Is(err, ErrInvalidWriter) {
@@ -134,7 +134,7 @@ func TestWriterBounds(t *testing.T) {
 // one position per segment, and its committed mark needs both inside.
 func TestMultiKeyWriter(t *testing.T) {
 	sim := newSimStream("video", 2)
-	c := newCore("video", 0, 0)
+	c := newCore("video", coreConfig{})
 	a := sim.append("papa") // 0.0
 	if err := c.note(sim.snapshot(), "w", 10, a, 1); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestMultiKeyWriter(t *testing.T) {
 // older ones were dropped, it refuses with ErrCutRegressed.
 func TestCommittedRewindBound(t *testing.T) {
 	sim := newSimStream("video", 1)
-	c := newCore("video", 0, 0)
+	c := newCore("video", coreConfig{})
 	var cuts []localstream.StreamCut
 	for i := range maxResults + 5 {
 		p := sim.append("papa")
@@ -198,5 +198,39 @@ func TestCommittedRewindBound(t *testing.T) {
 	w, err = c.committedAt(topo, topo.TailCut(), 1)
 	if err != nil || w.LowerNs != int64(100+len(cuts)-1) {
 		t.Fatalf("forward again: %s, %v", w, err)
+	}
+}
+
+// TestThinningKeepsBehindOnly: a kept mark stands for the dropped ones
+// before it, so it is behind-only only if all of them were.
+func TestThinningKeepsBehindOnly(t *testing.T) {
+	for _, pattern := range []func(i int) bool{
+		func(int) bool { return true },
+		func(int) bool { return false },
+		func(i int) bool { return i%2 == 1 },
+		func(i int) bool { return i%3 != 0 },
+		func(i int) bool { return i > 500 },
+	} {
+		w := &writer{id: "w"}
+		var behind []bool
+		for i := 0; i <= maxHistory; i++ {
+			w.noted = int64(i)
+			behind = append(behind, pattern(i))
+			w.record(pattern(i))
+		}
+		prev := int64(-1)
+		for _, m := range w.hist {
+			want := true
+			for i := prev + 1; i <= m.t; i++ {
+				want = want && behind[i]
+			}
+			if m.behindOnly != want {
+				t.Fatalf("kept mark %d (after %d): behindOnly %v, want %v", m.t, prev, m.behindOnly, want)
+			}
+			prev = m.t
+		}
+		if prev != maxHistory || len(w.hist) > maxHistory/2+2 {
+			t.Fatalf("thinned to %d marks ending at %d", len(w.hist), prev)
+		}
 	}
 }

@@ -22,9 +22,12 @@ import (
 //
 // Commands:
 //
-//	stream [segments=N] [idle=DUR] [lateness=NS]  reset: a stream "video" of N segments
+//	stream [segments=N] [idle=DUR] [lateness=NS]  reset: a stream "video" of N segments;
+//	       [skew=DUR] [behind=DUR]                 with clock bounds (MaxClockSkew, MaxClockBehind)
 //	tick DUR                                       advance the clock
-//	append writer=W key=K t=NS [asked=1]           Late (unless asked before), append, Note (what ingest does)
+//	append writer=W key=K t=NS [asked=1]           Admit at the clock (unless asked before), append,
+//	                                               NoteAdmitted (what ingest does); t may be now±DUR
+//	skew                                           clock-skew counters and behind writers
 //	note writer=W t=NS pos=E.N@OFF                 a raw Note
 //	late writer=W t=NS                             a raw Late
 //	close writer=W                                 CloseWriter
@@ -141,6 +144,23 @@ type ddHarness struct {
 	sim *simStream
 	c   *core
 	now int64
+	// epoch, when set, is the clock's start: times print as T±DUR.
+	epoch int64
+}
+
+// wm renders a watermark, its times relative to the epoch if set.
+func (h *ddHarness) wm(w Watermark) string {
+	if h.epoch == 0 || w.IsZero() {
+		return w.String()
+	}
+	rel := func(ns int64) string {
+		d := time.Duration(ns - h.epoch)
+		if d < 0 {
+			return "T-" + (-d).String()
+		}
+		return "T+" + d.String()
+	}
+	return fmt.Sprintf("lower=%s upper=%s cut=%s", rel(w.LowerNs), rel(w.UpperNs), w.Cut)
 }
 
 func (h *ddHarness) reset(args map[string]string) {
@@ -156,9 +176,22 @@ func (h *ddHarness) reset(args map[string]string) {
 	if v, ok := args["lateness"]; ok {
 		lateness = parseDur(v)
 	}
+	cfg := coreConfig{idleNs: idle, latenessNs: lateness}
+	if v, ok := args["skew"]; ok {
+		cfg.skewNs = parseDur(v)
+	}
+	if v, ok := args["behind"]; ok {
+		cfg.behindNs = parseDur(v)
+	}
 	h.sim = newSimStream("video", n)
-	h.c = newCore("video", idle, lateness)
-	h.now = 1_000_000
+	h.c = newCore("video", cfg)
+	h.now, h.epoch = 1_000_000, 0
+	if cfg.skewNs != 0 || cfg.behindNs != 0 {
+		// A real clock (2027), so that "a day behind" is after 1970;
+		// times print relative to it as T±DUR.
+		h.now = 1_800_000_000_000_000_000
+		h.epoch = h.now
+	}
 }
 
 func parseDur(v string) int64 {
@@ -191,6 +224,17 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 		args[k] = v
 	}
 	num := func(k string) int64 {
+		if rel, ok := strings.CutPrefix(args[k], "now"); ok {
+			// now, now+DUR, now-DUR: relative to the harness clock.
+			if rel == "" {
+				return h.now
+			}
+			d, err := time.ParseDuration(strings.TrimPrefix(rel, "+"))
+			if err != nil {
+				t.Fatalf("%s: bad %s: %v", line, k, err)
+			}
+			return h.now + int64(d)
+		}
 		v, err := strconv.ParseInt(args[k], 10, 64)
 		if err != nil {
 			t.Fatalf("%s: bad %s: %v", line, k, err)
@@ -206,14 +250,18 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 		return ""
 	case "append":
 		w, tm := args["writer"], num("t")
-		late := false
+		var adm Admission
 		if _, skip := args["asked"]; !skip {
-			late = h.c.late(w, tm, h.now)
+			adm = h.c.admit(w, tm, h.now, h.now)
 		}
+		late := adm.Late
 		p := h.sim.append(args["key"])
 		h.sim.events = append(h.sim.events, simEvent{pos: p, writer: w, t: tm, late: late})
 		out := fmt.Sprintf("pos=%s late=%v", p, late)
-		if err := h.c.note(h.sim.snapshot(), w, tm, p, h.now); err != nil {
+		if adm.Skew != SkewNone {
+			out += " skew=" + adm.Skew.String()
+		}
+		if err := h.c.noteMark(h.sim.snapshot(), w, adm.Mark(tm), p, h.now, adm.Skew == SkewBehind); err != nil {
 			out += " note: " + errName(err)
 		}
 		return out
@@ -251,7 +299,18 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 		if err != nil {
 			return "error: " + err.Error()
 		}
-		return w.String()
+		h.checkClock(t, line, w)
+		return h.wm(w)
+	case "skew":
+		var b strings.Builder
+		fmt.Fprintf(&b, "ahead=%d behind=%d floored=%d", h.c.stats.ClockSkewAhead, h.c.stats.ClockSkewBehind, h.c.stats.ClockFloored)
+		for _, id := range h.c.writerIDs() {
+			w := h.c.writers[id]
+			if w.skewAhead > 0 || w.skewBehind > 0 {
+				fmt.Fprintf(&b, "\n%s: ahead=%d behind=%d is_behind=%v", id, w.skewAhead, w.skewBehind, w.behind)
+			}
+		}
+		return b.String()
 	case "commit":
 		topo := h.sim.snapshot()
 		cut := topo.TailCut()
@@ -265,10 +324,11 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 		if err != nil {
 			return "error: " + errName(err)
 		}
+		h.checkClock(t, line, w)
 		if ok, err := topo.LessEq(w.Cut, cut); w.IsZero() == false && (err != nil || !ok) {
 			t.Errorf("%s:%s: committed watermark cut %s passes the committed cut %s (%v)", line, "", w.Cut, cut, err)
 		}
-		return w.String()
+		return h.wm(w)
 	case "tail":
 		return h.sim.snapshot().TailCut().String()
 	case "restart":
@@ -284,7 +344,7 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 func (h *ddHarness) restart(t *testing.T, marks bool) string {
 	topo := h.sim.snapshot()
 	old := h.c
-	h.c = newCore(old.stream, old.idleNs, old.latenessNs)
+	h.c = newCore(old.stream, old.config())
 	for id, w := range old.writers {
 		r := recordOf(w)
 		if !marks && w.hasMark {
@@ -308,6 +368,17 @@ func (h *ddHarness) restart(t *testing.T, marks bool) string {
 	h.c.restoreWatermarks(topo, local, old.results, old.pruned)
 	h.c.holdUntil(topo.TailCut())
 	return fmt.Sprintf("writers=%d hold until %s", len(h.c.writers), topo.TailCut())
+}
+
+// checkClock checks rule 12 on every watermark a file prints: with a
+// clock skew configured, no watermark is ahead of the harness clock plus it.
+func (h *ddHarness) checkClock(t *testing.T, line string, w Watermark) {
+	if h.c.skewNs <= 0 || w.IsZero() {
+		return
+	}
+	if limit := h.now + h.c.skewNs; w.LowerNs > limit || w.UpperNs > limit {
+		t.Errorf("%s: watermark %s is ahead of the receiving clock %d + skew %d", line, w, h.now, h.c.skewNs)
+	}
 }
 
 // errName renders an error by its sentinel, so outputs do not depend on wording.

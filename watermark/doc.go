@@ -8,9 +8,18 @@
 //
 // An ingest calls, per event of writer W with time t:
 //
-//	Late(W, t)          before the append: flag the event late?
-//	Append(...)         durable (localstream)
-//	Note(W, t, pos)     after the append: W's mark "time t at pos"
+//	a := Admit(W, t, i)          before the append: flags (late, clock skew);
+//	                             i is the ingest time (the receiving clock)
+//	Append(...)                  durable (localstream)
+//	NoteAdmitted(W, a, t, pos)   after the append: W's mark "time a.Mark(t) at pos"
+//
+// The receiving clock bounds every mark (clockbound.go): an event in
+// bounds marks at most its ingest time; one more than MaxClockSkew ahead
+// is flagged clock-skew and marks ingest − skew; one more than
+// MaxClockBehind behind is flagged clock-skew and late, and its writer
+// stops holding the watermark back. So no watermark is ahead of the
+// receiving clock, and one drone's bad clock cannot make others late.
+// Late and Note are the same without a receiving clock.
 //
 // A mark promises that W's later events are at or after t. With an allowed
 // lateness L the noted time is max(times seen) − L. A mark whose time goes
@@ -36,10 +45,13 @@
 //	           (a cut before the last result's rewinds to the newest of the
 //	           last 32 results at or before it: a failed, rebuilt transaction)
 //
-// A writer counts while active: it noted or asked Late within IdleTimeout,
-// is not closed, or has an event in flight (Late asked, Note not yet; for up
-// to 10 idle timeouts). In the committed view a writer that is idle or closed
-// still counts until everything it wrote is inside the committed cut. A new
+// A writer counts while active: it noted or asked Admit within IdleTimeout,
+// is not closed and not behind the receiving clock, or has an event in
+// flight (Admit asked, Note not yet; for up to 10 idle timeouts). With no
+// writer counting, lower follows the receiving clock (now −
+// MaxClockBehind). In the committed view a writer that is idle, behind or
+// closed still counts until every event it wrote that is not late is
+// inside the committed cut. A new
 // watermark is emitted only when lower advances; its cut is joined with the
 // previous one, so both only move forward.
 //

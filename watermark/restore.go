@@ -2,6 +2,7 @@ package watermark
 
 import (
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -72,7 +73,7 @@ func (c *core) restore(topo localstream.Topology, id string, r writerRecord) int
 	w := &writer{
 		id: id, closed: r.closed, hasMark: r.hasMark,
 		noted: r.noted, maxSeen: r.maxSeen, lastActive: r.lastActive, floor: r.floor,
-		pos: keep(r.pos),
+		pos: keep(r.pos), admitted: math.MinInt64,
 	}
 	if r.base != nil {
 		w.base = &mark{t: r.base.t, pos: keep(r.base.pos)}

@@ -33,7 +33,16 @@ type Stats struct {
 	CoveringFallbacks uint64
 	// PersistErrors counts failed writes of marks or watermarks to the store.
 	PersistErrors uint64
+	// ClockSkewAhead and ClockSkewBehind count events admitted more than
+	// MaxClockSkew ahead of, or MaxClockBehind behind, their ingest time
+	// (flagged clock-skew; behind ones also late).
+	ClockSkewAhead, ClockSkewBehind uint64
+	// ClockFloored counts watermark computations no writer held back, that
+	// followed the receiving clock (now − MaxClockBehind).
+	ClockFloored uint64
 	// Writers is the number of known writers; ActiveWriters of those that
-	// hold the local watermark back (neither closed nor idle).
-	Writers, ActiveWriters int
+	// hold the local watermark back (neither closed, idle nor behind);
+	// BehindWriters of those whose latest event was behind the receiving
+	// clock (they do not hold it back).
+	Writers, ActiveWriters, BehindWriters int
 }

@@ -37,6 +37,22 @@ type Options struct {
 	// the stream: a writer's noted time is the max event time it noted
 	// minus this. Default 0 (sources in order).
 	AllowedLateness time.Duration
+	// MaxClockSkew is how far an event time may be ahead of its ingest
+	// time. An event further ahead keeps its time but is flagged
+	// clock-skew and counted, and its mark is bounded to ingest −
+	// MaxClockSkew; an event within it marks at most its ingest time, so
+	// no watermark is ever ahead of the receiving clock. Default 10s
+	// (GPS/NTP clocks are within milliseconds; 10 s allows for a week of
+	// free-running RTC drift and delivery jitter); negative disables.
+	MaxClockSkew time.Duration
+	// MaxClockBehind is how far an event time may be behind its ingest
+	// time. An event further behind is flagged clock-skew and late and
+	// counted; its writer stops holding the watermark back until an event
+	// within bounds. A stream no writer holds back follows now −
+	// MaxClockBehind. Default 10m (longer than chunk durations and short
+	// uplink/broker outages; a clock reset to 1970 or a day off is far
+	// beyond); negative disables.
+	MaxClockBehind time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger receives rare events (load problems, persist failures).
@@ -51,12 +67,22 @@ type Options struct {
 	MarkFlushInterval time.Duration
 }
 
-// DefaultIdleTimeout is Options.IdleTimeout's default.
-const DefaultIdleTimeout = 30 * time.Second
+// Defaults of Options.
+const (
+	DefaultIdleTimeout    = 30 * time.Second
+	DefaultMaxClockSkew   = 10 * time.Second
+	DefaultMaxClockBehind = 10 * time.Minute
+)
 
 func (o Options) withDefaults() Options {
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxClockSkew == 0 {
+		o.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if o.MaxClockBehind == 0 {
+		o.MaxClockBehind = DefaultMaxClockBehind
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -123,7 +149,8 @@ func NewTracker(st StreamView, meta MetaStore, opts Options) (*Tracker, error) {
 	}
 	opts = opts.withDefaults()
 	t := &Tracker{st: st, meta: meta, opts: opts, log: opts.Logger,
-		c: newCore(st.Name(), int64(opts.IdleTimeout), int64(opts.AllowedLateness))}
+		c: newCore(st.Name(), coreConfig{idleNs: int64(opts.IdleTimeout), latenessNs: int64(opts.AllowedLateness),
+			skewNs: int64(opts.MaxClockSkew), behindNs: int64(opts.MaxClockBehind)})}
 	if err := t.load(); err != nil {
 		return nil, err
 	}
@@ -178,15 +205,32 @@ func (t *Tracker) load() error {
 
 func (t *Tracker) now() int64 { return t.opts.Now().UnixNano() }
 
-// Late reports whether an event of writer with time eventTimeNs, about to
-// be appended, is late: earlier than a watermark already published (local
-// or committed) or than the writer's own noted time. The caller still
-// appends it, flagged localstream.FlagLate. Late also marks the writer
-// active: a closed or idle writer comes back with its next event.
+// Admit is asked before an event of writer with time eventTimeNs, received
+// at ingestNs (the agent's clock), is appended: the Admission says which
+// flags to set (late, clock-skew) and bounds what the event may note
+// afterwards (NoteAdmitted). The caller appends the event whatever the
+// answer. Admit also marks the writer active: a closed or idle writer
+// comes back with its next event.
+func (t *Tracker) Admit(writer string, eventTimeNs, ingestNs int64) Admission {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.c.admit(writer, eventTimeNs, ingestNs, t.now())
+}
+
+// Late is Admit without a receiving clock (no bound applies): for tools
+// and tests that replay times of their own. Ingests use Admit.
 func (t *Tracker) Late(writer string, eventTimeNs int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.c.late(writer, eventTimeNs, t.now())
+}
+
+// NoteAdmitted is Note for an event admitted with a whose latest time is
+// eventTimeNs (a video chunk: its last frame's): it notes a.Mark(eventTimeNs),
+// and an event admitted behind the receiving clock notes its position
+// without making its writer hold the committed watermark back.
+func (t *Tracker) NoteAdmitted(writer string, a Admission, eventTimeNs int64, pos localstream.Position) error {
+	return t.note(writer, a.Mark(eventTimeNs), pos, a.Skew == SkewBehind)
 }
 
 // Note records that writer's event with time eventTimeNs is durable at
@@ -195,6 +239,10 @@ func (t *Tracker) Late(writer string, eventTimeNs int64) bool {
 // or a position not after its previous one (ErrPositionNotAdvancing) is
 // refused and counted, never applied.
 func (t *Tracker) Note(writer string, eventTimeNs int64, pos localstream.Position) error {
+	return t.note(writer, eventTimeNs, pos, false)
+}
+
+func (t *Tracker) note(writer string, eventTimeNs int64, pos localstream.Position, behind bool) error {
 	t.mu.Lock()
 	if _, ok := t.topo.Segments[pos.Segment]; !ok {
 		t.topo = t.st.Topology()
@@ -205,7 +253,7 @@ func (t *Tracker) Note(writer string, eventTimeNs int64, pos localstream.Positio
 	}
 	w := t.c.writers[writer]
 	first := w == nil || !w.hasMark
-	err := t.c.note(t.topo, writer, eventTimeNs, pos, t.now())
+	err := t.c.noteMark(t.topo, writer, eventTimeNs, pos, t.now(), behind)
 	t.mu.Unlock()
 	if err != nil || !first {
 		return err
@@ -264,11 +312,29 @@ func (t *Tracker) Stats() Stats {
 	now := t.now()
 	s.Writers = len(t.c.writers)
 	for _, w := range t.c.writers {
-		if w.active(now, t.c.idleNs) && (w.hasMark || w.inflight) {
+		if w.holds(now, t.c.idleNs) && (w.hasMark || w.inflight) {
 			s.ActiveWriters++
+		}
+		if w.behind {
+			s.BehindWriters++
 		}
 	}
 	return s
+}
+
+// SkewedWriters returns the writers that had an event out of the
+// receiving clock's bounds since the tracker started, by id.
+func (t *Tracker) SkewedWriters() []WriterSkew {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []WriterSkew
+	for _, id := range t.c.writerIDs() {
+		w := t.c.writers[id]
+		if w.skewAhead > 0 || w.skewBehind > 0 {
+			out = append(out, WriterSkew{Writer: id, Ahead: w.skewAhead, Behind: w.skewBehind, IsBehind: w.behind})
+		}
+	}
+	return out
 }
 
 // persist runs compute (if any) under the lock, then writes the newly

@@ -24,6 +24,10 @@ type mark struct {
 	// wrote to, segments that are predecessors of another entry pruned.
 	// Writers of one routing key have exactly one entry.
 	pos []localstream.Position
+	// behindOnly is set when every event this mark stands for (since the
+	// previous mark kept) was admitted behind the receiving clock, so late:
+	// the committed view need not count the writer for it.
+	behindOnly bool
 }
 
 // writer is the state of one writer. Guarded by the core's owner.
@@ -61,6 +65,15 @@ type writer struct {
 	inflightSince int64
 	// dirty is set when the persisted record is out of date.
 	dirty bool
+	// admitted is the highest mark admitted (Admission.Mark), so that the
+	// next admission's marks do not go back. In memory only.
+	admitted int64
+	// behind is set while the writer's latest admitted event was behind
+	// the receiving clock: it does not hold the watermark back.
+	behind bool
+	// skewAhead and skewBehind count its events admitted out of the
+	// receiving clock's bounds. In memory only.
+	skewAhead, skewBehind uint64
 }
 
 // inflightHold is how many idle timeouts an event in flight (Late asked,
@@ -79,6 +92,12 @@ func (w *writer) active(now, idleNs int64) bool {
 		return false
 	}
 	return idleNs <= 0 || now-w.lastActive < idleNs
+}
+
+// holds reports whether w holds the watermark back at time now: active
+// and not behind the receiving clock (unless an event is in flight).
+func (w *writer) holds(now, idleNs int64) bool {
+	return w.active(now, idleNs) && (!w.behind || w.inflight)
 }
 
 // checkPosition reports ErrPositionNotAdvancing if p is not after the
@@ -122,20 +141,32 @@ func (w *writer) advance(topo localstream.Topology, p localstream.Position) {
 }
 
 // record appends the current (noted, pos) to the history, thinning it
-// when full. It returns how many marks thinning dropped.
-func (w *writer) record() int {
-	w.hist = append(w.hist, mark{t: w.noted, pos: w.pos})
+// when full. behind is set for a mark of an event admitted behind the
+// receiving clock. It returns how many marks thinning dropped.
+func (w *writer) record(behind bool) int {
+	w.hist = append(w.hist, mark{t: w.noted, pos: w.pos, behindOnly: behind})
 	if len(w.hist) <= maxHistory {
 		return 0
 	}
-	kept := w.hist[:1]
-	for i := 2; i < len(w.hist)-1; i += 2 {
-		kept = append(kept, w.hist[i])
+	// Keep the oldest, every second one and the newest; a dropped mark's
+	// events are then stood for by the next kept one.
+	n := len(w.hist)
+	kept := make([]mark, 0, n/2+2)
+	kept = append(kept, w.hist[0])
+	dropped := true // every mark dropped since the last kept is behindOnly
+	for i := 1; i < n; i++ {
+		m := w.hist[i]
+		if i%2 == 1 && i < n-1 {
+			dropped = dropped && m.behindOnly
+			continue
+		}
+		m.behindOnly = m.behindOnly && dropped
+		dropped = true
+		kept = append(kept, m)
 	}
-	kept = append(kept, w.hist[len(w.hist)-1])
-	dropped := len(w.hist) - len(kept)
+	n -= len(kept)
 	w.hist = kept
-	return dropped
+	return n
 }
 
 // isAncestor reports whether a is a (transitive) predecessor of b.

@@ -85,7 +85,7 @@ var flagNames = []struct {
 }{
 	{localstream.FlagKeyframe, "keyframe"}, {localstream.FlagDiscontinuity, "discontinuity"},
 	{localstream.FlagLate, "late"}, {localstream.FlagEstimatedTime, "estimated_time"},
-	{localstream.FlagGap, "gap"}, {localstream.FlagRaw, "raw"},
+	{localstream.FlagGap, "gap"}, {localstream.FlagRaw, "raw"}, {localstream.FlagClockSkew, "clock_skew"},
 }
 
 func toLine(it sync.Item) readLine {

@@ -12,6 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // Ingester subscribes to drone telemetry and appends it to the telemetry
@@ -313,16 +314,23 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 		}
 	}
 	ev := in.buildEvent(l.drone, it.topic, payload, it.recv)
-	if in.sink.Marks != nil && in.sink.Marks.Late(l.writer, ev.EventTime) {
-		ev.Flags |= localstream.FlagLate
-		in.c.late.Add(1)
+	var adm watermark.Admission
+	if in.sink.Marks != nil {
+		adm = in.sink.Marks.Admit(l.writer, ev.EventTime, ev.IngestTime)
+		ev.Flags |= adm.Flags()
+		if adm.Late {
+			in.c.late.Add(1)
+		}
+		if adm.Skew != watermark.SkewNone {
+			in.c.clockSkew.Add(1)
+		}
 	}
 	in.dedup.begin(pid, h)
 	l.mu.Lock()
 	l.pending++
 	l.mu.Unlock()
 	in.inflight.Add(1)
-	cb := func(pos localstream.Position, err error) { in.appended(l, m, pid, h, ev.EventTime, pos, err) }
+	cb := func(pos localstream.Position, err error) { in.appended(l, m, pid, h, adm, ev.EventTime, pos, err) }
 	err := in.appendWaitingForSpace(ctx, ev, cb, localstream.WithMeta(dedupKey(in.cfg.ClientID, pid), encodeDedup(h)))
 	if err == nil {
 		return true
@@ -377,7 +385,7 @@ func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Ev
 }
 
 // appended is the store's callback, in append order.
-func (in *Ingester) appended(l *lane, m paho.Message, pid uint16, h msgHash, t int64, pos localstream.Position, err error) {
+func (in *Ingester) appended(l *lane, m paho.Message, pid uint16, h msgHash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
 	defer in.inflight.Done()
 	if err != nil {
 		in.fail(err)
@@ -386,7 +394,7 @@ func (in *Ingester) appended(l *lane, m paho.Message, pid uint16, h msgHash, t i
 	waiters := in.dedup.done(pid, h)
 	in.c.appended.Add(1)
 	if in.sink.Marks != nil {
-		if err := in.sink.Marks.Note(l.writer, t, pos); err != nil {
+		if err := in.sink.Marks.NoteAdmitted(l.writer, adm, t, pos); err != nil {
 			in.c.markErrors.Add(1)
 		}
 	}

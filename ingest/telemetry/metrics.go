@@ -25,6 +25,7 @@ func (in *Ingester) Collectors() []prometheus.Collector {
 		{"time_estimated", "Events stamped with the receive time.", &c.timeEstimated},
 		{"time_invalid", "JSON time fields present but unusable.", &c.timeInvalid},
 		{"late", "Events flagged late.", &c.late},
+		{"clock_skew", "Events whose time is outside the receiving clock's bounds (flagged clock-skew).", &c.clockSkew},
 		{"status_online", "Online status messages.", &c.statusOnline},
 		{"status_offline", "Offline status messages (incl. last wills).", &c.statusOffline},
 		{"status_unknown", "Status messages with an unknown payload.", &c.statusUnknown},

@@ -12,6 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // recordingMarks records what the ingester tells the watermark tracker.
@@ -29,9 +30,11 @@ func newRecordingMarks() *recordingMarks {
 	return &recordingMarks{notes: map[string][]localstream.Position{}, closes: map[string]int{}, closedAfter: map[string]int{}}
 }
 
-func (m *recordingMarks) Late(string, int64) bool { return false }
+func (m *recordingMarks) Admit(string, int64, int64) watermark.Admission {
+	return watermark.Admission{}
+}
 
-func (m *recordingMarks) Note(w string, _ int64, p localstream.Position) error {
+func (m *recordingMarks) NoteAdmitted(w string, _ watermark.Admission, _ int64, p localstream.Position) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.notes[w] = append(m.notes[w], p)

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // Appender is what the ingester needs of the telemetry stream; satisfied by
@@ -20,10 +21,12 @@ type MetaScanner interface {
 
 // Marks is what the ingest needs from the watermark tracker of its stream.
 type Marks interface {
-	// Late reports, before the append, whether to flag the event FlagLate.
-	Late(writer string, eventTimeNs int64) bool
-	// Note records the event time at its durable position (after the append).
-	Note(writer string, eventTimeNs int64, pos localstream.Position) error
+	// Admit, before the append, gives the event's flags (late, clock
+	// skew) and the bound of its mark (DESIGN.md rule 12).
+	Admit(writer string, eventTimeNs, ingestNs int64) watermark.Admission
+	// NoteAdmitted records the event's bounded time at its durable
+	// position (after the append).
+	NoteAdmitted(writer string, a watermark.Admission, eventTimeNs int64, pos localstream.Position) error
 	// CloseWriter stops a writer from holding the watermark back (drone offline).
 	CloseWriter(writer string) error
 }

@@ -26,6 +26,9 @@ type Stats struct {
 	TimeInvalid uint64
 	// Late: events flagged late by the watermark marks.
 	Late uint64
+	// ClockSkew: events whose time is outside the receiving clock's bounds
+	// (flagged clock-skew; per drone in the watermark's counters).
+	ClockSkew uint64
 	// StatusOnline, StatusOffline, StatusUnknown: status messages by payload.
 	StatusOnline, StatusOffline, StatusUnknown uint64
 	// WritersClosed: writers closed after an offline status.
@@ -54,7 +57,7 @@ type counters struct {
 	statusOnline, statusOffline, statusUnknown, writersClosed        atomic.Uint64
 	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
-	diskFullWaits                                                    atomic.Uint64
+	diskFullWaits, clockSkew                                         atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
@@ -64,7 +67,7 @@ func (in *Ingester) Stats() Stats {
 		Received: c.received.Load(), Appended: c.appended.Load(), DuplicatesSkipped: c.duplicates.Load(),
 		Oversize: c.oversize.Load(), UnknownTopic: c.unknownTopic.Load(), RetainedSkipped: c.retained.Load(),
 		InvalidJSON: c.invalidJSON.Load(), Binary: c.binary.Load(), TimeEstimated: c.timeEstimated.Load(),
-		TimeInvalid: c.timeInvalid.Load(), Late: c.late.Load(),
+		TimeInvalid: c.timeInvalid.Load(), Late: c.late.Load(), ClockSkew: c.clockSkew.Load(),
 		StatusOnline: c.statusOnline.Load(), StatusOffline: c.statusOffline.Load(), StatusUnknown: c.statusUnknown.Load(),
 		WritersClosed: c.writersClosed.Load(), DronesOverLimit: c.dronesOverLimit.Load(),
 		LaneFullWaits: c.laneFullWaits.Load(), Connects: c.connects.Load(), ConnectionLost: c.connectionLost.Load(),

@@ -32,9 +32,19 @@ func unixNanoToNTP(ns int64) uint64 {
 // times are "estimated". A new mapping that disagrees with the old one by
 // more than maxJump for the same RTP timestamp is a clock jump: the caller
 // marks a discontinuity instead of shifting time silently.
+//
+// A Sender Report whose NTP time is more than maxSkew from its arrival
+// (an absurd value: 2^31 s, random bits) is ignored while the mapping of
+// an earlier SR agrees with the arrival clock: one bad report must not
+// date the chunks after it 1968 or 2104. Without such a mapping it is
+// used (the sender's clock is just off): the chunks keep the sender's
+// time and the watermark tracker flags them clock-skew and bounds their
+// marks (DESIGN.md rule 12).
 type clock struct {
 	rate    int64
 	maxJump int64
+	// maxSkew is the receiving clock's bound; <= 0 disables the check.
+	maxSkew int64
 
 	haveSR bool
 	srNs   int64
@@ -45,17 +55,25 @@ type clock struct {
 	estRTP  uint32
 }
 
-func newClock(rate int, maxJump time.Duration) *clock {
-	return &clock{rate: int64(rate), maxJump: int64(maxJump)}
+func newClock(rate int, maxJump, maxSkew time.Duration) *clock {
+	return &clock{rate: int64(rate), maxJump: int64(maxJump), maxSkew: int64(maxSkew)}
 }
 
 // delta returns (a - b) in nanoseconds with 32-bit wrap.
 func (c *clock) delta(a, b uint32) int64 { return int64(int32(a-b)) * 1e9 / c.rate }
 
-// onSR takes a Sender Report's NTP and RTP timestamps. It reports whether
-// the new mapping jumps against the one in use (a discontinuity).
-func (c *clock) onSR(ntp uint64, rtpTS uint32) (jump bool) {
+// onSR takes a Sender Report's NTP and RTP timestamps, received at
+// arrival (zero: unknown). It reports whether the new mapping jumps
+// against the one in use (a discontinuity), or whether the report was
+// ignored as skewed (see clock).
+func (c *clock) onSR(ntp uint64, rtpTS uint32, arrival time.Time) (jump, skewed bool) {
 	ns := ntpToUnixNano(ntp)
+	if c.maxSkew > 0 && c.haveSR && !arrival.IsZero() {
+		a := arrival.UnixNano()
+		if abs64(ns-a) > c.maxSkew && abs64(c.srNs+c.delta(rtpTS, c.srRTP)-a) <= c.maxSkew {
+			return false, true
+		}
+	}
 	switch {
 	case c.haveSR:
 		jump = abs64(c.srNs+c.delta(rtpTS, c.srRTP)-ns) > c.maxJump
@@ -63,7 +81,7 @@ func (c *clock) onSR(ntp uint64, rtpTS uint32) (jump bool) {
 		jump = abs64(c.estNs+c.delta(rtpTS, c.estRTP)-ns) > c.maxJump
 	}
 	c.haveSR, c.srNs, c.srRTP = true, ns, rtpTS
-	return jump
+	return jump, false
 }
 
 // pts returns the wall-clock time of RTP timestamp ts whose frame arrived

@@ -60,6 +60,11 @@ type Config struct {
 	// MaxClockJump is the largest change of the RTP→wall-clock mapping taken
 	// as drift; a larger one is a discontinuity. Default 500ms.
 	MaxClockJump time.Duration `yaml:"max_clock_jump"`
+	// MaxClockSkew is the receiving clock's bound on event times (the
+	// agent sets it from watermark.max_clock_skew): a sender report
+	// further than this from its arrival is ignored while the mapping in
+	// use is within it (see clock.go). 0 disables the check.
+	MaxClockSkew time.Duration `yaml:"-"`
 	// SessionTimeout closes a drone silent for this long (its writer is
 	// closed for watermarks), default 30s.
 	SessionTimeout time.Duration `yaml:"session_timeout"`

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 )
@@ -106,14 +106,14 @@ func (d *drone) startSession(ssrc uint32, codec Codec) {
 		codec:   codec,
 		reorder: newReorder(d.cfg.ReorderPackets, d.cfg.ReorderMaxWait, d.c),
 		asm:     newAssembler(codec, frameLimit(d.cfg.ChunkMaxBytes), d.c),
-		clock:   newClock(d.cfg.ClockRate, d.cfg.MaxClockJump),
+		clock:   newClock(d.cfg.ClockRate, d.cfg.MaxClockJump, d.cfg.MaxClockSkew),
 	}
 	s.asm.onDrop = d.frameDropped
 	for _, ps := range d.seed {
 		s.asm.params.update(codec.classify(ps), ps)
 	}
 	if sr := d.pendingSR; sr != nil && sr.SSRC == ssrc {
-		s.clock.onSR(sr.NTPTime, sr.RTPTime)
+		s.clock.onSR(sr.NTPTime, sr.RTPTime, time.Time{}) // a new mapping: nothing to check against
 	}
 	d.pendingSR = nil
 	d.sess = s
@@ -177,17 +177,21 @@ func (d *drone) rtcpPacket(ctx context.Context, b []byte, arrival time.Time) err
 			continue
 		}
 		d.c.senderReports.Add(1)
-		d.senderReport(sr)
+		d.senderReport(sr, arrival)
 	}
 	return d.appendPending(ctx)
 }
 
-func (d *drone) senderReport(sr *rtcp.SenderReport) {
+func (d *drone) senderReport(sr *rtcp.SenderReport, arrival time.Time) {
 	if d.sess == nil || d.sess.ssrc != sr.SSRC {
 		d.pendingSR = sr
 		return
 	}
-	if d.sess.clock.onSR(sr.NTPTime, sr.RTPTime) {
+	jump, skewed := d.sess.clock.onSR(sr.NTPTime, sr.RTPTime, arrival)
+	if skewed {
+		d.c.srSkewed.Add(1)
+	}
+	if jump {
 		d.c.clockJumps.Add(1)
 		d.chunker.discontinuity(d.emit)
 	}
@@ -244,9 +248,16 @@ func (d *drone) appendPending(ctx context.Context) error {
 
 func (d *drone) appendChunk(ctx context.Context, c *Chunk) error {
 	ev := c.Event(d.id, d.now().UnixNano())
-	if d.marks != nil && d.marks.Late(d.writer, ev.EventTime) {
-		ev.Flags |= localstream.FlagLate
-		d.c.lateChunks.Add(1)
+	var adm watermark.Admission
+	if d.marks != nil {
+		adm = d.marks.Admit(d.writer, ev.EventTime, ev.IngestTime)
+		ev.Flags |= adm.Flags()
+		if adm.Late {
+			d.c.lateChunks.Add(1)
+		}
+		if adm.Skew != watermark.SkewNone {
+			d.c.clockSkewChunks.Add(1)
+		}
 	}
 	pos, err := d.sink.Append(ctx, ev)
 	if err != nil {
@@ -266,17 +277,19 @@ func (d *drone) appendChunk(ctx context.Context, c *Chunk) error {
 	if c.Discontinuity {
 		d.c.discontinuities.Add(1)
 	}
-	if last := c.Frames[len(c.Frames)-1].PTS; d.marks != nil && last > d.noted {
+	// The mark is bounded by the receiving clock: a chunk dated 2104 by an
+	// absurd sender report must not stop later chunks from noting.
+	if last := adm.Mark(c.Frames[len(c.Frames)-1].PTS); d.marks != nil && last > d.noted {
 		d.noted = last
-		return d.marks.Note(d.writer, last, pos)
+		return d.marks.NoteAdmitted(d.writer, adm, c.Frames[len(c.Frames)-1].PTS, pos)
 	}
 	return nil
 }
 
 func (d *drone) appendRaw(ctx context.Context) error {
 	ev := d.raw.take(d.id, d.now().UnixNano())
-	if d.marks != nil && d.marks.Late(d.writer, ev.EventTime) {
-		ev.Flags |= localstream.FlagLate
+	if d.marks != nil {
+		ev.Flags |= d.marks.Admit(d.writer, ev.EventTime, ev.IngestTime).Flags()
 	}
 	if _, err := d.sink.Append(ctx, ev); err != nil {
 		d.c.appendErrors.Add(1)

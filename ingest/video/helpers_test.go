@@ -16,6 +16,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // recordSink is an in-test Appender: it keeps every event, in order.
@@ -54,8 +55,9 @@ type recordMarks struct {
 	closed []string
 }
 
-func (m *recordMarks) Late(string, int64) bool { return false }
-func (m *recordMarks) Note(w string, t int64, p localstream.Position) error {
+func (m *recordMarks) Admit(string, int64, int64) watermark.Admission { return watermark.Admission{} }
+func (m *recordMarks) NoteAdmitted(w string, a watermark.Admission, t int64, p localstream.Position) error {
+	t = a.Mark(t)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.notes = append(m.notes, t)

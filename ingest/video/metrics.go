@@ -41,6 +41,8 @@ var droneMetrics = []struct {
 	{"edge_video_raw_packets_total", "Packets of unknown payload types stored raw.", func(s DroneStats) uint64 { return s.RawPackets }},
 	{"edge_video_sender_reports_total", "RTCP sender reports used.", func(s DroneStats) uint64 { return s.SenderReports }},
 	{"edge_video_clock_jumps_total", "RTP to wall-clock mapping jumps.", func(s DroneStats) uint64 { return s.ClockJumps }},
+	{"edge_video_clock_skew_chunks_total", "Chunks whose time is outside the receiving clock's bounds (flagged clock-skew).", func(s DroneStats) uint64 { return s.ClockSkewChunks }},
+	{"edge_video_sender_reports_skewed_total", "Sender reports ignored: NTP time outside the receiving clock's bounds while the mapping in use was within.", func(s DroneStats) uint64 { return s.SRSkewed }},
 	{"edge_video_discontinuities_total", "Chunks flagged discontinuity.", func(s DroneStats) uint64 { return s.Discontinuities }},
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // Appender is where chunks go: *localstream.Stream satisfies it. Append
@@ -14,12 +15,14 @@ type Appender interface {
 
 // Marks is what the ingest needs from the watermark tracker of its stream.
 type Marks interface {
-	// Late reports, before the append, whether an event of writer at
-	// eventTimeNs is behind the published watermark (flag it FlagLate).
-	Late(writer string, eventTimeNs int64) bool
-	// Note records, after the durable append at pos, that writer's later
-	// events have times ≥ eventTimeNs.
-	Note(writer string, eventTimeNs int64, pos localstream.Position) error
+	// Admit, before the append, gives the flags of an event of writer at
+	// eventTimeNs received at ingestNs (late: behind the published
+	// watermark; clock skew: outside the receiving clock's bounds) and
+	// the bound of its mark (DESIGN.md rule 12).
+	Admit(writer string, eventTimeNs, ingestNs int64) watermark.Admission
+	// NoteAdmitted records, after the durable append at pos, that
+	// writer's later events have times ≥ the admitted bound of eventTimeNs.
+	NoteAdmitted(writer string, a watermark.Admission, eventTimeNs int64, pos localstream.Position) error
 	// CloseWriter stops counting writer (drone gone).
 	CloseWriter(writer string) error
 }

@@ -23,6 +23,8 @@ type droneCounters struct {
 	rtcp, senderReports atomic.Uint64
 	malformedRTCP       atomic.Uint64
 	clockJumps          atomic.Uint64
+	clockSkewChunks     atomic.Uint64
+	srSkewed            atomic.Uint64
 	ssrcChanges         atomic.Uint64
 	discontinuities     atomic.Uint64
 }
@@ -58,6 +60,11 @@ type DroneStats struct {
 	RTCP, SenderReports, MalformedRTCP uint64
 	// ClockJumps are RTP→wall-clock mapping jumps beyond max_clock_jump.
 	ClockJumps uint64
+	// ClockSkewChunks are chunks whose time is outside the receiving
+	// clock's bounds (flagged clock-skew). SRSkewed are sender reports
+	// whose NTP time was outside them while the mapping in use was
+	// within: ignored (the mapping in use continues).
+	ClockSkewChunks, SRSkewed uint64
 	// SSRCChanges are new SSRCs taking over the drone.
 	SSRCChanges uint64
 	// Discontinuities are chunks flagged FlagDiscontinuity.
@@ -77,6 +84,7 @@ func (c *droneCounters) snapshot() DroneStats {
 		AppendErrors: c.appendErrors.Load(), RawPackets: c.rawPackets.Load(),
 		RTCP: c.rtcp.Load(), SenderReports: c.senderReports.Load(), MalformedRTCP: c.malformedRTCP.Load(),
 		ClockJumps: c.clockJumps.Load(), SSRCChanges: c.ssrcChanges.Load(),
+		ClockSkewChunks: c.clockSkewChunks.Load(), SRSkewed: c.srSkewed.Load(),
 		Discontinuities: c.discontinuities.Load(),
 	}
 }
@@ -107,6 +115,8 @@ func (s *DroneStats) add(o DroneStats) {
 	s.SenderReports += o.SenderReports
 	s.MalformedRTCP += o.MalformedRTCP
 	s.ClockJumps += o.ClockJumps
+	s.ClockSkewChunks += o.ClockSkewChunks
+	s.SRSkewed += o.SRSkewed
 	s.SSRCChanges += o.SSRCChanges
 	s.Discontinuities += o.Discontinuities
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/pion/rtcp"
 	"github.com/pion/rtp"
 	"github.com/pion/rtp/codecs"
@@ -66,7 +67,7 @@ func TestClock(t *testing.T) {
 	if got := ntpToUnixNano(unixNanoToNTP(era1) & (1<<64 - 1)); got != era1 {
 		t.Fatalf("era 1: %d vs %d", got, era1)
 	}
-	c := newClock(90000, 500*time.Millisecond)
+	c := newClock(90000, 500*time.Millisecond, 0)
 	arr := time.Unix(0, base)
 	var w uint32 = 4294967000 // wraps within the next 3000 ticks
 	if p, est, _ := c.pts(w, arr); !est || p != base {
@@ -77,14 +78,14 @@ func TestClock(t *testing.T) {
 		t.Fatalf("wrapped estimate %d", p-base)
 	}
 	// An SR that agrees with the estimate within the bound: no jump.
-	if c.onSR(unixNanoToNTP(base+100_000_000), w+9000) {
+	if jump, _ := c.onSR(unixNanoToNTP(base+100_000_000), w+9000, time.Time{}); jump {
 		t.Fatal("consistent SR taken as a jump")
 	}
 	if p, est, _ := c.pts(w+90000, arr); est || p-(base+100_000_000+900_000_000) > 1 {
 		t.Fatalf("after SR: %d est=%v", p-base, est)
 	}
 	// An SR moving time by 2 s is a jump.
-	if !c.onSR(unixNanoToNTP(base+2_100_000_000), w+9000) {
+	if jump, _ := c.onSR(unixNanoToNTP(base+2_100_000_000), w+9000, time.Time{}); !jump {
 		t.Fatal("2 s shift not taken as a jump")
 	}
 }
@@ -300,7 +301,9 @@ type lateMarks struct {
 	t int64
 }
 
-func (m *lateMarks) Late(_ string, ts int64) bool { return ts < m.t }
+func (m *lateMarks) Admit(_ string, ts, _ int64) watermark.Admission {
+	return watermark.Admission{Late: ts < m.t}
+}
 
 // TestLateChunks: chunks whose time the watermark has passed are still
 // stored, flagged late and counted.

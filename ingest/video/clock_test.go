@@ -1,0 +1,151 @@
+package video
+
+import (
+	"context"
+	"encoding/binary"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replay"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// withSR returns a copy of the capture's packets where the n-th sender
+// report (0-based) carries NTP time ntp, and, if insert, extra reports
+// with the given NTP times are sent (RTP time of the first report) at the
+// arrival times of later packets.
+func withSR(pkts []replay.Packet, n int, ntp uint64, extra ...uint64) []replay.Packet {
+	out := make([]replay.Packet, 0, len(pkts)+len(extra))
+	var first []byte
+	seen := 0
+	for i, p := range pkts {
+		if p.Kind == replay.RTCP && p.Payload[1] == 200 {
+			b := append([]byte(nil), p.Payload...)
+			if first == nil {
+				first = append([]byte(nil), b...)
+			}
+			if seen == n && ntp != 0 {
+				binary.BigEndian.PutUint64(b[8:16], ntp)
+			}
+			seen++
+			p.Payload = b
+		}
+		out = append(out, p)
+		if first != nil && len(extra) > 0 && i%60 == 59 {
+			b := append([]byte(nil), first...)
+			binary.BigEndian.PutUint64(b[8:16], extra[0])
+			extra = extra[1:]
+			out = append(out, replay.Packet{Time: p.Time, Kind: replay.RTCP, Payload: b})
+		}
+	}
+	return out
+}
+
+// absurdNTP are sender-report times a broken sender was seen to send:
+// 2^31 s (read as NTP era 0: 1968) and random bits (2104 and others).
+func absurdNTP(rng *rand.Rand) []uint64 {
+	return []uint64{1 << 31 << 32, rng.Uint64(), uint64(0xfffffff0) << 32}
+}
+
+// TestAbsurdSenderReportsIgnored: reports with absurd NTP times arriving
+// while a good mapping is in use are ignored and counted; every frame
+// keeps the time of the capture's real reports (no chunk dated 1968 or
+// 2104, no discontinuity).
+func TestAbsurdSenderReportsIgnored(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	c := loadCapture(t, "h264", CodecH264)
+	bad := absurdNTP(rng)
+	pkts := withSR(c.pkts, -1, 0, bad...)
+	cfg := testConfig()
+	cfg.MaxClockSkew = 10 * time.Second
+	sink := &recordSink{}
+	d := newDrone("d1", &cfg, nil, sink, nil, time.Now, nil)
+	feed(t, d, pkts)
+	st := d.c.snapshot()
+	if st.SRSkewed != uint64(len(bad)) || st.ClockJumps != 0 {
+		t.Fatalf("skewed reports %d (want %d), clock jumps %d", st.SRSkewed, len(bad), st.ClockJumps)
+	}
+	checkFrames(t, c, decodeAll(t, sink.snapshot()), expectedPTS(c.pkts))
+}
+
+// TestAbsurdFirstSenderReport: the first report is absurd (no good
+// mapping yet), so chunks until the next report carry its time. Through a
+// real watermark tracker they are flagged clock-skew and late, their marks
+// bounded: no watermark dates to 1968 or passes the receiving clock, and
+// the chunks after the good report are neither skewed nor late.
+func TestAbsurdFirstSenderReport(t *testing.T) {
+	c := loadCapture(t, "h264", CodecH264)
+	pkts := withSR(c.pkts, 0, 1<<31<<32)
+	s, err := localstream.Open(t.TempDir(), localstream.Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	stream, err := s.CreateStream("video", localstream.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var now time.Time
+	clk := func() time.Time { return now }
+	const skew = 10 * time.Second
+	tr, err := watermark.NewTracker(stream, s, watermark.Options{Now: clk, MaxClockSkew: skew, MaxClockBehind: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig()
+	cfg.MaxClockSkew = skew
+	d := newDrone("d1", &cfg, nil, stream, tr, clk, nil)
+	ctx := context.Background()
+	for _, p := range pkts {
+		now = p.Time
+		b := append([]byte(nil), p.Payload...)
+		if p.Kind == replay.RTCP {
+			err = d.rtcpPacket(ctx, b, p.Time)
+		} else {
+			err = d.rtp(ctx, b, p.Time)
+		}
+		if err == nil {
+			err = d.tick(ctx, p.Time)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := tr.Local()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !w.IsZero() && (w.UpperNs > now.Add(skew).UnixNano() || w.LowerNs < now.Add(-time.Hour).UnixNano()) {
+			t.Fatalf("at %s: local watermark %s outside the receiving clock's bounds", now.Format(time.RFC3339Nano), w)
+		}
+	}
+	if err := d.close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := stream.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	skewed, good := 0, 0
+	for _, r := range recs {
+		y := time.Unix(0, r.EventTime).UTC().Year()
+		switch {
+		case y == 1968:
+			skewed++
+			if !r.Flags.Has(localstream.FlagClockSkew) || !r.Flags.Has(localstream.FlagLate) {
+				t.Errorf("chunk at %d dated 1968 with flags %b, want clock-skew and late", r.Offset, r.Flags)
+			}
+		case r.Flags.Has(localstream.FlagClockSkew) || r.Flags.Has(localstream.FlagLate):
+			t.Errorf("chunk at %d dated %s flags %b", r.Offset, time.Unix(0, r.EventTime).UTC(), r.Flags)
+		default:
+			good++
+		}
+	}
+	if skewed == 0 || good == 0 || d.c.snapshot().ClockSkewChunks != uint64(skewed) {
+		t.Fatalf("%d chunks dated 1968, %d good, %d counted skewed", skewed, good, d.c.snapshot().ClockSkewChunks)
+	}
+	t.Logf("%d chunks dated 1968 (flagged), %d after the good report; tracker %+v", skewed, good, tr.Stats())
+}
