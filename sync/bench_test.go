@@ -72,7 +72,7 @@ func rawPublish(b *testing.B, nc *nats.Conn, stream, agent string, recs []locals
 	ctx := context.Background()
 	var prevSeq, txn uint64
 	for i := 0; i < len(recs); {
-		bp, _ := jetstreamext.NewBatchPublisher(sink.js, jetstreamext.BatchFlowControl{AckTimeout: 5 * time.Second})
+		bp, _ := jetstreamext.NewBatchPublisher(sink.link.js, jetstreamext.BatchFlowControl{AckTimeout: 5 * time.Second})
 		txn++
 		var bytes int64
 		n := 0

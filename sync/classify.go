@@ -21,7 +21,9 @@ const (
 	// fencing decides from the record now on the cut subject.
 	Conflict
 	// Permanent: fenced, stream misconfigured, atomic publish unsupported,
-	// message too large, central cut does not fit. The stream stops.
+	// central cut does not fit. The stream stops (and says so in /healthz).
+	// An event too large for the centre is not an error of the stream: it
+	// is replaced by a marker.
 	Permanent
 )
 
@@ -41,10 +43,14 @@ func Classify(err error) ErrorClass {
 	switch {
 	case err == nil:
 		return Retryable
+	case errors.Is(err, errBatchLimit), errors.Is(err, ErrMessageTooLarge), errors.Is(err, nats.ErrMaxPayload):
+		// The sink lowered its limits, or the max payload changed with a
+		// new connection: the transaction is built again within them.
+		return Retryable
 	case errors.Is(err, ErrFenced), errors.Is(err, ErrAtomicUnsupported),
-		errors.Is(err, ErrStreamMisconfigured), errors.Is(err, ErrMessageTooLarge),
+		errors.Is(err, ErrStreamMisconfigured),
 		errors.Is(err, ErrCutMismatch), errors.Is(err, ErrConfig),
-		errors.Is(err, nats.ErrMaxPayload), errors.Is(err, ErrCorruptRecord):
+		errors.Is(err, ErrCorruptRecord):
 		return Permanent
 	case errors.Is(err, context.Canceled):
 		return Retryable
@@ -54,7 +60,7 @@ func Classify(err error) ErrorClass {
 		switch api.ErrorCode {
 		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 			return Conflict
-		case jetstreamext.JSErrCodeBatchPublishNotEnabled, jetstreamext.JSErrCodeBatchPublishExceedsLimit,
+		case jetstreamext.JSErrCodeBatchPublishNotEnabled,
 			jetstreamext.JSErrCodeBatchPublishUnsupportedHeader, jetstreamext.JSErrCodeBatchPublishInvalidID:
 			return Permanent
 		}

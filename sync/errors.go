@@ -25,8 +25,13 @@ var (
 	// ErrStreamMisconfigured: EDGE_<STREAM> exists with settings that break
 	// the contract (subjects, atomic publish, direct get). Permanent.
 	ErrStreamMisconfigured = errors.New("sync: central stream misconfigured")
-	// ErrMessageTooLarge: an event does not fit the server's max payload. Permanent.
+	// ErrMessageTooLarge: an event does not fit the server's max payload.
+	// It concerns that event only: the replicator sends a marker in its
+	// place (Txn.AddMarker) and goes on.
 	ErrMessageTooLarge = errors.New("sync: event larger than the central max payload")
+	// errBatchLimit: the server refused a batch for its batch limits; the
+	// sink lowered its limits, and the transaction is retried within them.
+	errBatchLimit = errors.New("sync: over the central batch limits")
 	// ErrCutMismatch: the central commit record's cut does not fit the local
 	// stream (data lost locally, or another agent's record). Permanent.
 	ErrCutMismatch = errors.New("sync: central cut does not fit the local stream")

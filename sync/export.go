@@ -72,8 +72,8 @@ func ExportVideo(ctx context.Context, nc *nats.Conn, o ExportOptions, w io.Write
 		if err != nil {
 			return st, err
 		}
-		if it.Kind != ItemEvent {
-			continue
+		if it.Kind != ItemEvent || it.Event.Dropped != "" {
+			continue // a marker has no video (its keyframe flag is the lost chunk's)
 		}
 		rec := it.Event.Record
 		key := rec.Flags.Has(localstream.FlagKeyframe)

@@ -204,6 +204,22 @@ func waitCaughtUp(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent str
 // watermark lower ≤ the time of every non-late event committed after it.
 func verifyCentral(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string) (events, commits int) {
 	t.Helper()
+	events, commits, _ = verifyCentralWith(t, nc, st, agent, nil)
+	return events, commits
+}
+
+// verifyCentralMarked is verifyCentral where the events at marked
+// positions must have arrived as markers (see CentralEvent.Dropped); it
+// returns the markers.
+func verifyCentralMarked(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string, marked map[localstream.Position]bool) map[localstream.Position]CentralEvent {
+	t.Helper()
+	_, _, markers := verifyCentralWith(t, nc, st, agent, marked)
+	return markers
+}
+
+func verifyCentralWith(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string, marked map[localstream.Position]bool) (events, commits int, markers map[localstream.Position]CentralEvent) {
+	t.Helper()
+	markers = map[localstream.Position]CentralEvent{}
 	local := localEvents(t, st)
 	items, err := ReadAll(testCtx(t, 60*time.Second), nc, testStream, ReadOptions{Agent: agent})
 	if err != nil {
@@ -238,7 +254,18 @@ func verifyCentral(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent st
 			if !ok {
 				t.Fatalf("seq %d: central event %s is not in the local store", it.Seq, r.Position)
 			}
-			if !reflect.DeepEqual(want, r) {
+			switch {
+			case marked[r.Position]:
+				if it.Event.Dropped == "" {
+					t.Fatalf("seq %d: event %s arrived, want a marker", it.Seq, r.Position)
+				}
+				if r.RoutingKey != want.RoutingKey || r.Writer != want.Writer || r.EventTime != want.EventTime {
+					t.Fatalf("seq %d: marker %+v does not name the event %s of %q/%q", it.Seq, r, r.Position, want.RoutingKey, want.Writer)
+				}
+				markers[r.Position] = it.Event
+			case it.Event.Dropped != "":
+				t.Fatalf("seq %d: event %s arrived as a marker: %s", it.Seq, r.Position, it.Event.Dropped)
+			case !reflect.DeepEqual(want, r):
 				t.Fatalf("seq %d: central event differs:\n got %+v\nwant %+v", it.Seq, r, want)
 			}
 			if it.Event.Txn != txn+1 {
@@ -266,7 +293,7 @@ func verifyCentral(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent st
 	if len(lowers) > 0 && lowers[len(lowers)-1] == 0 && len(local) > 0 {
 		t.Fatalf("last commit has no watermark")
 	}
-	return events, commits
+	return events, commits, markers
 }
 
 // itoa is strconv.Itoa for brevity in env building.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,6 +37,11 @@ type JetStreamOptions struct {
 	// message per event, as before version 2; for consumers that read
 	// the subjects directly). Both are read back.
 	Layout int
+	// Limits are the server's limits as configured there; zero fields
+	// are nats-server's defaults (DefaultLimits). The max payload is
+	// always the one the server announces; the batch limits are lowered
+	// to what the server's rejections say.
+	Limits Limits
 	// Now is the clock for commit records. Default time.Now.
 	Now func() time.Time
 }
@@ -43,29 +49,40 @@ type JetStreamOptions struct {
 // JetStreamSink is the Sink on NATS JetStream with atomic batch publish
 // (orbit.go jetstreamext, ADR-50). It is safe for concurrent use.
 type JetStreamSink struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
+	link     *link
 	agent    string
 	instance string
 	opts     JetStreamOptions
 
-	// status receives the connection's disconnects; watch turns each into
-	// closing lost, which aborts every request in flight: its answer can
-	// never come over the new connection, and waiting out a timeout would
-	// delay the recovery.
-	status chan nats.Status
-	mu     stdsync.Mutex
-	lost   chan struct{} // guarded by mu
-	done   chan struct{}
-	closed bool // guarded by mu
+	// batchSize is the max batch size learned from the server's
+	// rejections (0: none yet).
+	batchSize atomic.Int64
+	// serialUntil (Unix ns) keeps one open batch per stream until then:
+	// the server refused a second one.
+	serialUntil atomic.Int64
+
+	mu stdsync.Mutex
+	// open counts each stream's batches that have sent a message and are
+	// neither committed nor discarded. Guarded by mu.
+	open map[string]int
 }
 
 // NewJetStreamSink returns the sink of agent on nc. instance should be
-// random per process run (it marks the commit records of this run).
+// random per process run (it marks the commit records of this run). When
+// nc closes for good (a server error nats.go does not recover from), the
+// sink dials a new connection with nc's options, and closes that one in
+// Close; nc itself stays the caller's.
 func NewJetStreamSink(nc *nats.Conn, agent, instance string, opts JetStreamOptions) (*JetStreamSink, error) {
 	if agent == "" {
 		return nil, fmt.Errorf("%w: agent id is required", ErrConfig)
 	}
+	if len(EscapeToken(agent)) > MaxTokenBytes {
+		return nil, fmt.Errorf("%w: agent id of %d bytes: its subject token is over %d bytes", ErrConfig, len(agent), MaxTokenBytes)
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, err
+	}
+	opts.Limits = opts.Limits.withDefaults()
 	if opts.Replicas <= 0 {
 		opts.Replicas = 1
 	}
@@ -82,63 +99,86 @@ func NewJetStreamSink(nc *nats.Conn, agent, instance string, opts JetStreamOptio
 	default:
 		return nil, fmt.Errorf("%w: layout %d (1 or 2)", ErrConfig, opts.Layout)
 	}
-	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(opts.RequestTimeout))
+	l, err := newLink(nc, opts.RequestTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("sync: jetstream: %w", err)
+		return nil, err
 	}
-	s := &JetStreamSink{nc: nc, js: js, agent: agent, instance: instance, opts: opts,
-		status: nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED),
-		lost:   make(chan struct{}), done: make(chan struct{})}
-	go s.watch()
-	return s, nil
+	return &JetStreamSink{link: l, agent: agent, instance: instance, opts: opts, open: map[string]int{}}, nil
 }
 
-// watch closes lost on every disconnect, until Close.
-func (s *JetStreamSink) watch() {
-	defer close(s.done)
-	for st := range s.status {
-		s.mu.Lock()
-		close(s.lost)
-		s.lost = make(chan struct{})
-		s.mu.Unlock()
-		if st == nats.CLOSED {
-			return
-		}
-	}
-}
-
-// Close stops the sink's watcher (the connection is the caller's). It is
-// idempotent.
+// Close stops the sink's watcher and closes the connections it dialed
+// (the one it was given is the caller's). It is idempotent.
 func (s *JetStreamSink) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil
-	}
-	s.closed = true
-	s.mu.Unlock()
-	s.nc.RemoveStatusListener(s.status)
-	select {
-	case <-s.done:
-	case <-time.After(time.Second):
-	}
+	s.link.close()
 	return nil
 }
 
-// linkCtx derives a context that ends when the link drops.
-func (s *JetStreamSink) linkCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	s.mu.Lock()
-	lost := s.lost
-	s.mu.Unlock()
-	ctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case <-lost:
-			cancel(errLinkLost)
-		case <-ctx.Done():
+// Conn is the sink's current connection (for status).
+func (s *JetStreamSink) Conn() *nats.Conn { return s.link.conn() }
+
+// ConnectionsReplaced counts closed connections the sink replaced.
+func (s *JetStreamSink) ConnectionsReplaced() uint64 { return s.link.replaced.Load() }
+
+// Limits are the server's limits as the sink knows them now: the max
+// payload of the current connection's INFO, the configured batch limits
+// lowered by the server's rejections.
+func (s *JetStreamSink) Limits() Limits {
+	l := s.opts.Limits
+	if mp := s.link.conn().MaxPayload(); mp > 0 {
+		l.MaxPayload = mp
+	}
+	if n := int(s.batchSize.Load()); n > 0 && n < l.MaxBatchSize {
+		l.MaxBatchSize = n
+	}
+	if s.opts.Now().UnixNano() < s.serialUntil.Load() {
+		l.MaxBatchInflight = 1
+	}
+	return l
+}
+
+// serialFor is how long the sink keeps one open batch per stream after
+// the server refused a second: then it tries pipelining again (the
+// server's configuration may have changed; a refusal costs one retry).
+const serialFor = time.Minute
+
+// learn lowers the batch limits after the rejection err of a batch of n
+// messages, opened while overlapped other batches of its stream were
+// open; it reports whether err was such a rejection. A server that keeps
+// one open batch per stream drops the first message of a second one
+// without a word (nobody waits for its ack), so the batch's commit finds
+// it incomplete: an incomplete overlapped batch counts as a refusal.
+func (s *JetStreamSink) learn(err error, n int, overlapped bool) bool {
+	if limit, ok := batchTooLarge(err); ok {
+		if limit <= 0 || limit >= n {
+			limit = max(n/2, 1)
 		}
-	}()
-	return ctx, func() { cancel(nil) }
+		s.batchSize.Store(int64(limit))
+		return true
+	}
+	if tooManyInflight(err) || overlapped && batchIncomplete(err) {
+		s.serialUntil.Store(s.opts.Now().Add(serialFor).UnixNano())
+		return true
+	}
+	return false
+}
+
+// opened notes a batch of stream that sent its first message and tells
+// whether another one was open then.
+func (s *JetStreamSink) opened(stream string) (overlapped bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	overlapped = s.open[stream] > 0
+	s.open[stream]++
+	return overlapped
+}
+
+// finished notes a batch of stream committed (or failed) or discarded.
+func (s *JetStreamSink) finished(stream string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open[stream]--; s.open[stream] <= 0 {
+		delete(s.open, stream)
+	}
 }
 
 // Agent is the agent id the sink writes as.
@@ -148,18 +188,22 @@ func (s *JetStreamSink) Agent() string { return s.agent }
 // allow_atomic when missing; an existing stream must allow atomic publish
 // and cover edge.<stream>.>.
 func (s *JetStreamSink) Prepare(ctx context.Context, stream string) error {
-	if v := s.nc.ConnectedServerVersion(); v != "" && !serverAtLeast(v, 2, 12) {
+	nc, js, err := s.link.get()
+	if err != nil {
+		return err
+	}
+	if v := nc.ConnectedServerVersion(); v != "" && !serverAtLeast(v, 2, 12) {
 		return fmt.Errorf("%w: server version %s", ErrAtomicUnsupported, v)
 	}
 	name := StreamName(stream)
 	subj := "edge." + stream + ".>"
 	ctx, cancel := withDefaultTimeout(ctx, s.opts.RequestTimeout)
 	defer cancel()
-	ctx, cancelLink := s.linkCtx(ctx)
+	ctx, cancelLink := s.link.ctx(ctx)
 	defer cancelLink()
-	st, err := s.js.Stream(ctx, name)
+	st, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = s.js.CreateStream(ctx, jetstream.StreamConfig{
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:               name,
 			Description:        "edge-agent stream " + stream + " (see DESIGN.md, the central store)",
 			Subjects:           []string{subj},
@@ -169,7 +213,7 @@ func (s *JetStreamSink) Prepare(ctx context.Context, stream string) error {
 			AllowAtomicPublish: true,
 		})
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = s.js.Stream(ctx, name)
+			st, err = js.Stream(ctx, name)
 		}
 	}
 	if err != nil {
@@ -224,9 +268,13 @@ const errCodeNoMessage = 10037
 // $JS.API.STREAM.MSG.GET, which the stream leader answers (a direct get
 // could be served by a lagging replica).
 func (s *JetStreamSink) LastCommitted(ctx context.Context, stream string) (Committed, error) {
-	ctx, cancel := s.linkCtx(ctx)
+	nc, _, err := s.link.get()
+	if err != nil {
+		return Committed{}, err
+	}
+	ctx, cancel := s.link.ctx(ctx)
 	defer cancel()
-	return lastCommitted(ctx, s.nc, stream, s.agent, min(s.opts.RequestTimeout, 2*time.Second))
+	return lastCommitted(ctx, nc, stream, s.agent, min(s.opts.RequestTimeout, 2*time.Second))
 }
 
 func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, timeout time.Duration) (Committed, error) {
@@ -257,20 +305,21 @@ func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, tim
 	return Committed{Seq: r.Message.Seq, Record: rec}, nil
 }
 
-// Begin starts transaction number.
+// Begin starts transaction number on the current connection, within the
+// limits known now.
 func (s *JetStreamSink) Begin(stream string, number uint64) Txn {
 	if s.opts.Layout == 1 {
-		return &jsTxn{sink: s, stream: stream, number: number}
+		return &jsTxn{sink: s, stream: stream, number: number, limits: s.Limits()}
 	}
 	return &packTxn{sink: s, stream: stream, number: number, w: newPackWriter()}
 }
 
-// MaxTxnEvents is the most events one transaction may hold: the server's
-// batch size for layout 1 (a message per event); for layout 2 only the
-// max payload bounds it.
+// MaxTxnEvents is the most events one transaction may hold: for layout 1
+// (a message per event) the server's max batch size as known now, less
+// the commit record; for layout 2 only the max payload bounds it.
 func (s *JetStreamSink) MaxTxnEvents() int {
 	if s.opts.Layout == 1 {
-		return 999
+		return max(s.Limits().MaxBatchSize-1, 1)
 	}
 	return maxPackEvents
 }
@@ -284,10 +333,14 @@ type jsTxn struct {
 	sink   *JetStreamSink
 	stream string
 	number uint64
+	limits Limits
 	bp     jetstreamext.BatchPublisher
-	n      int
-	bytes  int64
-	closed bool
+	// overlapped: another batch of the stream was open when this one
+	// sent its first message.
+	overlapped bool
+	n          int
+	bytes      int64
+	closed     bool
 }
 
 func (t *jsTxn) Len() int       { return t.n }
@@ -296,7 +349,11 @@ func (t *jsTxn) Number() uint64 { return t.number }
 
 func (t *jsTxn) publisher() (jetstreamext.BatchPublisher, error) {
 	if t.bp == nil {
-		bp, err := jetstreamext.NewBatchPublisher(t.sink.js, jetstreamext.BatchFlowControl{
+		_, js, err := t.sink.link.get()
+		if err != nil {
+			return nil, err
+		}
+		bp, err := jetstreamext.NewBatchPublisher(js, jetstreamext.BatchFlowControl{
 			AckFirst:   t.sink.opts.AckFirst,
 			AckTimeout: t.sink.opts.RequestTimeout,
 		})
@@ -304,30 +361,60 @@ func (t *jsTxn) publisher() (jetstreamext.BatchPublisher, error) {
 			return nil, err
 		}
 		t.bp = bp
+		t.overlapped = t.sink.opened(t.stream)
 	}
 	return t.bp, nil
 }
 
-// msgSize is the size the server checks against max payload.
-func msgSize(m *nats.Msg) int {
-	n := len(m.Data) + len("NATS/1.0\r\n\r\n")
+// batchHeaderBytes is what the batch publisher adds to a message:
+// "Nats-Batch-Id: <22>\r\n" and "Nats-Batch-Sequence: <≤20 digits>\r\n",
+// rounded up.
+const batchHeaderBytes = 96
+
+// msgSize is the size nats.go and the server check against the max
+// payload: header block and data, with the batch headers to come.
+func msgSize(m *nats.Msg) int64 {
+	n := len(m.Data) + len("NATS/1.0\r\n\r\n") + batchHeaderBytes
 	for k, vs := range m.Header {
 		for _, v := range vs {
 			n += len(k) + len(v) + 4
 		}
 	}
-	return n + 64 // batch headers added by the publisher
+	return int64(n)
 }
 
-// Add sends one event.
+// Add sends one event. An event that does not fit the max payload is not
+// sent: the error wraps ErrMessageTooLarge, and the caller sends a marker
+// in its place (AddMarker); the transaction stays usable.
 func (t *jsTxn) Add(ctx context.Context, rec localstream.Record) error {
 	if t.closed {
 		return ErrTxnClosed
 	}
 	m := EncodeEvent(t.stream, t.sink.agent, t.number, rec)
-	if mp := t.sink.nc.MaxPayload(); mp > 0 && int64(msgSize(m)) > mp {
-		return fmt.Errorf("%w: event %s of %d bytes, max payload %d", ErrMessageTooLarge, rec.Position, msgSize(m), mp)
+	if n := msgSize(m); n > t.limits.MaxPayload {
+		return fmt.Errorf("%w: event %s of %d bytes (payload %d) over the central max payload %d", ErrMessageTooLarge, rec.Position, n, len(rec.Payload), t.limits.MaxPayload)
 	}
+	return t.send(m, int64(len(rec.Payload)))
+}
+
+// markerKeep bounds the writer and routing key a marker carries when the
+// whole ones do not fit (only for keys and writers near the max payload).
+const markerKeep = 1 << 10
+
+// AddMarker sends, in place of rec, the marker that names its position
+// and the reason it could not be sent.
+func (t *jsTxn) AddMarker(ctx context.Context, rec localstream.Record, reason string) error {
+	if t.closed {
+		return ErrTxnClosed
+	}
+	m := EncodeMarker(t.stream, t.sink.agent, t.number, rec, reason, false)
+	if msgSize(m) > t.limits.MaxPayload {
+		m = EncodeMarker(t.stream, t.sink.agent, t.number, rec, reason, true)
+	}
+	return t.send(m, 0)
+}
+
+func (t *jsTxn) send(m *nats.Msg, payload int64) error {
 	bp, err := t.publisher()
 	if err != nil {
 		return err
@@ -336,12 +423,13 @@ func (t *jsTxn) Add(ctx context.Context, rec localstream.Record) error {
 		return fmt.Errorf("sync: txn %d add: %w", t.number, err)
 	}
 	t.n++
-	t.bytes += int64(len(rec.Payload))
+	t.bytes += payload
 	return nil
 }
 
 // Commit sends the commit record, expecting the previous commit's sequence
-// on the cut subject (fencing).
+// on the cut subject (fencing). A rejection for the server's batch limits
+// lowers the sink's limits before it is returned.
 func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error) {
 	if t.closed {
 		return Committed{}, ErrTxnClosed
@@ -356,13 +444,17 @@ func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.Stre
 	if err != nil {
 		return Committed{}, err
 	}
+	defer t.sink.finished(t.stream)
 	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
 	m.Header.Set(HdrContentType, "application/json")
 	m.Data = data
-	ctx, cancel := t.sink.linkCtx(ctx)
+	ctx, cancel := t.sink.link.ctx(ctx)
 	defer cancel()
 	ack, err := bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectLastSequencePerSubject(prev.Seq))
 	if err != nil {
+		if t.sink.learn(err, t.n+1, t.overlapped) {
+			err = fmt.Errorf("%w: %w", errBatchLimit, err)
+		}
 		return Committed{}, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
 	}
 	return Committed{Seq: ack.Sequence, Record: rec}, nil
@@ -374,7 +466,26 @@ func (t *jsTxn) Discard() {
 		return
 	}
 	t.closed = true
-	if t.bp != nil {
-		t.bp.Discard()
+	if t.bp == nil {
+		return
 	}
+	defer t.sink.finished(t.stream)
+	// The server keeps an abandoned batch open until its batch timeout
+	// (10 s), and while it is open, a server with one open batch per stream
+	// refuses the next. A commit that must fail (it expects another stream)
+	// makes the server drop the batch now. Bounded by abortTimeout; a
+	// dropped link ends it at once.
+	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
+	ctx, cancel := context.WithTimeout(context.Background(), min(t.sink.opts.RequestTimeout, abortTimeout))
+	defer cancel()
+	ctx, cancelLink := t.sink.link.ctx(ctx)
+	defer cancelLink()
+	t.bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectStream(abortStream))
 }
+
+// abortStream is a stream name no central stream has (EDGE_<STREAM> is
+// upper case): a commit expecting it always fails.
+const abortStream = "edge-agent-abort"
+
+// abortTimeout bounds the wait for the server's refusal of an abort.
+const abortTimeout = time.Second

@@ -30,6 +30,9 @@ const (
 	HdrMqttTopic      = "Edge-Mqtt-Topic"
 	HdrFramePts       = "Edge-Frame-Pts"
 	HdrHeaders        = "Edge-Headers"
+	HdrRoutingKey     = "Edge-Routing-Key"
+	HdrDropped        = "Edge-Dropped"
+	HdrTruncated      = "Edge-Truncated"
 	localMqttTopicKey = "mqtt-topic"
 	localFramePtsKey  = "frame-pts"
 )
@@ -50,33 +53,27 @@ var flagHeaders = []struct {
 
 // EncodeEvent builds the data message of one local record in transaction txn.
 func EncodeEvent(stream, agent string, txn uint64, rec localstream.Record) *nats.Msg {
-	m := nats.NewMsg(DataSubject(stream, agent, rec.RoutingKey))
+	m := encodePosition(stream, agent, txn, KeyToken(rec.RoutingKey), rec)
 	h := m.Header
-	h[HdrSegment] = []string{strconv.FormatUint(uint64(rec.Segment), 10)}
-	h[HdrOffset] = []string{strconv.FormatUint(rec.Offset, 10)}
-	h[HdrEventTime] = []string{strconv.FormatInt(rec.EventTime, 10)}
-	h[HdrIngestTime] = []string{strconv.FormatInt(rec.IngestTime, 10)}
-	h[HdrWriter] = []string{rec.Writer}
-	h[HdrTxn] = []string{strconv.FormatUint(txn, 10)}
 	for _, f := range flagHeaders {
 		if rec.Flags.Has(f.flag) {
 			h[f.hdr] = []string{"1"}
 		}
 	}
 	if rec.ContentType != "" {
-		h[HdrContentType] = []string{rec.ContentType}
+		h[HdrContentType] = []string{EncodeHeaderValue(rec.ContentType)}
 	}
 	var order []string
 	for _, kv := range rec.Headers {
 		switch kv.Key {
 		case localMqttTopicKey:
 			if _, dup := h[HdrMqttTopic]; !dup {
-				h[HdrMqttTopic] = []string{kv.Value}
+				h[HdrMqttTopic] = []string{EncodeHeaderValue(kv.Value)}
 				continue
 			}
 		case localFramePtsKey:
 			if _, dup := h[HdrFramePts]; !dup {
-				h[HdrFramePts] = []string{kv.Value}
+				h[HdrFramePts] = []string{EncodeHeaderValue(kv.Value)}
 				continue
 			}
 		}
@@ -86,6 +83,50 @@ func EncodeEvent(stream, agent string, txn uint64, rec localstream.Record) *nats
 		h[HdrHeaders] = []string{strings.Join(order, "&")}
 	}
 	m.Data = rec.Payload
+	return m
+}
+
+// EncodeMarker builds the marker that replaces, at the centre, an event
+// that cannot be sent: its position, routing key, writer, times and
+// flags, the reason in Edge-Dropped, and no payload.
+//
+// truncate cuts the writer and routing key the marker carries to their
+// first markerKeep bytes and sets Edge-Truncated (for the rare key or
+// writer too long for even a marker); the subject keeps the whole key's
+// token, so a drone filter still finds the marker.
+func EncodeMarker(stream, agent string, txn uint64, rec localstream.Record, reason string, truncate bool) *nats.Msg {
+	tok := KeyToken(rec.RoutingKey)
+	if truncate {
+		rec.Writer = rec.Writer[:min(len(rec.Writer), markerKeep)]
+		rec.RoutingKey = rec.RoutingKey[:min(len(rec.RoutingKey), markerKeep)]
+	}
+	m := encodePosition(stream, agent, txn, tok, rec)
+	if truncate {
+		m.Header[HdrTruncated] = []string{"1"}
+	}
+	for _, f := range flagHeaders {
+		if rec.Flags.Has(f.flag) {
+			m.Header[f.hdr] = []string{"1"}
+		}
+	}
+	m.Header[HdrDropped] = []string{EncodeHeaderValue(reason)}
+	return m
+}
+
+// encodePosition starts a data message: subject and the headers every
+// data message has.
+func encodePosition(stream, agent string, txn uint64, tok string, rec localstream.Record) *nats.Msg {
+	m := nats.NewMsg(dataSubject(stream, agent, tok))
+	h := m.Header
+	h[HdrSegment] = []string{strconv.FormatUint(uint64(rec.Segment), 10)}
+	h[HdrOffset] = []string{strconv.FormatUint(rec.Offset, 10)}
+	h[HdrEventTime] = []string{strconv.FormatInt(rec.EventTime, 10)}
+	h[HdrIngestTime] = []string{strconv.FormatInt(rec.IngestTime, 10)}
+	h[HdrWriter] = []string{EncodeHeaderValue(rec.Writer)}
+	h[HdrTxn] = []string{strconv.FormatUint(txn, 10)}
+	if hashedToken(tok) {
+		h[HdrRoutingKey] = []string{EncodeHeaderValue(rec.RoutingKey)}
+	}
 	return m
 }
 
@@ -101,6 +142,10 @@ type CentralEvent struct {
 	// Headers come back as: mqtt-topic, frame-pts, then the others in their
 	// original order.
 	Record localstream.Record
+	// Dropped is set on a marker: the event at Record's position could not
+	// be sent (the reason); Record has its position, routing key, writer
+	// and times, and no payload.
+	Dropped string
 }
 
 // DecodeEvent decodes a data message. subj is its subject, h its headers.
@@ -115,6 +160,21 @@ func DecodeEvent(subj string, h nats.Header, data []byte) (CentralEvent, error) 
 	ev := CentralEvent{Stream: p.stream, Agent: p.agent}
 	r := &ev.Record
 	r.RoutingKey = p.routingKey
+	text := func(key string) (string, error) {
+		v, err := DecodeHeaderValue(h.Get(key))
+		if err != nil {
+			return "", fmt.Errorf("header %s: %w", key, err)
+		}
+		return v, nil
+	}
+	if hashedToken(p.keyToken) {
+		if r.RoutingKey, err = text(HdrRoutingKey); err != nil {
+			return CentralEvent{}, err
+		}
+		if KeyToken(r.RoutingKey) != p.keyToken && h.Get(HdrTruncated) != "1" {
+			return CentralEvent{}, fmt.Errorf("%w: header %s does not match the subject token %q", ErrCorruptRecord, HdrRoutingKey, p.keyToken)
+		}
+	}
 	num := func(key string, bits int, signed bool) (uint64, int64, error) {
 		v := h.Get(key)
 		if signed {
@@ -149,18 +209,33 @@ func DecodeEvent(subj string, h nats.Header, data []byte) (CentralEvent, error) 
 	if ev.Txn, _, err = num(HdrTxn, 64, false); err != nil {
 		return CentralEvent{}, err
 	}
-	r.Writer = h.Get(HdrWriter)
+	if r.Writer, err = text(HdrWriter); err != nil {
+		return CentralEvent{}, err
+	}
 	for _, f := range flagHeaders {
 		if h.Get(f.hdr) == "1" {
 			r.Flags |= f.flag
 		}
 	}
-	r.ContentType = h.Get(HdrContentType)
-	if v, ok := h[HdrMqttTopic]; ok && len(v) > 0 {
-		r.Headers = append(r.Headers, localstream.Header{Key: localMqttTopicKey, Value: v[0]})
+	if r.ContentType, err = text(HdrContentType); err != nil {
+		return CentralEvent{}, err
 	}
-	if v, ok := h[HdrFramePts]; ok && len(v) > 0 {
-		r.Headers = append(r.Headers, localstream.Header{Key: localFramePtsKey, Value: v[0]})
+	if _, ok := h[HdrDropped]; ok {
+		if ev.Dropped, err = text(HdrDropped); err != nil {
+			return CentralEvent{}, err
+		}
+		if ev.Dropped == "" {
+			ev.Dropped = "unknown"
+		}
+	}
+	for _, k := range []struct{ hdr, local string }{{HdrMqttTopic, localMqttTopicKey}, {HdrFramePts, localFramePtsKey}} {
+		if v, ok := h[k.hdr]; ok && len(v) > 0 {
+			dv, err := DecodeHeaderValue(v[0])
+			if err != nil {
+				return CentralEvent{}, fmt.Errorf("header %s: %w", k.hdr, err)
+			}
+			r.Headers = append(r.Headers, localstream.Header{Key: k.local, Value: dv})
+		}
 	}
 	if s := h.Get(HdrHeaders); s != "" {
 		for part := range strings.SplitSeq(s, "&") {

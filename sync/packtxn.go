@@ -38,11 +38,7 @@ func (t *packTxn) Number() uint64 { return t.number }
 
 // limit is the largest pack body of one message.
 func (t *packTxn) limit() int {
-	mp := t.sink.nc.MaxPayload()
-	if mp <= 0 {
-		mp = 1 << 20
-	}
-	return max(int(mp)-packReserve, 1024)
+	return max(int(t.sink.Limits().MaxPayload)-packReserve, 1024)
 }
 
 // fits reports whether rec still fits the transaction's one message. The
@@ -59,12 +55,27 @@ func (t *packTxn) Add(ctx context.Context, rec localstream.Record) error {
 	if t.n > 0 && !t.fits(&rec) {
 		return fmt.Errorf("%w: event %s does not fit transaction %d", errTxnFull, rec.Position, t.number)
 	}
-	if mp := t.sink.nc.MaxPayload(); mp > 0 && int64(t.w.sizeWith(&rec)-t.w.size()+64) > mp {
-		return fmt.Errorf("%w: event %s of %d bytes, max payload %d", ErrMessageTooLarge, rec.Position, len(rec.Payload), mp)
+	if mp := t.sink.Limits().MaxPayload; int64(t.w.sizeWith(&rec)-t.w.size()+64) > mp {
+		return fmt.Errorf("%w: event %s of %d bytes (payload %d) over the central max payload %d", ErrMessageTooLarge, rec.Position, t.w.sizeWith(&rec)-t.w.size()+64, len(rec.Payload), mp)
 	}
 	t.w.add(&rec)
 	t.n++
 	t.bytes += int64(len(rec.Payload))
+	return nil
+}
+
+// AddMarker packs, in place of rec, the marker that names its position
+// and the reason it could not be sent (see the package doc, markers).
+func (t *packTxn) AddMarker(ctx context.Context, rec localstream.Record, reason string) error {
+	if t.closed {
+		return ErrTxnClosed
+	}
+	m := packMarker(rec, reason, false)
+	if int64(t.w.sizeWith(&m)-t.w.size()+64) > t.sink.Limits().MaxPayload {
+		m = packMarker(rec, reason, true)
+	}
+	t.w.add(&m)
+	t.n++
 	return nil
 }
 
@@ -78,21 +89,25 @@ func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.St
 	now := t.sink.opts.Now().UnixNano()
 	pc := &packCommit{Txn: t.number, Instance: t.sink.instance, CommittedAtNs: now,
 		Events: t.n, Bytes: t.bytes, Cut: cut, Watermark: wm, Chain: meta}
-	ctx, cancel := t.sink.linkCtx(ctx)
+	_, js, err := t.sink.link.get()
+	if err != nil {
+		return Committed{}, err
+	}
+	ctx, cancel := t.sink.link.ctx(ctx)
 	defer cancel()
 	data := t.w.encode(pc, t.number)
 	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
 	m.Data = data
 	var seq uint64
-	if mp := t.sink.nc.MaxPayload(); mp <= 0 || int64(len(data)+128) <= mp {
-		ack, err := t.sink.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev.Seq), jetstream.WithRetryAttempts(0))
+	if mp := t.sink.Limits().MaxPayload; int64(len(data)+128) <= mp {
+		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev.Seq), jetstream.WithRetryAttempts(0))
 		if err != nil {
 			return Committed{}, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
 		}
 		seq = ack.Sequence
 	} else {
 		var err error
-		if seq, err = t.commitSplit(ctx, prev, pc); err != nil {
+		if seq, err = t.commitSplit(ctx, js, prev, pc); err != nil {
 			return Committed{}, err
 		}
 	}
@@ -102,8 +117,8 @@ func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.St
 // commitSplit sends the events as a part and the commit record after it,
 // in one atomic batch whose first message is acked, so that a refusal
 // (too many batches in flight) is read, not guessed.
-func (t *packTxn) commitSplit(ctx context.Context, prev Committed, pc *packCommit) (uint64, error) {
-	bp, err := jetstreamext.NewBatchPublisher(t.sink.js, jetstreamext.BatchFlowControl{
+func (t *packTxn) commitSplit(ctx context.Context, js jetstream.JetStream, prev Committed, pc *packCommit) (uint64, error) {
+	bp, err := jetstreamext.NewBatchPublisher(js, jetstreamext.BatchFlowControl{
 		AckFirst: true, AckTimeout: t.sink.opts.RequestTimeout})
 	if err != nil {
 		return 0, err

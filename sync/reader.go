@@ -116,7 +116,7 @@ func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	}
 	keyTok := "*"
 	if opts.RoutingKey != "" {
-		keyTok = EscapeToken(opts.RoutingKey)
+		keyTok = KeyToken(opts.RoutingKey)
 	}
 	// Layout 2 keeps events in the messages on the cut (and part)
 	// subjects; layout 1 on a data subject per routing key.
@@ -247,6 +247,9 @@ func (r *CentralReader) decode(subj string, h nats.Header, data []byte, seq uint
 		if err != nil {
 			return fmt.Errorf("seq %d: %w", seq, err)
 		}
+		if r.opts.RoutingKey != "" && ev.Record.RoutingKey != r.opts.RoutingKey {
+			return nil // another key with the same hashed token
+		}
 		ev.Seq = seq
 		r.items = append(r.items, Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]})
 		return nil
@@ -271,7 +274,8 @@ func (r *CentralReader) decode(subj string, h nats.Header, data []byte, seq uint
 			if r.opts.RoutingKey != "" && rec.RoutingKey != r.opts.RoutingKey {
 				continue
 			}
-			ev := CentralEvent{Seq: seq, Stream: p.stream, Agent: p.agent, Txn: pk.txn, Record: rec}
+			rec, dropped := packEvent(rec)
+			ev := CentralEvent{Seq: seq, Stream: p.stream, Agent: p.agent, Txn: pk.txn, Record: rec, Dropped: dropped}
 			r.items = append(r.items, Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]})
 		}
 	}

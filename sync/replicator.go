@@ -144,6 +144,7 @@ type Replicator struct {
 	txns, events, bytes         atomic.Uint64
 	retries, conflicts, adopted atomic.Uint64
 	wmRegressed, lost, rewinds  atomic.Uint64
+	dropped                     atomic.Uint64
 
 	mu stdsync.Mutex
 	// last is the latest commit known (ours or adopted). Guarded by mu.
@@ -274,21 +275,33 @@ func (r *Replicator) session(ctx context.Context) error {
 			<-fl.done
 		}
 	}()
+	settle := func() error { // waits for the commit in flight
+		if fl == nil {
+			return nil
+		}
+		<-fl.done
+		if fl.err != nil {
+			return fl.err
+		}
+		prev, fl = fl.c, nil
+		return nil
+	}
 	for {
+		if r.sink.Limits().MaxBatchInflight < 2 {
+			// The server keeps one open batch per stream: no pipelining.
+			if err := settle(); err != nil {
+				return err
+			}
+		}
 		txn := r.sink.Begin(name, next)
 		lastCut, ingest, err := r.collect(ctx, pf, txn, cut, fl)
 		if err != nil {
 			txn.Discard()
 			return err
 		}
-		if fl != nil {
-			<-fl.done
-			if fl.err != nil {
-				txn.Discard()
-				return fl.err
-			}
-			prev = fl.c
-			fl = nil
+		if err := settle(); err != nil {
+			txn.Discard()
+			return err
 		}
 		wm, err := r.watermark(lastCut, prev)
 		if err != nil {
@@ -361,7 +374,9 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 		rec := f.rec
 		rec.Segment = shift(rec.Segment, r.base)
 		if err := txn.Add(ctx, rec); err != nil {
-			return err
+			if err := r.replace(ctx, txn, rec, err); err != nil {
+				return err
+			}
 		}
 		if txn.Len() == 1 {
 			closeAt = r.cfg.Now().Add(r.cfg.CommitInterval)
@@ -385,7 +400,8 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 	}
 	timer := time.NewTimer(r.cfg.IdleCommitInterval)
 	defer timer.Stop()
-	for txn.Len() < r.cfg.MaxTxnEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
+	maxEvents := r.txnEvents()
+	for txn.Len() < maxEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
 		// The commit interval holds under a backlog too: with events
 		// always ready (and each add paced by the uplink), only this check
 		// closes the transaction on time.

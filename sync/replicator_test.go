@@ -36,6 +36,7 @@ func startReplica(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent str
 	ctx, cancel := context.WithCancel(context.Background())
 	rp := &replica{r: r, done: make(chan error, 1), stop: cancel}
 	go func() { rp.done <- r.Run(ctx) }()
+	t.Cleanup(func() { sink.Close() }) // after the replicator stopped
 	t.Cleanup(func() { rp.close() })
 	return rp
 }

@@ -18,6 +18,9 @@ type Sink interface {
 	// Begin starts transaction number (the previous commit's txn + 1). Its
 	// events may be sent before the previous commit is acked.
 	Begin(stream string, number uint64) Txn
+	// Limits are the central limits as known now (transactions are sized
+	// below them).
+	Limits() Limits
 }
 
 // Txn is one transaction: events added in order, then one commit. It is
@@ -26,6 +29,10 @@ type Sink interface {
 type Txn interface {
 	// Add sends one event of the transaction.
 	Add(ctx context.Context, rec localstream.Record) error
+	// AddMarker sends, in place of rec, a marker with rec's position and
+	// the reason rec cannot be sent (after Add failed with
+	// ErrMessageTooLarge).
+	AddMarker(ctx context.Context, rec localstream.Record, reason string) error
 	// Commit sends the commit record (cut and watermark in central
 	// positions, meta), expecting prev to be the agent's last commit
 	// (fencing), and waits for the outcome. An error means the outcome is

@@ -27,7 +27,7 @@ func cutAt(stream string, off uint64) localstream.StreamCut {
 // streamMsgs returns the number of messages in EDGE_<stream>.
 func streamMsgs(t testing.TB, s *JetStreamSink, stream string) uint64 {
 	t.Helper()
-	st, err := s.js.Stream(testCtx(t, 5*time.Second), StreamName(stream))
+	st, err := s.link.js.Stream(testCtx(t, 5*time.Second), StreamName(stream))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,9 @@ import (
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
+// StateStopped is the state of a stream stopped by a permanent error.
+const StateStopped = "stopped"
+
 // StreamStats is a snapshot of one stream's replication, in flight terms.
 type StreamStats struct {
 	// Stream is the local stream; Priority its uplink priority.
@@ -51,6 +54,10 @@ type StreamStats struct {
 	CentralRewinds uint64 `json:"central_rewinds"`
 	// LastLoss describes the latest loss (empty: none since start).
 	LastLoss string `json:"last_loss,omitempty"`
+	// Dropped counts events replaced at the centre by a marker.
+	Dropped uint64 `json:"dropped"`
+	// Limits are the centre's limits the stream works within.
+	Limits Limits `json:"limits"`
 	// LastError is the latest error; Stopped holds the permanent one.
 	LastError string `json:"last_error,omitempty"`
 	Stopped   string `json:"stopped,omitempty"`
@@ -65,8 +72,8 @@ func (r *Replicator) Stats() StreamStats {
 		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
 		Txns: r.txns.Load(), Events: r.events.Load(), Bytes: r.bytes.Load(),
 		Retries: r.retries.Load(), Conflicts: r.conflicts.Load(), Adopted: r.adopted.Load(),
-		WatermarkFallbacks: r.wmRegressed.Load(),
-		Store:              r.store, EpochBase: last.Record.EpochBase,
+		WatermarkFallbacks: r.wmRegressed.Load(), Dropped: r.dropped.Load(), Limits: r.sink.Limits(),
+		Store: r.store, EpochBase: last.Record.EpochBase,
 		LostRanges: r.lost.Load(), CentralRewinds: r.rewinds.Load(), LastLoss: lastLoss,
 		LastTxn: last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,
 		WatermarkLowerNs: last.Record.Watermark.LowerNs, WatermarkUpperNs: last.Record.Watermark.UpperNs,

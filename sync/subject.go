@@ -1,6 +1,8 @@
 package sync
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
@@ -97,9 +99,47 @@ func StreamName(stream string) string {
 	return "EDGE_" + strings.ToUpper(stream)
 }
 
+// MaxTokenBytes bounds a subject token: an agent id or a routing key
+// whose escaped form is longer becomes a hashed token (KeyToken), so that
+// a subject stays far below the server's control line (4,096 bytes by
+// default) whatever a drone calls itself.
+const MaxTokenBytes = 128
+
+// hashMark separates a hashed token's prefix from its hash. EscapeToken
+// never writes "%%", so no plain or escaped token contains it.
+const hashMark = "%%"
+
+// hashHexLen is the hex digits of SHA-256 a hashed token ends with.
+const hashHexLen = 32
+
+// KeyToken is the subject token of a routing key: EscapeToken(key) when
+// that fits MaxTokenBytes, otherwise a hashed token — the longest prefix
+// of the escaped key that leaves room (cut between escapes), "%%", and the
+// first 16 bytes of SHA-256(key) in lower-case hex. A hashed token does
+// not hold the key: the message carries it in the Edge-Routing-Key header.
+func KeyToken(key string) string {
+	tok := EscapeToken(key)
+	if len(tok) <= MaxTokenBytes {
+		return tok
+	}
+	n := MaxTokenBytes - len(hashMark) - hashHexLen
+	for n > 0 && n < len(tok) && (tok[n-1] == '%' || n >= 2 && tok[n-2] == '%') {
+		n-- // never cut inside a %XX escape
+	}
+	sum := sha256.Sum256([]byte(key))
+	return tok[:n] + hashMark + hex.EncodeToString(sum[:hashHexLen/2])
+}
+
+// hashedToken reports whether tok is a hashed token (see KeyToken).
+func hashedToken(tok string) bool { return strings.Contains(tok, hashMark) }
+
 // DataSubject is the subject of one event.
 func DataSubject(stream, agent, routingKey string) string {
-	return "edge." + stream + "." + EscapeToken(agent) + ".data." + EscapeToken(routingKey)
+	return dataSubject(stream, agent, KeyToken(routingKey))
+}
+
+func dataSubject(stream, agent, keyToken string) string {
+	return "edge." + stream + "." + EscapeToken(agent) + ".data." + keyToken
 }
 
 // CutSubject is the subject of an agent's commit records.
@@ -128,6 +168,9 @@ type parsedSubject struct {
 	stream     string
 	agent      string
 	routingKey string
+	// keyToken is the routing key's token; when it is hashed, routingKey
+	// is empty and the key comes from the Edge-Routing-Key header.
+	keyToken string
 }
 
 // parseSubject decodes a central subject.
@@ -147,10 +190,13 @@ func parseSubject(subj string) (parsedSubject, error) {
 	case len(parts) == 4 && parts[3] == "part":
 		p.kind = subjectPart
 	case len(parts) == 5 && parts[3] == "data":
-		if p.routingKey, err = UnescapeToken(parts[4]); err != nil {
+		p.kind, p.keyToken = subjectData, parts[4]
+		if hashedToken(p.keyToken) {
+			break
+		}
+		if p.routingKey, err = UnescapeToken(p.keyToken); err != nil {
 			return parsedSubject{}, err
 		}
-		p.kind = subjectData
 	default:
 		return parsedSubject{}, fmt.Errorf("%w: subject %q is neither data, part nor cut", ErrCorruptRecord, subj)
 	}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/edge-agent/edge-agent/localstream"
 )
 
 func TestEscapeToken(t *testing.T) {
@@ -66,6 +68,53 @@ func FuzzToken(f *testing.F) {
 		}
 		if u, err := UnescapeToken(s); err == nil && EscapeToken(u) != s {
 			t.Fatalf("token %q accepted as %q but escapes to %q", s, u, EscapeToken(u))
+		}
+	})
+}
+
+func TestKeyTokenBounded(t *testing.T) {
+	for _, key := range []string{strings.Repeat("x", 4050), strings.Repeat("é.", 700), strings.Repeat("a", 126) + "%", strings.Repeat(".", 43)} {
+		tok := KeyToken(key)
+		if len(tok) > MaxTokenBytes || !hashedToken(tok) {
+			t.Fatalf("KeyToken of %d bytes: %q (%d bytes)", len(key), tok, len(tok))
+		}
+		if strings.ContainsAny(tok, ".*> \t\r\n") {
+			t.Fatalf("token %q is not a subject token", tok)
+		}
+		m := EncodeEvent("telemetry", "a", 1, localstream.Record{Event: localstream.Event{RoutingKey: key, Writer: "w"}})
+		ev, err := DecodeEvent(m.Subject, m.Header, m.Data)
+		if err != nil || ev.Record.RoutingKey != key {
+			t.Fatalf("round trip of a %d-byte key: %v", len(key), err)
+		}
+		// A header that does not match the token is refused.
+		m.Header.Set(HdrRoutingKey, key+"x")
+		if _, err := DecodeEvent(m.Subject, m.Header, m.Data); !errors.Is(err, ErrCorruptRecord) {
+			t.Fatalf("mismatched key header: %v", err)
+		}
+	}
+	if KeyToken("drone-1") != "drone-1" || KeyToken(strings.Repeat("y", MaxTokenBytes)) != strings.Repeat("y", MaxTokenBytes) {
+		t.Fatal("short keys must keep their plain token")
+	}
+	if KeyToken(strings.Repeat("z", 200)) == KeyToken(strings.Repeat("z", 201)) {
+		t.Fatal("keys with a common prefix share a token")
+	}
+}
+
+// FuzzKeyToken: every key's token is a bounded subject token that gives
+// the key back (directly or through the header).
+func FuzzKeyToken(f *testing.F) {
+	for _, s := range []string{"", "drone-1", strings.Repeat("é", 100), strings.Repeat("a.b", 50)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		tok := KeyToken(key)
+		if len(tok) > MaxTokenBytes || tok == "" || strings.ContainsAny(tok, ".*> \t\r\n") {
+			t.Fatalf("KeyToken(%q) = %q", key, tok)
+		}
+		m := EncodeEvent("telemetry", "a", 1, localstream.Record{Event: localstream.Event{RoutingKey: key}})
+		ev, err := DecodeEvent(m.Subject, m.Header, m.Data)
+		if err != nil || ev.Record.RoutingKey != key {
+			t.Fatalf("key %q: token %q: %v", key, tok, err)
 		}
 	})
 }

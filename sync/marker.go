@@ -1,0 +1,75 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// replace sends a marker in place of an event the centre cannot take
+// (DESIGN.md rule 13): the events around it flow on in the same
+// transaction. Any other error of Add is returned.
+func (r *Replicator) replace(ctx context.Context, txn Txn, rec localstream.Record, err error) error {
+	if !errors.Is(err, ErrMessageTooLarge) {
+		return err
+	}
+	if err := txn.AddMarker(ctx, rec, err.Error()); err != nil {
+		return fmt.Errorf("sync: marker for event %s: %w", rec.Position, err)
+	}
+	r.dropped.Add(1)
+	// The agent's handler lets a repeating warning through at a bounded rate.
+	r.cfg.Logger.Warn("event replaced by a marker at the centre", "stream", r.st.Name(),
+		"position", rec.Position.String(), "writer", rec.Writer, "routing_key_bytes", len(rec.RoutingKey), "reason", err)
+	return nil
+}
+
+// txnEvents is the most events the next transaction holds: the
+// configured bound, lowered to the sink's own as known now (layout 1:
+// below the server's max batch size, which a rejection may have lowered).
+func (r *Replicator) txnEvents() int {
+	if l, ok := r.sink.(txnEventLimiter); ok {
+		return max(min(r.cfg.MaxTxnEvents, l.MaxTxnEvents()), 1)
+	}
+	return r.cfg.MaxTxnEvents
+}
+
+// packEventDropped marks a marker in a layout-2 pack: an event-metadata
+// flags bit that is no localstream flag. The marker's one header is
+// packDroppedKey = the reason; it has no payload.
+const (
+	packEventDropped localstream.Flags = 1 << 15
+	packDroppedKey                     = "dropped"
+)
+
+// packMarker is the record a layout-2 pack holds in place of rec. truncate
+// cuts its writer and routing key to markerKeep bytes (for a key or writer
+// too long for even a marker).
+func packMarker(rec localstream.Record, reason string, truncate bool) localstream.Record {
+	m := localstream.Record{Position: rec.Position, Event: localstream.Event{
+		RoutingKey: rec.RoutingKey, Writer: rec.Writer, EventTime: rec.EventTime, IngestTime: rec.IngestTime,
+		Flags: rec.Flags | packEventDropped, Headers: []localstream.Header{{Key: packDroppedKey, Value: reason}},
+	}}
+	if truncate {
+		m.Writer = m.Writer[:min(len(m.Writer), markerKeep)]
+		m.RoutingKey = m.RoutingKey[:min(len(m.RoutingKey), markerKeep)]
+		m.Headers[0].Value += " (routing key and writer cut to 1 KiB)"
+	}
+	return m
+}
+
+// packEvent turns a record decoded from a pack into a central event: a
+// marker gets Dropped and loses its marker flag and header.
+func packEvent(rec localstream.Record) (localstream.Record, string) {
+	if !rec.Flags.Has(packEventDropped) {
+		return rec, ""
+	}
+	rec.Flags &^= packEventDropped
+	reason := "unknown"
+	if len(rec.Headers) == 1 && rec.Headers[0].Key == packDroppedKey {
+		reason = rec.Headers[0].Value
+	}
+	rec.Headers = nil
+	return rec, reason
+}
