@@ -91,11 +91,45 @@
 //	Edge-Mqtt-Topic       from the local header "mqtt-topic"
 //	Edge-Frame-Pts        from the local header "frame-pts" (comma-separated Unix ns)
 //	Edge-Ingest-Time      decimal Unix ns the agent received the event
-//	Edge-H-<key>          every other local header, key as stored
+//	Edge-Headers          every other local header, URL-query encoded, in order
+//	Edge-Routing-Key      the routing key, when its subject token is hashed
+//	Edge-Dropped          on a marker: why the event could not be sent
+//	Edge-Truncated        "1" on a marker whose key and writer were cut to 1 KiB
 //
 // The payload is the event's bytes and nothing else. The commit record is
 // JSON (below); a layout-1 transaction is an atomic batch of its data
 // messages and the commit record.
+//
+// # Header values (layout 1)
+//
+// nats.go trims a header value's surrounding white space and turns CR and
+// LF into spaces. Writer, Content-Type, Edge-Mqtt-Topic, Edge-Frame-Pts,
+// Edge-Routing-Key and Edge-Dropped values travel byte-exact: a value with
+// a byte below 0x20 or 0x7F, a leading or trailing space, or a leading '%'
+// is sent as '%' followed by the value with every byte <= 0x20, '%' and 0x7F
+// written %XX (upper-case hex); every other value is sent as it is.
+//
+//	"telemetry/d1"   → telemetry/d1
+//	"telemetry/d1 "  → %telemetry/d1%20
+//	"a\r\nb"         → %a%0D%0Ab
+//	"%41"            → %%2541
+//
+// Decoding is strict (each value has one form).
+//
+// # Markers
+//
+// An event that cannot be sent (over the server's max payload) is replaced
+// in its transaction by a marker that names its position and the reason;
+// the commit's cut covers it like any event, and readers return it as a
+// CentralEvent with Dropped set (Record: position, routing key, writer,
+// times, flags; no headers, no payload). Layout 1: a data message on the
+// event's subject with its Edge-Segment, Edge-Offset, Edge-Writer,
+// Edge-Event-Time, Edge-Ingest-Time, Edge-Txn and flag headers,
+// Edge-Dropped: <reason>, and no payload. Layout 2: an event of the pack
+// whose flags have bit 1<<15 (no localstream flag) set, whose one header is
+// "dropped" = <reason>, and whose payload is empty. A key or writer too
+// long for even a marker is cut to 1 KiB (layout 1: Edge-Truncated: 1;
+// layout 2: said in the reason).
 //
 // # Subject-token escaping
 //
@@ -104,12 +138,24 @@
 // spaces and every non-ASCII byte of UTF-8) is written as '%' followed by two
 // upper-case hex digits. "drone-1" stays "drone-1"; "fleet.a/7" becomes
 // "fleet%2Ea%2F7". An empty string is written "%". Unescaping rejects any
-// other use of '%'. The routing key is also carried verbatim nowhere else:
-// consumers unescape the last token.
+// other use of '%'. Consumers unescape the last token to get the routing key.
+//
+// A routing key whose escaped token is longer than MaxTokenBytes (128) gets
+// a hashed token instead, so that subjects stay far below the server's
+// control line (4,096 bytes by default) whatever a drone calls itself:
+//
+//	<escaped prefix, cut between escapes> %% <32 hex digits of SHA-256(key)>
+//
+// EscapeToken never writes "%%", so a hashed token is told by it. The key
+// itself travels in the Edge-Routing-Key header; readers take it from there
+// and check that it hashes to the token. Agent ids are at most 64 plain bytes.
 //
 // # Transaction (layout 1)
 //
-// A layout-1 transaction is one atomic batch (ADR-50, via orbit.go jetstreamext):
+// A layout-1 transaction is one atomic batch (ADR-50, via orbit.go
+// jetstreamext), within the centre's limits (Limits: the max payload from the server's
+// INFO, the batch limits configured and lowered by the server's
+// rejections):
 //
 //	data msg 1 ─ data msg 2 ─ … ─ data msg n ─ commit record (Nats-Batch-Commit: 1)
 //	                                             Nats-Expected-Last-Subject-Sequence:

@@ -77,6 +77,9 @@ type readLine struct {
 	PayloadB64   string             `json:"payload_b64,omitempty"`
 	Cut          string             `json:"cut,omitempty"`
 	Watermark    sync.WatermarkJSON `json:"watermark"`
+
+	// Dropped is the reason on a marker: the event could not be sent.
+	Dropped string `json:"dropped,omitempty"`
 }
 
 var flagNames = []struct {
@@ -96,7 +99,8 @@ func toLine(it sync.Item) readLine {
 	off := r.Offset
 	l := readLine{Type: "event", Seq: it.Seq, Agent: it.Agent, Stream: it.Event.Stream, Txn: it.Event.Txn,
 		Segment: r.Segment.String(), Offset: &off, RoutingKey: r.RoutingKey, Writer: r.Writer,
-		EventTimeNs: r.EventTime, IngestTimeNs: r.IngestTime, ContentType: r.ContentType, Watermark: it.Watermark}
+		EventTimeNs: r.EventTime, IngestTimeNs: r.IngestTime, ContentType: r.ContentType, Watermark: it.Watermark,
+		Dropped: it.Event.Dropped}
 	for _, f := range flagNames {
 		if r.Flags.Has(f.f) {
 			l.Flags = append(l.Flags, f.name)
