@@ -435,6 +435,7 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		tc.Username, tc.PasswordFile, tc.PasswordEnv = t.Username, t.PasswordFile, t.PasswordEnv
 		tc.CAFile, tc.CertFile, tc.KeyFile, tc.ServerName = t.CAFile, t.CertFile, t.KeyFile, t.ServerName
 		tc.BinaryContentType, tc.LaneDepth, tc.MaxDrones = t.BinaryContentType, t.LaneDepth, t.MaxDrones
+		tc.DroneIdleTimeout = t.DroneIdleTimeout
 		tc.KeepAlive, tc.MaxReconnectInterval = t.KeepAlive, t.MaxReconnectInterval
 		tc.Logger = a.log.With("part", "telemetry")
 		in, err := telemetry.New(tc, telemetry.Sink{Stream: d.telemetrySink(st), Meta: a.store,

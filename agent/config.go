@@ -152,8 +152,13 @@ type TelemetryConfig struct {
 	// LaneDepth bounds the messages queued per drone; keep it at or above the
 	// broker's max_inflight_messages. Default 4096.
 	LaneDepth int `yaml:"lane_depth"`
-	// MaxDrones bounds the drones with a queue. Default 1024.
+	// MaxDrones bounds the drones with a queue. When all are taken, a new
+	// drone takes the slot of one offline or idle for DroneIdleTimeout;
+	// else it waits, unacknowledged (never dropped). Default 1024.
 	MaxDrones int `yaml:"max_drones"`
+	// DroneIdleTimeout: a drone silent this long may give its slot to a
+	// new drone. Default 60s.
+	DroneIdleTimeout time.Duration `yaml:"drone_idle_timeout"`
 	// KeepAlive is the MQTT keep-alive (a silent dead link is found within
 	// 1.5× it). Default 15s.
 	KeepAlive time.Duration `yaml:"keep_alive"`
@@ -248,7 +253,7 @@ func NewDefaultConfig() Config {
 		Telemetry: TelemetryConfig{Enabled: true, Broker: "tcp://127.0.0.1:1883",
 			Topics: []string{"drones/{drone}/telemetry/#"}, StatusTopic: "drones/{drone}/status",
 			TimeField: "timestamp", TimeUnit: "auto", MaxPayload: 64 << 10,
-			BinaryContentType: "application/octet-stream", LaneDepth: 4096, MaxDrones: 1024,
+			BinaryContentType: "application/octet-stream", LaneDepth: 4096, MaxDrones: 1024, DroneIdleTimeout: time.Minute,
 			KeepAlive: 15 * time.Second, MaxReconnectInterval: 10 * time.Second},
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
 			CommitInterval: 100 * time.Millisecond, Layout: 2, MaxTxnBytes: 8 << 20,

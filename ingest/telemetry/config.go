@@ -36,14 +36,21 @@ type Config struct {
 	// BinaryContentType is the content type of payloads that are not JSON.
 	// Default "application/octet-stream".
 	BinaryContentType string
-	// LaneDepth bounds the messages buffered per drone between the MQTT
-	// client and the store. When a drone's lane is full, delivery waits
-	// (Stats.LaneFullWaits): keep it ≥ the broker's max_inflight_messages so
-	// that this never happens. Default 4096.
+	// LaneDepth bounds the messages buffered between the MQTT client and
+	// the store, per drone and for all drones together. When it is reached,
+	// delivery waits (Stats.LaneFullWaits): keep it ≥ the broker's
+	// max_inflight_messages so that this never happens. Memory: at most
+	// LaneDepth × MaxPayload of payloads. Default 4096.
 	LaneDepth int
-	// MaxDrones bounds the drones (lanes); messages of further drones are
-	// counted (Stats.DronesOverLimit), dropped and acked. Default 1024.
+	// MaxDrones bounds the drones (lanes). When all are taken, a new drone
+	// takes the slot of a drone that is offline or silent for
+	// DroneIdleTimeout; if none is, it is refused (Stats.DronesOverLimit,
+	// logged) and delivery waits with its message unacknowledged until a
+	// slot frees. Default 1024.
 	MaxDrones int
+	// DroneIdleTimeout is the silence after which a drone's slot may be
+	// given to a new drone (its writer closed for watermarks). Default 60 s.
+	DroneIdleTimeout time.Duration
 	// KeepAlive is the MQTT keep-alive. Default 15 s.
 	KeepAlive time.Duration
 	// ConnectTimeout bounds one connection attempt. Default 10 s.
@@ -81,6 +88,7 @@ func NewDefaultConfig() Config {
 		BinaryContentType:    "application/octet-stream",
 		LaneDepth:            4096,
 		MaxDrones:            1024,
+		DroneIdleTimeout:     time.Minute,
 		KeepAlive:            15 * time.Second,
 		ConnectTimeout:       10 * time.Second,
 		MaxReconnectInterval: 10 * time.Second,
@@ -107,6 +115,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxDrones == 0 {
 		c.MaxDrones = d.MaxDrones
+	}
+	if c.DroneIdleTimeout == 0 {
+		c.DroneIdleTimeout = d.DroneIdleTimeout
 	}
 	if c.KeepAlive == 0 {
 		c.KeepAlive = d.KeepAlive

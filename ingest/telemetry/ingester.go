@@ -36,9 +36,12 @@ type Ingester struct {
 	lanesMu sync.RWMutex
 	lanes   map[string]*lane
 	ring    []*lane
+	// buffered counts the items queued in all lanes (at most LaneDepth).
+	buffered atomic.Int64
 
-	// wake nudges the dispatcher (capacity 1).
-	wake chan struct{}
+	// wake nudges the dispatcher (capacity 1); space tells a waiting
+	// delivery that the dispatcher took an item (capacity 1).
+	wake, space chan struct{}
 	// acks carries acks from the store's callbacks to the acker goroutine.
 	acks chan func()
 	// stopping is closed when Run begins to stop.
@@ -76,7 +79,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 	}
 	in := &Ingester{
 		cfg: cfg, sink: sink, dedup: new(dedupTable), lanes: map[string]*lane{},
-		wake: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
+		wake: make(chan struct{}, 1), space: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
 		quit: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
 		subscribed: make(chan struct{}),
@@ -125,9 +128,10 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}
 	appendCtx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	in.wg.Add(1)
+	in.wg.Add(2)
 	in.ackWG.Add(1)
 	go in.dispatch(appendCtx)
+	go in.reportDrops()
 	go in.ackLoop()
 	client := paho.NewClient(opts)
 	client.Connect() // retries in the background (ConnectRetry) until Disconnect
@@ -255,11 +259,8 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	topic := m.Topic()
 	if in.status != nil {
 		if drone, ok := in.status.Match(topic); ok {
-			if l := in.laneFor(drone); l != nil {
+			if l := in.waitForLane(in.droneID(drone), recv); l != nil {
 				in.enqueue(l, item{msg: m, topic: topic, recv: recv, status: true})
-			} else {
-				in.c.dronesOverLimit.Add(1)
-				m.Ack()
 			}
 			return
 		}
@@ -267,7 +268,7 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	drone := ""
 	for _, p := range in.patterns {
 		if d, ok := p.Match(topic); ok {
-			drone = d
+			drone = in.droneID(d)
 			break
 		}
 	}
@@ -285,13 +286,44 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 		m.Ack()
 		return
 	}
-	l := in.laneFor(drone)
-	if l == nil {
-		in.c.dronesOverLimit.Add(1)
-		m.Ack()
-		return
+	if l := in.waitForLane(drone, recv); l != nil {
+		in.enqueue(l, item{msg: m, topic: topic, recv: recv})
 	}
-	in.enqueue(l, item{msg: m, topic: topic, recv: recv})
+}
+
+// droneID bounds a topic level as a drone id (see DroneID), counting the
+// ids it maps.
+func (in *Ingester) droneID(level string) string {
+	id, mapped := DroneID(level)
+	if mapped {
+		in.c.droneIDsMapped.Add(1)
+	}
+	return id
+}
+
+// waitForLane returns the drone's lane. While MaxDrones drones hold a slot
+// and none can be given back, the drone is refused — counted, logged by
+// reportDrops — and delivery waits, the message unacknowledged, until a
+// slot frees (a drone goes offline or idle) or the ingester stops (nil:
+// the broker keeps the message and delivers it to the next run). A
+// refused message is never acknowledged and dropped.
+func (in *Ingester) waitForLane(drone string, recv int64) *lane {
+	if l := in.laneFor(drone, recv); l != nil {
+		return l
+	}
+	in.c.dronesOverLimit.Add(1)
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-in.stopping:
+			return nil
+		}
+		if l := in.laneFor(drone, in.cfg.Now().UnixNano()); l != nil {
+			return l
+		}
+	}
 }
 
 // process handles one item on the dispatcher goroutine; false = stop.
@@ -447,6 +479,9 @@ func (in *Ingester) processStatus(l *lane, it item) {
 }
 
 func (in *Ingester) closeWriter(l *lane, acks []func()) {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
 	if in.sink.Marks != nil {
 		if err := in.sink.Marks.CloseWriter(l.writer); err != nil {
 			in.c.markErrors.Add(1)

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"sync"
+	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 )
@@ -15,26 +16,92 @@ type item struct {
 	status bool
 }
 
-// lane is one drone's bounded FIFO between the MQTT client and the store.
-// Items of one lane are dispatched in order, so a drone's events land in
-// the store in delivery order.
+// lane is one drone's FIFO between the MQTT client and the store. Items of
+// one lane are dispatched in order, so a drone's events land in the store
+// in delivery order. Its queue grows only as far as it is used: an idle
+// lane costs a few hundred bytes, not LaneDepth items.
 type lane struct {
 	drone, writer string
-	// ch is the bounded queue (Config.LaneDepth).
-	ch chan item
 
 	// mu guards the fields below.
 	mu sync.Mutex
+	// q holds the queued items from q[head]; at most Config.LaneDepth.
+	q    []item
+	head int
 	// pending counts appends queued in the store, not yet durable.
 	pending int
 	// closeReq: an offline status waits for pending to reach 0.
 	closeReq bool
 	// closeAcks ack the offline status messages once the writer is closed.
 	closeAcks []func()
+	// closed: the writer was closed (offline status); the slot is free to
+	// give back at once.
+	closed bool
+	// lastActive is the receive time (Unix ns) of the last item queued.
+	lastActive int64
+	// busy: the dispatcher took an item and has not finished with it.
+	busy bool
 }
 
-// laneFor returns the drone's lane, creating it; nil if MaxDrones are taken.
-func (in *Ingester) laneFor(drone string) *lane {
+// push queues it unless the lane holds max items.
+func (l *lane) push(it item, max int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.q)-l.head >= max {
+		return false
+	}
+	l.q = append(l.q, it)
+	l.lastActive = it.recv
+	if !it.status {
+		l.closed = false // the drone is back: its next note reopens the writer
+	}
+	return true
+}
+
+// pop takes the oldest item.
+func (l *lane) pop() (item, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.head == len(l.q) {
+		return item{}, false
+	}
+	it := l.q[l.head]
+	l.q[l.head] = item{}
+	l.head++
+	l.busy = true
+	if l.head == len(l.q) { // empty: start over; give a large buffer back
+		l.head = 0
+		if cap(l.q) > 64 {
+			l.q = nil
+		} else {
+			l.q = l.q[:0]
+		}
+	}
+	return it, true
+}
+
+// releasable reports whether the lane's slot can be given back: nothing
+// queued or in flight, and its writer closed or silent since idleBefore.
+func (l *lane) releasable(idleBefore int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head == len(l.q) && !l.busy && l.pending == 0 && !l.closeReq &&
+		(l.closed || l.lastActive < idleBefore)
+}
+
+// done ends the dispatcher's work on the item it took last.
+func (l *lane) done() {
+	l.mu.Lock()
+	l.busy = false
+	l.mu.Unlock()
+}
+
+// laneFor returns the drone's lane, creating it; when MaxDrones lanes
+// exist it first gives back the slot of a lane that is releasable (its
+// drone offline, or silent for DroneIdleTimeout); nil if there is none.
+// Called only from paho's delivery goroutine (with enqueue), so a lane
+// given back here cannot have an enqueue in progress.
+func (in *Ingester) laneFor(drone string, now int64) *lane {
 	in.lanesMu.RLock()
 	l := in.lanes[drone]
 	in.lanesMu.RUnlock()
@@ -43,28 +110,55 @@ func (in *Ingester) laneFor(drone string) *lane {
 	}
 	in.lanesMu.Lock()
 	defer in.lanesMu.Unlock()
-	if l = in.lanes[drone]; l != nil {
-		return l
-	}
-	if len(in.lanes) >= in.cfg.MaxDrones {
+	if len(in.lanes) >= in.cfg.MaxDrones && !in.releaseLane(now) {
 		return nil
 	}
-	l = &lane{drone: drone, writer: WriterFor(drone), ch: make(chan item, in.cfg.LaneDepth)}
+	l = &lane{drone: drone, writer: WriterFor(drone), lastActive: now}
 	in.lanes[drone] = l
 	in.ring = append(in.ring, l)
 	return l
 }
 
-// enqueue puts it into l, waiting (counted) if the lane is full. It gives
-// up when the ingester stops: the message stays unacked and the broker
-// redelivers it.
+// releaseLane gives back the slot of one releasable lane, closing its
+// writer for watermarks if still open. in.lanesMu is held.
+func (in *Ingester) releaseLane(now int64) bool {
+	idleBefore := now - int64(in.cfg.DroneIdleTimeout)
+	for i, l := range in.ring {
+		if !l.releasable(idleBefore) {
+			continue
+		}
+		delete(in.lanes, l.drone)
+		in.ring = append(in.ring[:i], in.ring[i+1:]...)
+		l.mu.Lock()
+		closed := l.closed
+		l.mu.Unlock()
+		if !closed && in.sink.Marks != nil {
+			if err := in.sink.Marks.CloseWriter(l.writer); err != nil {
+				in.c.markErrors.Add(1)
+			}
+		}
+		in.c.dronesReleased.Add(1)
+		return true
+	}
+	return false
+}
+
+// enqueue puts it into l, waiting (counted) while the lane or all lanes
+// together hold LaneDepth items. It gives up when the ingester stops: the
+// message stays unacked and the broker redelivers it.
 func (in *Ingester) enqueue(l *lane, it item) {
-	select {
-	case l.ch <- it:
-	default:
-		in.c.laneFullWaits.Add(1)
+	for counted := false; ; {
+		if in.buffered.Load() < int64(in.cfg.LaneDepth) && l.push(it, in.cfg.LaneDepth) {
+			in.buffered.Add(1)
+			break
+		}
+		if !counted {
+			in.c.laneFullWaits.Add(1)
+			counted = true
+		}
 		select {
-		case l.ch <- it:
+		case <-in.space:
+		case <-time.After(50 * time.Millisecond):
 		case <-in.stopping:
 			return
 		}
@@ -95,16 +189,21 @@ func (in *Ingester) dispatch(ctx context.Context) {
 				return
 			default:
 			}
-		burst:
 			for k := 0; k < dispatchBurst; k++ {
+				it, ok := l.pop()
+				if !ok {
+					break
+				}
+				in.buffered.Add(-1)
 				select {
-				case it := <-l.ch:
-					moved = true
-					if !in.process(ctx, l, it) {
-						return
-					}
+				case in.space <- struct{}{}:
 				default:
-					break burst
+				}
+				moved = true
+				more := in.process(ctx, l, it)
+				l.done()
+				if !more {
+					return
 				}
 			}
 		}

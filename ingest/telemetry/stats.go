@@ -33,8 +33,16 @@ type Stats struct {
 	StatusOnline, StatusOffline, StatusUnknown uint64
 	// WritersClosed: writers closed after an offline status.
 	WritersClosed uint64
-	// DronesOverLimit: messages of drones beyond MaxDrones: dropped and acked.
+	// DronesOverLimit: messages of new drones refused while MaxDrones
+	// drones held a slot: delivery waited, the message unacknowledged,
+	// until a slot was given back (never acked and dropped).
 	DronesOverLimit uint64
+	// DronesReleased: slots given back (drone offline, or silent for
+	// DroneIdleTimeout) to let a new drone in.
+	DronesReleased uint64
+	// DroneIDsMapped: messages whose topic level was not a valid drone id
+	// (too long, control characters, invalid UTF-8) and was mapped (DroneID).
+	DroneIDsMapped uint64
 	// LaneFullWaits: deliveries that waited for a full drone lane.
 	LaneFullWaits uint64
 	// Connects and ConnectionLost count broker connections made and lost.
@@ -57,7 +65,7 @@ type counters struct {
 	statusOnline, statusOffline, statusUnknown, writersClosed        atomic.Uint64
 	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
-	diskFullWaits, clockSkew                                         atomic.Uint64
+	diskFullWaits, clockSkew, dronesReleased, droneIDsMapped         atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
@@ -73,6 +81,7 @@ func (in *Ingester) Stats() Stats {
 		LaneFullWaits: c.laneFullWaits.Load(), Connects: c.connects.Load(), ConnectionLost: c.connectionLost.Load(),
 		SubscribeErrors: c.subscribeErrors.Load(), MarkErrors: c.markErrors.Load(),
 		DedupLoaded: c.dedupLoaded.Load(), DedupCorrupt: c.dedupCorrupt.Load(),
-		DiskFullWaits: c.diskFullWaits.Load(),
+		DiskFullWaits: c.diskFullWaits.Load(), DronesReleased: c.dronesReleased.Load(),
+		DroneIDsMapped: c.droneIDsMapped.Load(),
 	}
 }

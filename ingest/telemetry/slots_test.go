@@ -1,0 +1,192 @@
+package telemetry
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// TestDroneSlotsGivenBack: max_drones drones fill the slots and fall
+// silent; after drone_idle_timeout a new drone's messages are stored (on
+// main they were dropped and acknowledged: lost).
+func TestDroneSlotsGivenBack(t *testing.T) {
+	b := startBroker(t)
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	cfg := testConfig(b.URL(), "agent-slots")
+	cfg.MaxDrones = 4
+	cfg.DroneIdleTimeout = 300 * time.Millisecond
+	in, stop := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	pub := publisher(t, b.URL())
+	send := func(drone string, seq int) {
+		tok := pub.Publish("drones/"+drone+"/telemetry", 1, false, fmt.Sprintf(`{"drone":%q,"seq":%d}`, drone, seq))
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	for i := 1; i <= 4; i++ {
+		send(fmt.Sprintf("old-%d", i), 1)
+	}
+	waitFor(t, 10*time.Second, "the first drones stored", func() bool { return in.Stats().Appended == 4 })
+	time.Sleep(2 * cfg.DroneIdleTimeout)
+	for seq := 1; seq <= 3; seq++ {
+		send("new-1", seq)
+	}
+	waitFor(t, 10*time.Second, "the new drone stored", func() bool { return in.Stats().Appended == 7 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := in.Stats()
+	if got.DronesReleased == 0 || got.DronesOverLimit != 0 {
+		t.Fatalf("released %d over limit %d", got.DronesReleased, got.DronesOverLimit)
+	}
+	n := 0
+	for _, r := range readAll(t, st) {
+		if r.RoutingKey == "new-1" {
+			n++
+		}
+	}
+	if n != 3 {
+		t.Fatalf("%d events of the new drone stored, want 3", n)
+	}
+}
+
+// TestRefusedDroneNotAcked: while every slot is held by an active drone, a
+// new drone is refused — counted, logged — but its QoS 1 message is never
+// acknowledged: the broker keeps it and delivers it again to the next run,
+// which stores it.
+func TestRefusedDroneNotAcked(t *testing.T) {
+	b := startBroker(t)
+	if b.Embedded() {
+		t.Skip("needs mosquitto: the embedded broker keeps no unacknowledged messages across sessions the same way")
+	}
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	var logs strings.Builder
+	cfg := testConfig(b.URL(), "agent-refused")
+	cfg.MaxDrones = 2
+	cfg.DroneIdleTimeout = time.Hour
+	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	in, stop := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	pub := publisher(t, b.URL())
+	send := func(drone string) {
+		tok := pub.Publish("drones/"+drone+"/telemetry", 1, false, fmt.Sprintf(`{"drone":%q,"seq":1}`, drone))
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	send("a")
+	send("b")
+	waitFor(t, 10*time.Second, "a and b stored", func() bool { return in.Stats().Appended == 2 })
+	send("c")
+	waitFor(t, 10*time.Second, "c refused", func() bool { return in.Stats().DronesOverLimit > 0 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if in.Stats().Appended != 2 {
+		t.Fatalf("appended %d while full", in.Stats().Appended)
+	}
+	if !strings.Contains(logs.String(), "refused") {
+		t.Fatalf("the refusal was not logged:\n%s", logs.String())
+	}
+	// The next run has free slots: the broker redelivers c's message.
+	cfg.Logger = nil
+	in2, stop2 := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 15*time.Second, "c redelivered and stored", func() bool { return in2.Stats().Appended == 1 })
+	if err := stop2(); err != nil {
+		t.Fatal(err)
+	}
+	if msg := verifyExactlyOnce(readAll(t, st), map[string]uint64{"a": 1, "b": 1, "c": 1}); msg != "" {
+		t.Fatal(msg)
+	}
+}
+
+// TestLongDroneID: a 300-byte and a 5,000-byte topic level are mapped to a bounded id — deterministically, counted — so
+// that its events are stored in order with working watermark marks: no
+// MarkErrors, no late flags. The original topic stays in the event.
+func TestLongDroneID(t *testing.T) {
+	b := startBroker(t)
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	tr, err := watermark.NewTracker(st, s, watermark.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(b.URL(), "agent-longid")
+	in, stop := runIngester(t, cfg, s, st, tr)
+	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	pub := publisher(t, b.URL())
+	long := strings.Repeat("é", 150) // 300 bytes
+	// (Mosquitto drops a client that publishes control characters in a
+	// topic; TestDroneID covers those.)
+	ids := []string{long, strings.Repeat("x", 5000), "d1"}
+	base := time.Now().UnixMilli()
+	for seq := 1; seq <= 3; seq++ {
+		for _, id := range ids {
+			tok := pub.Publish("drones/"+id+"/telemetry", 1, false,
+				fmt.Sprintf(`{"drone":%q,"seq":%d,"timestamp":%d}`, id, seq, base+int64(seq)))
+			if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+				t.Fatalf("publish: %v", tok.Error())
+			}
+		}
+	}
+	waitFor(t, 10*time.Second, "all stored", func() bool { return in.Stats().Appended == 9 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	got := in.Stats()
+	if got.MarkErrors != 0 || got.Late != 0 || got.DroneIDsMapped != 6 {
+		t.Fatalf("mark errors %d late %d mapped %d", got.MarkErrors, got.Late, got.DroneIDsMapped)
+	}
+	seqs := map[string]int{}
+	for _, r := range readAll(t, st) {
+		if len(r.RoutingKey) > MaxDroneIDBytes || r.Flags.Has(localstream.FlagLate) {
+			t.Fatalf("routing key of %d bytes, flags %v", len(r.RoutingKey), r.Flags)
+		}
+		topic, _ := r.Header(HeaderTopic)
+		id := strings.TrimSuffix(strings.TrimPrefix(topic, "drones/"), "/telemetry")
+		if want, _ := DroneID(id); r.RoutingKey != want {
+			t.Fatalf("topic %q stored under %q, want %q", topic, r.RoutingKey, want)
+		}
+		seqs[r.RoutingKey]++
+	}
+	if len(seqs) != 3 {
+		t.Fatalf("drones %v", seqs)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// syncWriter serialises writes to w (a logger's output read by the test).
+type syncWriter struct {
+	mu stdsync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return fmt.Sprint(s.w)
+}
