@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -225,5 +226,21 @@ func TestSSRCFloodEvictsIdleDrones(t *testing.T) {
 		checkFramesAs(t, c, got, expectedPTS(c.pkts), id)
 	} else if len(got.frames) == 0 {
 		t.Fatal("the real drone stored nothing")
+	}
+}
+
+// TestDroneIDBounds: configured video drone ids are 1 to 128 bytes of
+// [A-Za-z0-9._-]; anything else is refused naming the field.
+func TestDroneIDBounds(t *testing.T) {
+	for id, ok := range map[string]bool{
+		"drone-1": true, strings.Repeat("a", 128): true, strings.Repeat("a", 129): false,
+		"": false, "d 1": false, "d.*>": false, "дрон": false, "-x": false,
+	} {
+		cfg := NewDefaultConfig()
+		cfg.Drones = []DroneConfig{{ID: id, SSRC: 1}}
+		err := cfg.Validate()
+		if (err == nil) != ok || (err != nil && !strings.Contains(err.Error(), "drones[0].id")) {
+			t.Errorf("id %.20q: %v", id, err)
+		}
 	}
 }
