@@ -122,6 +122,12 @@ func (in *Ingest) Run(ctx context.Context) error {
 	if rtcpConn != nil {
 		conns = append(conns, rtcpConn)
 	}
+	readers.Add(1)
+	stopReport := make(chan struct{})
+	go func() {
+		defer readers.Done()
+		in.reportDrops(stopReport)
+	}()
 	for i, c := range conns {
 		readers.Add(1)
 		go func() {
@@ -136,6 +142,7 @@ func (in *Ingest) Run(ctx context.Context) error {
 	for _, c := range conns {
 		c.Close()
 	}
+	close(stopReport)
 	readers.Wait()
 	cancel() // drones flush and close
 	in.wg.Wait()

@@ -1,10 +1,13 @@
 package video
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"log/slog"
 	"net"
 	"strings"
+	stdsync "sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -243,4 +246,49 @@ func TestDroneIDBounds(t *testing.T) {
 			t.Errorf("id %.20q: %v", id, err)
 		}
 	}
+}
+
+// TestDropsLoggedWhileRunning: a flood of garbage is logged while it
+// happens — within seconds, not at shutdown — and in a bounded number of
+// lines, not one per datagram.
+func TestDropsLoggedWhileRunning(t *testing.T) {
+	var logs lockedBuffer
+	cfg := NewDefaultConfig()
+	cfg.RTCPListen = "mux"
+	in, addr := startIngest(t, cfg, &recordSink{}, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for i := 0; i < 5000; i++ {
+		conn.Write([]byte{0x00, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}) // version 0: not RTP
+		if i%500 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor(t, "a drop report while running", 10*time.Second, func() bool {
+		return strings.Contains(logs.String(), "dropped since the last report")
+	})
+	if n := strings.Count(logs.String(), "\n"); n > 2 || in.Stats().NotRTP == 0 {
+		t.Fatalf("%d log lines for %d drops:\n%s", n, in.Stats().NotRTP, logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a reader.
+type lockedBuffer struct {
+	mu  stdsync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
