@@ -111,13 +111,23 @@ func (a *Agent) HTTPAddr() string { return a.httpAddr }
 // credentials: the connected server, else the configured ones (after
 // Ready; "" without central).
 func (a *Agent) CentralURL() string {
-	if a.nc == nil {
+	nc := a.centralConn()
+	if nc == nil {
 		return ""
 	}
-	if u := a.nc.ConnectedUrlRedacted(); u != "" {
+	if u := nc.ConnectedUrlRedacted(); u != "" {
 		return u
 	}
-	return RedactURLs(strings.Join(a.nc.Servers(), ","))
+	return RedactURLs(strings.Join(nc.Servers(), ","))
+}
+
+// centralConn is the central connection in use: the sink's (it replaces
+// a connection closed for good), nil without central.
+func (a *Agent) centralConn() *nats.Conn {
+	if a.sink != nil {
+		return a.sink.Conn()
+	}
+	return a.nc
 }
 
 // VideoAddr is the bound RTP address (after Ready; nil when disabled).
@@ -309,11 +319,15 @@ func (a *Agent) startCentral() error {
 		// Connect returns at once and keeps retrying: say so, with the URL.
 		a.log.Warn("central not reachable; capturing locally and retrying", "url", a.CentralURL(), "err", nc.LastError())
 	}
-	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.Layout})
+	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.Layout,
+		Limits: c.serverLimits()})
 	if err != nil {
 		return err
 	}
 	a.sink = sink
+	if err := a.checkIntakeLimits(sink.Limits()); err != nil {
+		return err
+	}
 	var uplink *sync.Uplink
 	if c.UplinkBytesPerSec > 0 {
 		uplink = sync.NewUplink(c.UplinkBytesPerSec)
@@ -329,6 +343,24 @@ func (a *Agent) startCentral() error {
 			CommitInterval: c.CommitInterval, Uplink: uplink, Logger: a.log.With("stream", name),
 			Watermark: a.committedWatermark(name, tr), Takeover: c.Takeover,
 		}))
+	}
+	return nil
+}
+
+// checkIntakeLimits refuses intake settings that let one stored event be
+// larger than a central message (DESIGN.md rule 13): everything stored
+// must be sendable. The max payload is the connected server's (else
+// nats-server's default, 1 MiB).
+func (a *Agent) checkIntakeLimits(l sync.Limits) error {
+	if a.cfg.Video.Enabled {
+		if err := l.CheckIntake("video.chunk_max_bytes", int64(a.cfg.Video.ChunkMaxBytes)); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	}
+	if a.cfg.Telemetry.Enabled {
+		if err := l.CheckIntake("telemetry.max_payload", int64(a.cfg.Telemetry.MaxPayload)); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	}
 	return nil
 }

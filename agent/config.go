@@ -17,6 +17,7 @@ import (
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
@@ -198,6 +199,16 @@ type CentralConfig struct {
 	MaxTxnEvents int `yaml:"max_txn_events"`
 	// MaxTxnBytes bounds a transaction's bytes. Default 8 MiB.
 	MaxTxnBytes int64 `yaml:"max_txn_bytes"`
+	// MaxBatchSize, MaxBatchInflight, BatchTimeout and MaxControlLine are
+	// the central server's limits (jetstream limits batch max_msgs,
+	// max_inflight_per_stream, timeout; max_control_line), which a client
+	// cannot read: set them when the server's differ from nats-server's
+	// defaults (1000, 50, 10s, 4096). The agent also lowers the batch
+	// limits to what the server's rejections say.
+	MaxBatchSize     int           `yaml:"max_batch_size"`
+	MaxBatchInflight int           `yaml:"max_batch_inflight"`
+	BatchTimeout     time.Duration `yaml:"batch_timeout"`
+	MaxControlLine   int           `yaml:"max_control_line"`
 	// UplinkBytesPerSec caps replication over all streams; 0 = unlimited.
 	UplinkBytesPerSec int64 `yaml:"uplink_bytes_per_sec"`
 	// Priorities order streams on the uplink (lower first). Default
@@ -257,6 +268,7 @@ func NewDefaultConfig() Config {
 			KeepAlive: 15 * time.Second, MaxReconnectInterval: 10 * time.Second},
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
 			CommitInterval: 100 * time.Millisecond, Layout: 2, MaxTxnBytes: 8 << 20,
+			MaxBatchSize: 1000, MaxBatchInflight: 50, BatchTimeout: 10 * time.Second, MaxControlLine: 4096,
 			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
 		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second, MaxDrones: 1024,
 			Disk: devices.NewDefaultPressureConfig()},
@@ -476,6 +488,9 @@ func (c CentralConfig) validate() error {
 	if c.Replicas < 1 || c.Replicas > 5 {
 		return bad("central.replicas", "%d: want 1..5", c.Replicas)
 	}
+	if err := c.validateLimits(); err != nil {
+		return err
+	}
 	if c.CommitInterval <= 0 || c.CommitInterval > 5*time.Second {
 		return bad("central.commit_interval", "%v: want a duration in (0, 5s]", c.CommitInterval)
 	}
@@ -506,4 +521,33 @@ func (c CentralConfig) URLs() []string {
 		}
 	}
 	return out
+}
+
+// validateLimits checks the central server's limits and the settings that
+// must stay below them.
+func (c CentralConfig) validateLimits() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.MaxBatchSize < 2:
+		return bad("central.max_batch_size", "%d: want at least 2 (an event and the commit record; the server's default is 1000)", c.MaxBatchSize)
+	case c.MaxBatchInflight < 1:
+		return bad("central.max_batch_inflight", "%d: want at least 1 (the server's default is 50)", c.MaxBatchInflight)
+	case c.BatchTimeout <= 0:
+		return bad("central.batch_timeout", "%v: want a positive duration (the server's default is 10s)", c.BatchTimeout)
+	case c.MaxControlLine < 512:
+		return bad("central.max_control_line", "%d: want at least 512 (the server's default is 4096)", c.MaxControlLine)
+	case c.Layout == 1 && c.MaxTxnEvents >= c.MaxBatchSize:
+		return bad("central.max_txn_events", "%d: want at most central.max_batch_size − 1 = %d (the commit record is in the batch too)", c.MaxTxnEvents, c.MaxBatchSize-1)
+	case 2*c.CommitInterval >= c.BatchTimeout:
+		return bad("central.commit_interval", "%v: want below half of central.batch_timeout %v (the server drops a batch open that long)", c.CommitInterval, c.BatchTimeout)
+	}
+	return nil
+}
+
+// serverLimits are the configured central limits for the sink.
+func (c CentralConfig) serverLimits() sync.Limits {
+	return sync.Limits{MaxBatchSize: c.MaxBatchSize, MaxBatchInflight: c.MaxBatchInflight,
+		BatchTimeout: c.BatchTimeout, MaxControlLine: c.MaxControlLine}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -33,6 +34,10 @@ func (a *Agent) Handler() http.Handler {
 				http.StatusServiceUnavailable)
 			return
 		}
+		if p := a.replicationProblems(time.Now()); len(p) > 0 {
+			http.Error(w, "sync: "+strings.Join(p, "; "), http.StatusServiceUnavailable)
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -42,6 +47,27 @@ func (a *Agent) Handler() http.Handler {
 		enc.Encode(a.Status())
 	})
 	return a.operatorRoutes(mux)
+}
+
+// replicationStall is how long a stream may go without a commit, with
+// errors and events waiting, before /healthz fails.
+const replicationStall = time.Minute
+
+// replicationProblems says which streams cannot replicate: stopped ones,
+// and ones failing for replicationStall while the centre is reachable (an
+// uplink outage is the edge's normal life, shown in /status, not a
+// failure of the agent).
+func (a *Agent) replicationProblems(now time.Time) []string {
+	nc := a.centralConn()
+	reachable := nc != nil && (nc.IsConnected() || nc.IsClosed())
+	var out []string
+	for _, r := range a.repls {
+		s := r.Stats()
+		if p := s.Problem(now, replicationStall); p != "" && (s.Stopped != "" || reachable) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Bounds of the HTTP endpoints: a scraper or a curious host cannot hold

@@ -71,14 +71,14 @@ type StreamStatus struct {
 func (a *Agent) Status() Status {
 	now := time.Now()
 	s := Status{Agent: a.id, Instance: a.instance, Time: now, UptimeSeconds: now.Sub(a.started).Seconds(),
-		Central: a.CentralURL(), CentralConnected: a.nc != nil && a.nc.IsConnected(), Store: a.store.Stats(),
+		Central: a.CentralURL(), CentralConnected: a.centralConn() != nil && a.centralConn().IsConnected(), Store: a.store.Stats(),
 		Errors: map[string]string{}}
 	a.mu.Lock()
 	maps.Copy(s.Errors, a.errs)
 	a.mu.Unlock()
-	if a.nc != nil && !s.CentralConnected {
+	if nc := a.centralConn(); nc != nil && !s.CentralConnected {
 		msg := "not connected to " + s.Central + " (check central.url and that the server runs; capturing locally meanwhile)"
-		if err := a.nc.LastError(); err != nil {
+		if err := nc.LastError(); err != nil {
 			msg += ": " + err.Error()
 		}
 		s.Errors["central"] = msg
@@ -89,6 +89,9 @@ func (a *Agent) Status() Status {
 		repl[rs.Stream] = &rs
 		if rs.LastError != "" {
 			s.Errors["sync/"+rs.Stream] = rs.LastError
+		}
+		if p := rs.Problem(now, replicationStall); p != "" {
+			s.Errors["sync/"+rs.Stream] = p
 		}
 		if rs.LastLoss != "" {
 			s.Errors["sync/"+rs.Stream+"/lost"] = rs.LastLoss

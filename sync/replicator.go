@@ -155,6 +155,9 @@ type Replicator struct {
 	state string
 	// lastErr is the latest error; stopErr the permanent one. Guarded by mu.
 	lastErr, stopErr error
+	// failingSince is the first error after the last commit (zero: none).
+	// Guarded by mu.
+	failingSince time.Time
 	// lastLoss is the latest loss found (LostRange.String). Guarded by mu.
 	lastLoss string
 
@@ -205,6 +208,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 		class := Classify(err)
 		r.mu.Lock()
 		r.lastErr = err
+		if r.failingSince.IsZero() {
+			r.failingSince = r.cfg.Now()
+		}
 		if class == Permanent {
 			r.state, r.stopErr = "stopped", err
 			r.mu.Unlock()
@@ -472,6 +478,9 @@ func (r *Replicator) committed(fl *inflight) error {
 	r.bytes.Add(uint64(c.Record.Bytes))
 	r.setLast(c)
 	r.lastCommit = r.cfg.Now()
+	r.mu.Lock()
+	r.failingSince = time.Time{}
+	r.mu.Unlock()
 	if fl.meta.Lost != nil {
 		if err := r.lossDelivered(); err != nil {
 			return err

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -58,6 +59,9 @@ type StreamStats struct {
 	Dropped uint64 `json:"dropped"`
 	// Limits are the centre's limits the stream works within.
 	Limits Limits `json:"limits"`
+	// FailingSince is set while events wait and the stream has had errors
+	// and no commit since then (zero otherwise).
+	FailingSince time.Time `json:"failing_since,omitzero"`
 	// LastError is the latest error; Stopped holds the permanent one.
 	LastError string `json:"last_error,omitempty"`
 	Stopped   string `json:"stopped,omitempty"`
@@ -67,6 +71,7 @@ type StreamStats struct {
 func (r *Replicator) Stats() StreamStats {
 	r.mu.Lock()
 	last, state, lastErr, stopErr, lastLoss := r.last, r.state, r.lastErr, r.stopErr, r.lastLoss
+	failingSince := r.failingSince
 	r.mu.Unlock()
 	s := StreamStats{
 		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
@@ -93,6 +98,9 @@ func (r *Replicator) Stats() StreamStats {
 		cut = r.st.HeadCut()
 	}
 	s.BacklogEvents, s.BacklogBytes = Backlog(topo, cut)
+	if s.BacklogEvents > 0 {
+		s.FailingSince = failingSince
+	}
 	return s
 }
 
@@ -119,4 +127,19 @@ func Backlog(topo localstream.Topology, cut localstream.StreamCut) (events, byte
 		}
 	}
 	return events, bytes
+}
+
+// Problem says why the stream does not replicate, or "" when it does: it
+// stopped on a permanent error, or it has had errors and no commit for
+// longer than after while events wait (an uplink outage too: the caller
+// decides whether that counts).
+func (s StreamStats) Problem(now time.Time, after time.Duration) string {
+	switch {
+	case s.Stopped != "":
+		return "stream " + s.Stream + " stopped: " + s.Stopped
+	case !s.FailingSince.IsZero() && now.Sub(s.FailingSince) > after:
+		return fmt.Sprintf("stream %s: no commit for %s with %d events waiting: %s", s.Stream,
+			now.Sub(s.FailingSince).Round(time.Second), s.BacklogEvents, s.LastError)
+	}
+	return ""
 }
