@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -298,4 +299,46 @@ func TestSinkLearnsInflightLimit(t *testing.T) {
 	if c, err := a.Commit(ctx, Committed{}, cut(1), Watermark{}, CommitMeta{}); err != nil || c.Seq == 0 {
 		t.Fatalf("first batch: %+v, %v", c, err)
 	}
+}
+
+// TestFailingStreamIsAProblem: a stream that keeps failing with a
+// retryable error (the central stream sealed under it) and events waiting
+// is reported, with the error, by Stats().Problem — it is not silent.
+func TestFailingStreamIsAProblem(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	store, st := openStore(t, t.TempDir())
+	defer store.Close()
+	nc := connect(t, srv.ClientURL())
+	app := newAppender(st, 2)
+	if err := app.warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rp := startReplica(t, nc, st, "agent-seal", ReplicatorConfig{}, JetStreamOptions{})
+	waitReplicated(t, nc, st, rp, "agent-seal", 20*time.Second)
+	if p := rp.r.Stats().Problem(time.Now(), 0); p != "" {
+		t.Fatalf("problem while replicating: %s", p)
+	}
+	js, _ := jetstream.New(nc)
+	ctx := testCtx(t, 20*time.Second)
+	s, err := js.Stream(ctx, StreamName(testStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Sealed = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := app.warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var p string
+	waitFor(t, 20*time.Second, "the failing stream reported", func() bool {
+		p = rp.r.Stats().Problem(time.Now(), 0)
+		return p != ""
+	})
+	if s := rp.r.Stats(); s.State == StateStopped || !strings.Contains(p, s.LastError) {
+		t.Fatalf("problem %q, stats %+v", p, s)
+	}
+	t.Log(p)
 }
