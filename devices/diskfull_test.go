@@ -36,25 +36,24 @@ type ingestLoad struct {
 	other   error // any error but disk full: the test fails
 }
 
-func (l *ingestLoad) run(ctx context.Context) {
-	for i := 0; ctx.Err() == nil; i++ {
+// run appends until stop is set. Appends are not cancelled: every event
+// the store wrote is acknowledged and remembered.
+func (l *ingestLoad) run(stop *atomic.Bool) {
+	for i := 0; !stop.Load(); i++ {
 		drone := fmt.Sprintf("d%d", i%2)
-		l.append(ctx, l.video, drone, fmt.Sprintf("video/%s/%d", drone, i), 32<<10+l.rng.IntN(32<<10))
-		if ctx.Err() != nil {
-			return
-		}
-		l.append(ctx, l.tele, drone, fmt.Sprintf("telemetry/%s/%d", drone, i), 200)
+		l.append(l.video, drone, fmt.Sprintf("video/%s/%d", drone, i), 32<<10+l.rng.IntN(32<<10))
+		l.append(l.tele, drone, fmt.Sprintf("telemetry/%s/%d", drone, i), 200)
 	}
 }
 
-func (l *ingestLoad) append(ctx context.Context, st *localstream.Stream, drone, id string, size int) {
+func (l *ingestLoad) append(st *localstream.Stream, drone, id string, size int) {
 	payload := make([]byte, size) // random: Badger's Snappy cannot shrink it
 	for i := range payload {
 		payload[i] = byte(l.rng.Uint32())
 	}
 	copy(payload, id+"\n")
 	now := time.Now().UnixNano()
-	pos, err := st.Append(ctx, localstream.Event{RoutingKey: drone, Writer: st.Name() + "/" + drone,
+	pos, err := st.Append(context.Background(), localstream.Event{RoutingKey: drone, Writer: st.Name() + "/" + drone,
 		EventTime: now, IngestTime: now, Payload: payload})
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -67,7 +66,6 @@ func (l *ingestLoad) append(ctx context.Context, st *localstream.Stream, drone, 
 		l.mu.Unlock()
 		time.Sleep(2 * time.Millisecond) // the ingest's back-off
 		l.mu.Lock()
-	case ctx.Err() != nil:
 	default:
 		if l.other == nil {
 			l.other = err
@@ -190,9 +188,10 @@ func runDiskFull(t *testing.T, centre replica) {
 
 	load := &ingestLoad{video: video, tele: tele, rng: rand.New(rand.NewPCG(seed, seed)),
 		refused: map[string]uint64{}, ackedN: map[string]uint64{}}
-	loadCtx, stopLoad := context.WithCancel(ctx)
+	var loadStop atomic.Bool
+	stopLoad := func() { loadStop.Store(true) }
 	loadDone := make(chan struct{})
-	go func() { defer close(loadDone); load.run(loadCtx) }()
+	go func() { defer close(loadDone); load.run(&loadStop) }()
 	defer stopLoad()
 
 	// Phase 1: pressure. Video is shed (gap markers), telemetry is not.

@@ -24,7 +24,7 @@ type smallFS struct {
 	Real bool
 }
 
-func newSmallFS(t *testing.T, size int64) *smallFS {
+func newSmallFS(t testing.TB, size int64) *smallFS {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "fs")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -83,7 +83,7 @@ func (f *smallFS) Free(dir string) (int64, error) {
 
 // Fill grows (or shrinks) the filler file so that free space is about
 // want bytes, and returns the filler's size.
-func (f *smallFS) Fill(t *testing.T, want int64) int64 {
+func (f *smallFS) Fill(t testing.TB, want int64) int64 {
 	t.Helper()
 	name := filepath.Join(f.Dir, "filler")
 	cur := int64(0)
@@ -117,7 +117,7 @@ func (f *smallFS) Fill(t *testing.T, want int64) int64 {
 }
 
 // Unfill deletes the filler file.
-func (f *smallFS) Unfill(t *testing.T) {
+func (f *smallFS) Unfill(t testing.TB) {
 	t.Helper()
 	if err := os.Remove(filepath.Join(f.Dir, "filler")); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)

@@ -19,8 +19,10 @@ import (
 //
 //	x | "devices/gap/" <stream> "/" <unix ns, 20 digits> "-" <seq, 8 digits>  →  storedMarker (JSON)
 //
-// A marker the store refuses (its free-space floor) stays pending, in
-// memory and on disk, and is retried at every check. At start, a recorded
+// Carried markers are admitted below the store's free-space floor, like
+// the shed's own markers. A marker the store refuses all the same (closed,
+// failed) stays pending, in memory and on disk, and is retried at every
+// check. At start, a recorded
 // marker whose original is still retained (a crash before the shed) is
 // dropped; the others are pending. So a carried marker is appended once.
 const markerPrefix = "devices/gap/"
@@ -73,7 +75,7 @@ func (p *Pressure) recordMarker(st *localstream.Stream, rec localstream.Record) 
 // marker is kept pending (queue: when fresh) and false returned.
 func (p *Pressure) appendMarker(ctx context.Context, m pendingMarker, fresh bool) bool {
 	m.ev.IngestTime = p.cfg.Now().UnixNano()
-	var opts []localstream.AppendOption
+	opts := []localstream.AppendOption{localstream.BelowFloor()}
 	if m.key != "" {
 		opts = append(opts, localstream.WithMeta(m.key, nil))
 	}

@@ -70,10 +70,12 @@ type PressureStats struct {
 	LastError string `json:"last_error,omitempty"`
 	// GCRuns counts reclaims (localstream's Reclaim: memtable flush,
 	// flatten, value-log GC) after deletions; ReclaimedBytes the bytes they
-	// gave back to the filesystem, ReclaimFiles the value-log files they
+	// gave back to the filesystem, ReclaimWritten the bytes they wrote
+	// (compactions, entries moved), ReclaimFiles the value-log files they
 	// deleted, and LastReclaimSeconds how long the last one took.
 	GCRuns             uint64  `json:"gc_runs"`
 	ReclaimedBytes     uint64  `json:"reclaimed_bytes"`
+	ReclaimWritten     uint64  `json:"reclaim_written_bytes"`
 	ReclaimFiles       uint64  `json:"reclaim_files"`
 	LastReclaimSeconds float64 `json:"last_reclaim_seconds"`
 	// RetainSkipped counts streams whose sinks' committed cuts were not
@@ -222,6 +224,7 @@ func (p *Pressure) gc(ctx context.Context) error {
 	p.stats.GCRuns++
 	p.stats.ReclaimedBytes += uint64(max(0, res.Freed()))
 	p.stats.ReclaimFiles += uint64(res.Files)
+	p.stats.ReclaimWritten += uint64(res.Written)
 	p.stats.LastReclaimSeconds = res.Took.Seconds()
 	if err != nil {
 		return fmt.Errorf("devices: reclaim: %w", err)

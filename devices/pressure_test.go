@@ -302,9 +302,11 @@ func TestPressureConfigValidate(t *testing.T) {
 
 // TestPressureCarriedMarkersSurviveRestart: a shed at the store's floor
 // whose range holds unreplicated gap markers of an earlier shed deletes
-// them; their copies, refused by the full store, are kept in the store's
-// metadata, survive a restart, and are appended once when space returns.
-// Localstream's own new markers pass the floor.
+// them and appends their copies at once: carried markers pass the floor
+// like localstream's own (they waited for space that only their shed
+// could free). A copy recorded but not yet appended when the agent
+// stopped (a crash) survives the restart and is appended once; one whose
+// original is still retained (a crash before the shed) is dropped.
 func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
 	var mu stdsync.Mutex
@@ -327,6 +329,10 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 	if _, err := p.Check(ctx); err != nil { // sheds all 40: 4 markers at the tail
 		t.Fatal(err)
 	}
+	var firstMarkers []localstream.Record
+	for _, r := range readAll(t, v) {
+		firstMarkers = append(firstMarkers, r)
+	}
 	fill(t, v, 2) // 8 events after the markers
 	mu.Lock()
 	storeFree = 0
@@ -340,15 +346,17 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 	}
 	data, gaps := payloads(t, v)
 	st := p.Stats()
-	if len(data) != 0 || st.PendingMarkers != 4 || st.Streams["video"].MarkersCarried != 0 {
+	if len(data) != 0 || st.PendingMarkers != 0 || st.Streams["video"].MarkersCarried != 4 || uint64(len(gaps)) != st.Streams["video"].GapMarkers {
 		t.Fatalf("at the floor: data %d, gaps %d, stats %+v", len(data), len(gaps), st)
 	}
-	kept, _ := s.ScanMeta(markerPrefix)
-	if len(kept) != 4 {
-		t.Fatalf("%d carried markers recorded, want 4", len(kept))
+	if kept, _ := s.ScanMeta(markerPrefix); len(kept) != 0 {
+		t.Fatalf("%d carried markers still recorded after their append", len(kept))
 	}
-	// A recorded marker whose original is still retained (a crash between
-	// recording and shedding) must not come back: fake one.
+	// Fake two records left by crashes: one after the shed deleted its
+	// original (to be appended), one before (its original is retained:
+	// to be dropped).
+	crashed, _ := json.Marshal(storedMarker{Origin: firstMarkers[0].Position, RoutingKey: "d0", Writer: localstream.ShedWriter,
+		Flags: localstream.FlagGap, Payload: []byte(`{"crash":1}`)})
 	var retainedMarker localstream.Record
 	for _, r := range readAll(t, v) {
 		if r.Flags.Has(localstream.FlagGap) {
@@ -356,9 +364,12 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 			break
 		}
 	}
-	b, _ := json.Marshal(storedMarker{Origin: retainedMarker.Position, RoutingKey: "d0", Writer: localstream.ShedWriter,
+	retained, _ := json.Marshal(storedMarker{Origin: retainedMarker.Position, RoutingKey: "d0", Writer: localstream.ShedWriter,
 		Flags: localstream.FlagGap, Payload: []byte("{}")})
-	if err := s.PutMeta(markerPrefix+"video/99999999999999999999-00000001", b); err != nil {
+	if err := s.PutMeta(markerPrefix+"video/99999999999999999998-00000001", crashed); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutMeta(markerPrefix+"video/99999999999999999999-00000001", retained); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
@@ -372,8 +383,8 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := p.Stats().PendingMarkers; n != 4 {
-		t.Fatalf("%d markers pending after restart, want 4", n)
+	if n := p.Stats().PendingMarkers; n != 1 {
+		t.Fatalf("%d markers pending after restart, want 1", n)
 	}
 	disk.set(1000)
 	for range 2 {
@@ -381,17 +392,23 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := len(gapsOf(t, v)); got != markersBefore+4 || p.Stats().PendingMarkers != 0 {
-		t.Fatalf("%d gap markers, want %d+4; stats %+v", got, markersBefore, p.Stats())
+	if got := len(gapsOf(t, v)); got != markersBefore+1 || p.Stats().PendingMarkers != 0 {
+		t.Fatalf("%d gap markers, want %d+1; stats %+v", got, markersBefore, p.Stats())
 	}
-	var first uint64
-	for _, g := range gapsOf(t, v) {
+	_, gaps = payloads(t, v)
+	var first, crash int
+	for _, g := range gaps {
 		if g.Events == 10 { // the first shed's markers, carried
 			first++
 		}
 	}
-	if first != 4 {
-		t.Fatalf("%d carried markers of the first shed, want 4", first)
+	for _, r := range readAll(t, v) {
+		if string(r.Payload) == `{"crash":1}` {
+			crash++
+		}
+	}
+	if first != 4 || crash != 1 {
+		t.Fatalf("%d carried markers of the first shed (want 4), %d recovered after the crash (want 1)", first, crash)
 	}
 	if left, err := s.ScanMeta(markerPrefix); err != nil || len(left) != 0 {
 		t.Fatalf("marker keys left: %v %v", left, err)

@@ -70,7 +70,10 @@ const ShedWriter = "localstream/shed"
 // Shed drops every event before cut c by policy, whether replicated or not
 // (disk pressure), and appends one gap marker per routing key that lost
 // events (Flags FlagGap, payload a JSON Gap), so that the loss is explicit
-// and replicated. It returns what was dropped.
+// and replicated. It returns what was dropped. Earlier gap markers in the
+// range are deleted too but are not lost events (not counted): a caller
+// whose sinks have not committed them appends them again first (devices
+// does, with BelowFloor).
 //
 // The markers survive a crash: they are recorded (fsync'd) before anything
 // is deleted, each is cleared in the same transaction as its append, and
@@ -206,7 +209,8 @@ func (s *Store) recoverSheds() error {
 	return nil
 }
 
-// summarize describes, per routing key, the events before c that are still stored.
+// summarize describes, per routing key, the events before c that are
+// still stored, gap markers aside.
 func (st *Stream) summarize(c StreamCut) (ShedResult, error) {
 	res := ShedResult{Keys: map[string]*Gap{}}
 	cuts, err := st.CommittedCuts()
@@ -334,6 +338,11 @@ func (st *Stream) scanRange(topo Topology, id SegmentID, from, to uint64, commit
 			var ev Event
 			if err := it.Item().Value(func(b []byte) (err error) { ev, err = decodeRecord(b); return err }); err != nil {
 				return err
+			}
+			if ev.Flags.Has(FlagGap) {
+				// An earlier report of a loss, not a lost event: the centre
+				// has it, or the shedding policy carries it (devices).
+				continue
 			}
 			pos := Position{Segment: id, Offset: off}
 			g := res.Keys[ev.RoutingKey]

@@ -50,6 +50,9 @@ type ReclaimResult struct {
 	Files int `json:"files"`
 	// Before and After are the bytes the store's files occupied on disk.
 	Before, After int64
+	// Written is the bytes Reclaim wrote: files it created plus the growth
+	// of files it kept (compacted tables, entries GC moved, the manifest).
+	Written int64
 	// Took is how long Reclaim ran.
 	Took time.Duration
 }
@@ -67,8 +70,17 @@ func (s *Store) Reclaim(ctx context.Context) (res ReclaimResult, err error) {
 	s.reclaimMu.Lock()
 	defer s.reclaimMu.Unlock()
 	start := s.opts.Now()
-	res.Before = s.DiskUsage()
-	defer func() { res.After, res.Took = s.DiskUsage(), s.opts.Now().Sub(start) }()
+	before := s.diskFiles()
+	for _, n := range before {
+		res.Before += n
+	}
+	defer func() {
+		for name, n := range s.diskFiles() {
+			res.After += n
+			res.Written += max(0, n-before[name]) // all of a new file
+		}
+		res.Took = s.opts.Now().Sub(start)
+	}()
 	if err := s.Err(); err != nil {
 		return res, err
 	}
@@ -119,18 +131,27 @@ func (s *Store) update(fn func(txn *badger.Txn) error) error {
 // blocks, as du counts them).
 func (s *Store) DiskUsage() int64 {
 	var used int64
-	filepath.WalkDir(s.Dir(), func(_ string, d fs.DirEntry, err error) error {
+	for _, n := range s.diskFiles() {
+		used += n
+	}
+	return used
+}
+
+// diskFiles returns the bytes allocated to each file of the store.
+func (s *Store) diskFiles() map[string]int64 {
+	out := map[string]int64{}
+	filepath.WalkDir(s.Dir(), func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return nil // files vanish under Badger: not an error
 		}
 		if info, err := d.Info(); err == nil {
 			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				used += st.Blocks * 512
+				out[path] = st.Blocks * 512
 			}
 		}
 		return nil
 	})
-	return used
+	return out
 }
 
 // floorLogEvery bounds the rate of the below-floor error while it lasts.

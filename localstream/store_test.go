@@ -392,4 +392,16 @@ func TestGapMarkersBelowFloor(t *testing.T) {
 	if err != nil || len(res.Markers) != 1 || res.Events != 5 {
 		t.Fatalf("shed below the floor: %+v %v", res, err)
 	}
+	// A marker carried by a caller passes too; nothing else does.
+	if _, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w", Flags: FlagGap}, BelowFloor()); err != nil {
+		t.Fatalf("carried gap marker below the floor: %v", err)
+	}
+	if _, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w"}, BelowFloor()); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("data event with BelowFloor: %v", err)
+	}
+	// The shed's marker does not count itself as a lost event when shed again.
+	res, err = st.Shed(ctx, st.TailCut(), "disk_full")
+	if err != nil || res.Events != 0 || len(res.Markers) != 0 {
+		t.Fatalf("shedding only gap markers: %+v %v", res, err)
+	}
 }

@@ -200,6 +200,13 @@ func WithMeta(key string, value []byte) AppendOption {
 	return func(r *appendReq) { r.metas = append(r.metas, metaKV{key, value}) }
 }
 
+// BelowFloor admits a gap marker below Options.MinFreeBytes, as Shed's
+// own markers are: a report of a loss is small, and it must not wait for
+// the space that its shed is freeing. Only for FlagGap events.
+func BelowFloor() AppendOption {
+	return func(r *appendReq) { r.belowFloor = true }
+}
+
 type metaKV struct {
 	key string
 	val []byte
@@ -213,6 +220,8 @@ type appendReq struct {
 	size  int // payload bytes
 	metas []metaKV
 	cb    func(Position, error)
+	// belowFloor admits the append below Options.MinFreeBytes (gap markers).
+	belowFloor bool
 }
 
 // Append appends ev and returns its position once it is durable (see
@@ -264,16 +273,19 @@ func (st *Stream) appendAsync(ctx context.Context, ev Event, force bool, cb func
 	if err := st.s.Err(); err != nil {
 		return err
 	}
-	if !force {
+	req := &appendReq{st: st, hash: KeyHash(ev.RoutingKey), size: len(ev.Payload), cb: cb}
+	for _, o := range opts {
+		o(req)
+	}
+	if req.belowFloor && !ev.Flags.Has(FlagGap) {
+		return fmt.Errorf("%w: only gap markers are admitted below the free-space floor", ErrInvalidEvent)
+	}
+	if !force && !req.belowFloor {
 		if err := st.s.admit(size); err != nil {
 			return err
 		}
 	}
-	req := &appendReq{st: st, hash: KeyHash(ev.RoutingKey), rec: appendRecord(make([]byte, 0, size), &ev),
-		size: len(ev.Payload), cb: cb}
-	for _, o := range opts {
-		o(req)
-	}
+	req.rec = appendRecord(make([]byte, 0, size), &ev)
 	s := st.s
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()

@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/edge-agent/edge-agent/agent"
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// shutdownBound is what SIGTERM may take beyond central.shutdown_timeout
+// (the final commit's deadline): stopping intake, flushing marks, closing
+// the central connection and the store. Measured well under a second; the
+// bound is generous for a loaded machine.
+const shutdownBound = 5 * time.Second
+
+// shutdownTimeout is central.shutdown_timeout in these tests.
+const shutdownTimeout = 2 * time.Second
+
+// shutdownRig is one agent subprocess and what it talks to.
+type shutdownRig struct {
+	t        *testing.T
+	dir      string // data directory
+	httpPort int
+	cfgPath  string
+	broker   string // MQTT URL
+	central  string // NATS URL
+}
+
+// mountTmpfs mounts a tmpfs of size bytes at dir, unmounted at cleanup; it
+// skips the test (with the reason) where the machine forbids mounting.
+func mountTmpfs(t *testing.T, dir string, size int64) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.FormatInt(size, 10)); err != nil {
+		t.Skipf("cannot mount a tmpfs for the full disk (%v): needs root or CAP_SYS_ADMIN", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+}
+
+// fillTo grows a filler file in dir until the filesystem has about free bytes left.
+func fillTo(t *testing.T, dir string, free int64) {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	n := int64(st.Bavail)*st.Bsize - free
+	f, err := os.OpenFile(filepath.Join(dir, "filler"), os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, n); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeConfig writes the agent's configuration: tele adds fields to the
+// telemetry section, extra adds sections.
+func (r *shutdownRig) writeConfig(tele, extra string) {
+	os.WriteFile(r.cfgPath, []byte(fmt.Sprintf(`agent_id: shutdown-test
+data_dir: %s
+http: {listen: "127.0.0.1:%d"}
+video: {listen: "127.0.0.1:0", rtcp_listen: mux}
+telemetry: {broker: %q, max_reconnect_interval: 1s %s}
+central: {url: %q, shutdown_timeout: %s, embedded: {listen: "127.0.0.1:0"}}
+%s
+`, r.dir, r.httpPort, r.broker, tele, r.central, shutdownTimeout, extra)), 0o644)
+}
+
+// status reads /status.
+func (r *shutdownRig) status() (agent.Status, error) {
+	var s agent.Status
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", r.httpPort))
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// healthz returns /healthz's status code and body.
+func (r *shutdownRig) healthz() (int, string) {
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", r.httpPort))
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var b [512]byte
+	n, _ := resp.Body.Read(b[:])
+	return resp.StatusCode, string(b[:n])
+}
+
+// waitStatus polls /status until cond holds (the blocking state is reached).
+func (r *shutdownRig) waitStatus(what string, cond func(agent.Status) bool) {
+	r.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := r.status()
+		if err == nil && cond(s) {
+			return
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatalf("agent never reached %s: %+v %v", what, s, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// term sends SIGTERM and measures the time to exit; it fails the test if
+// the agent exits non-zero or later than shutdown_timeout + shutdownBound.
+func (r *shutdownRig) term(cmd *exec.Cmd, state string) time.Duration {
+	r.t.Helper()
+	done := make(chan error, 1)
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	go func() { done <- cmd.Wait() }()
+	limit := shutdownTimeout + shutdownBound
+	select {
+	case err := <-done:
+		took := time.Since(start)
+		if err != nil {
+			r.t.Fatalf("%s: after SIGTERM: %v (want exit status 0)", state, err)
+		}
+		r.t.Logf("%s: SIGTERM → exit 0 in %v (bound %v)", state, took.Round(time.Millisecond), limit)
+		return took
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		<-done
+		r.t.Fatalf("%s: the agent did not exit within %v of SIGTERM", state, limit)
+	}
+	return 0
+}
+
+func newShutdownRig(t *testing.T, brokerURL, centralURL string) *shutdownRig {
+	dir := t.TempDir()
+	return &shutdownRig{t: t, dir: filepath.Join(dir, "agent"), httpPort: freePort(t),
+		cfgPath: filepath.Join(dir, "agent.yaml"), broker: brokerURL, central: centralURL}
+}
+
+// TestSIGTERMInEveryBlockingState: SIGTERM ends the agent (a real
+// subprocess, the signal really sent) within central.shutdown_timeout + a
+// bound, with exit status 0, in each state where something waits: the disk
+// full with telemetry waiting for space, the centre away, the broker away,
+// and full telemetry queues. Each state is proven reached through /status
+// before the signal. With the disk full, nothing acknowledged is lost: the
+// held messages are stored exactly once by the next run.
+//
+// On main the disk-full and queue-full states hung until SIGKILL: the
+// dispatcher waited for space with a context cancelled only on a store error.
+func TestSIGTERMInEveryBlockingState(t *testing.T) {
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := csrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer csrv.Close()
+	nobody := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens here: the centre away
+
+	t.Run("disk-full", func(t *testing.T) {
+		r := newShutdownRig(t, brk.URL(), csrv.ClientURL())
+		mountTmpfs(t, r.dir, 48<<20)
+		r.writeConfig("", `store: {min_free_bytes: 8388608}
+devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
+		cmd := startRun(t, r.cfgPath, r.httpPort)
+		fillTo(t, r.dir, 4<<20) // another process takes the disk below the floor
+		r.waitStatus("the store's floor", func(s agent.Status) bool { return s.Store.BelowFloor })
+		if code, body := r.healthz(); code != http.StatusServiceUnavailable {
+			t.Fatalf("/healthz below the floor: %d %q, want 503", code, body)
+		} else {
+			t.Logf("/healthz: %d %s", code, body)
+		}
+		res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Count: 20, Rate: 200, NoStatus: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.waitStatus("telemetry waiting for space", func(s agent.Status) bool {
+			return s.Telemetry != nil && s.Telemetry.DiskFullWaits > 0
+		})
+		r.term(cmd, "disk full, telemetry waiting for space")
+
+		// Space back: the next run stores every held message exactly once.
+		if err := os.Remove(filepath.Join(r.dir, "filler")); err != nil {
+			t.Fatal(err)
+		}
+		cmd = startRun(t, r.cfgPath, r.httpPort)
+		r.waitStatus("the held telemetry stored", func(s agent.Status) bool {
+			return s.Telemetry != nil && s.Telemetry.Appended >= res.Published
+		})
+		r.term(cmd, "space back")
+		checkHeld(t, r.dir, res)
+	})
+
+	t.Run("centre-away", func(t *testing.T) {
+		r := newShutdownRig(t, brk.URL(), "nats://"+nobody)
+		r.writeConfig("", "")
+		cmd := startRun(t, r.cfgPath, r.httpPort)
+		if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Count: 10, Rate: 200, NoStatus: true, FirstSeq: 100}); err != nil {
+			t.Fatal(err)
+		}
+		r.waitStatus("a backlog the centre cannot take", func(s agent.Status) bool {
+			for _, st := range s.Streams {
+				if st.Name == "telemetry" && st.Replication != nil && st.Replication.BacklogEvents > 0 && s.Central == "" {
+					return true
+				}
+			}
+			return false
+		})
+		if took := r.term(cmd, "centre away"); took < shutdownTimeout {
+			t.Logf("note: exited before shutdown_timeout (%v)", took)
+		}
+	})
+
+	t.Run("broker-away", func(t *testing.T) {
+		away, err := broker.Start(ctx, broker.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newShutdownRig(t, away.URL(), csrv.ClientURL())
+		r.writeConfig("", "")
+		cmd := startRun(t, r.cfgPath, r.httpPort)
+		away.Stop()
+		r.waitStatus("the broker gone", func(s agent.Status) bool {
+			return s.Telemetry != nil && s.Telemetry.ConnectionLost > 0
+		})
+		time.Sleep(1500 * time.Millisecond) // reconnecting
+		r.term(cmd, "broker away")
+	})
+
+	t.Run("queue-full", func(t *testing.T) {
+		r := newShutdownRig(t, brk.URL(), csrv.ClientURL())
+		mountTmpfs(t, r.dir, 48<<20)
+		r.writeConfig(", lane_depth: 2", `store: {min_free_bytes: 8388608}
+devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
+		cmd := startRun(t, r.cfgPath, r.httpPort)
+		fillTo(t, r.dir, 4<<20) // the store refuses: the lanes fill up behind it
+		r.waitStatus("the store's floor", func(s agent.Status) bool { return s.Store.BelowFloor })
+		if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 1, Count: 50, Rate: 1000, NoStatus: true, FirstSeq: 200}); err != nil {
+			t.Fatal(err)
+		}
+		r.waitStatus("a full telemetry queue", func(s agent.Status) bool {
+			return s.Telemetry != nil && s.Telemetry.LaneFullWaits > 0
+		})
+		r.term(cmd, "queue full")
+	})
+}
+
+// checkHeld opens the stopped agent's store and checks that every message
+// the simulator published is stored exactly once.
+func checkHeld(t *testing.T, dir string, res telemetry.SimResult) {
+	t.Helper()
+	s, err := localstream.Open(filepath.Join(dir, "store"), localstream.Options{MinFreeBytes: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Stream("telemetry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, rec := range recs {
+		var m telemetry.Telemetry
+		if json.Unmarshal(rec.Payload, &m) == nil {
+			seen[fmt.Sprintf("%s/%d", m.Drone, m.Seq)]++
+		}
+	}
+	for d, dr := range res.Drones {
+		for seq := dr.FirstSeq; seq <= dr.LastSeq; seq++ {
+			if n := seen[fmt.Sprintf("%s/%d", d, seq)]; n != 1 {
+				t.Fatalf("message %s/%d stored %d times", d, seq, n)
+			}
+		}
+	}
+	if len(seen) != int(res.Published) {
+		t.Fatalf("%d messages stored, %d published", len(seen), res.Published)
+	}
+	t.Logf("all %d messages held during the full disk stored exactly once", len(seen))
+}
