@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ const shutdownTimeout = 2 * time.Second
 // shutdownRig is one agent subprocess and what it talks to.
 type shutdownRig struct {
 	t        *testing.T
+	id       string // agent id: one per test, so that no two share a chain at the centre
 	dir      string // data directory
 	httpPort int
 	cfgPath  string
@@ -80,14 +82,14 @@ func fillTo(t *testing.T, dir string, free int64) {
 // writeConfig writes the agent's configuration: tele adds fields to the
 // telemetry section, extra adds sections.
 func (r *shutdownRig) writeConfig(tele, extra string) {
-	os.WriteFile(r.cfgPath, []byte(fmt.Sprintf(`agent_id: shutdown-test
+	os.WriteFile(r.cfgPath, []byte(fmt.Sprintf(`agent_id: %s
 data_dir: %s
 http: {listen: "127.0.0.1:%d"}
 video: {listen: "127.0.0.1:0", rtcp_listen: mux}
 telemetry: {broker: %q, max_reconnect_interval: 1s %s}
 central: {url: %q, shutdown_timeout: %s, embedded: {listen: "127.0.0.1:0"}}
 %s
-`, r.dir, r.httpPort, r.broker, tele, r.central, shutdownTimeout, extra)), 0o644)
+`, r.id, r.dir, r.httpPort, r.broker, tele, r.central, shutdownTimeout, extra)), 0o644)
 }
 
 // status reads /status.
@@ -154,9 +156,49 @@ func (r *shutdownRig) term(cmd *exec.Cmd, state string) time.Duration {
 	return 0
 }
 
+// start runs the agent as a subprocess and waits for /healthz; its log
+// goes to agent.log, shown if the test fails; it is killed at cleanup if
+// still running.
+func (r *shutdownRig) start() *exec.Cmd {
+	r.t.Helper()
+	logPath := filepath.Join(filepath.Dir(r.cfgPath), "agent.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "run", "--config", r.cfgPath)
+	cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		logf.Close()
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if r.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			r.t.Logf("agent log:\n%s", b[max(0, len(b)-8000):])
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if code, _ := r.healthz(); code == http.StatusOK {
+			return cmd
+		}
+		if time.Now().After(deadline) {
+			r.t.Fatal("agent did not answer /healthz")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func newShutdownRig(t *testing.T, brokerURL, centralURL string) *shutdownRig {
 	dir := t.TempDir()
-	return &shutdownRig{t: t, dir: filepath.Join(dir, "agent"), httpPort: freePort(t),
+	id := "shutdown-" + strings.NewReplacer("/", "-", "_", "-").Replace(strings.ToLower(t.Name()[len("TestSIGTERMInEveryBlockingState/"):]))
+	return &shutdownRig{t: t, id: id, dir: filepath.Join(dir, "agent"), httpPort: freePort(t),
 		cfgPath: filepath.Join(dir, "agent.yaml"), broker: brokerURL, central: centralURL}
 }
 
@@ -192,7 +234,7 @@ func TestSIGTERMInEveryBlockingState(t *testing.T) {
 		mountTmpfs(t, r.dir, 48<<20)
 		r.writeConfig("", `store: {min_free_bytes: 8388608}
 devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
-		cmd := startRun(t, r.cfgPath, r.httpPort)
+		cmd := r.start()
 		fillTo(t, r.dir, 4<<20) // another process takes the disk below the floor
 		r.waitStatus("the store's floor", func(s agent.Status) bool { return s.Store.BelowFloor })
 		if code, body := r.healthz(); code != http.StatusServiceUnavailable {
@@ -213,7 +255,7 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		if err := os.Remove(filepath.Join(r.dir, "filler")); err != nil {
 			t.Fatal(err)
 		}
-		cmd = startRun(t, r.cfgPath, r.httpPort)
+		cmd = r.start()
 		r.waitStatus("the held telemetry stored", func(s agent.Status) bool {
 			return s.Telemetry != nil && s.Telemetry.Appended >= res.Published
 		})
@@ -224,13 +266,13 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 	t.Run("centre-away", func(t *testing.T) {
 		r := newShutdownRig(t, brk.URL(), "nats://"+nobody)
 		r.writeConfig("", "")
-		cmd := startRun(t, r.cfgPath, r.httpPort)
+		cmd := r.start()
 		if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Count: 10, Rate: 200, NoStatus: true, FirstSeq: 100}); err != nil {
 			t.Fatal(err)
 		}
-		r.waitStatus("a backlog the centre cannot take", func(s agent.Status) bool {
+		r.waitStatus("telemetry stored while the centre is away", func(s agent.Status) bool {
 			for _, st := range s.Streams {
-				if st.Name == "telemetry" && st.Replication != nil && st.Replication.BacklogEvents > 0 && s.Central == "" {
+				if st.Name == "telemetry" && st.Stats.Appended > 0 && !s.CentralConnected {
 					return true
 				}
 			}
@@ -248,7 +290,7 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		}
 		r := newShutdownRig(t, away.URL(), csrv.ClientURL())
 		r.writeConfig("", "")
-		cmd := startRun(t, r.cfgPath, r.httpPort)
+		cmd := r.start()
 		away.Stop()
 		r.waitStatus("the broker gone", func(s agent.Status) bool {
 			return s.Telemetry != nil && s.Telemetry.ConnectionLost > 0
@@ -262,7 +304,7 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		mountTmpfs(t, r.dir, 48<<20)
 		r.writeConfig(", lane_depth: 2", `store: {min_free_bytes: 8388608}
 devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
-		cmd := startRun(t, r.cfgPath, r.httpPort)
+		cmd := r.start()
 		fillTo(t, r.dir, 4<<20) // the store refuses: the lanes fill up behind it
 		r.waitStatus("the store's floor", func(s agent.Status) bool { return s.Store.BelowFloor })
 		if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 1, Count: 50, Rate: 1000, NoStatus: true, FirstSeq: 200}); err != nil {
