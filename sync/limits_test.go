@@ -342,3 +342,69 @@ func TestFailingStreamIsAProblem(t *testing.T) {
 	}
 	t.Log(p)
 }
+
+// TestEventsAtTheMaxPayloadBoundary: events from well below to above the
+// max payload, a byte-step apart around the limit, each arrive whole or
+// as a marker, exactly once; the stream never stops or sticks on one.
+func TestEventsAtTheMaxPayloadBoundary(t *testing.T) {
+	forLayouts(t, func(t *testing.T, layout int) {
+		srv := startCentral(t, central.Config{MaxPayload: 256 << 10})
+		store, st := openStore(t, t.TempDir())
+		defer store.Close()
+		nc := connect(t, srv.ClientURL())
+		app := newAppender(st, 3)
+		mp := 256 << 10
+		var sizes []int
+		for k := -3000; k <= 300; k += 37 {
+			sizes = append(sizes, mp+k)
+		}
+		for i, n := range sizes {
+			ev := app.event(i % 3)
+			ev.Payload = make([]byte, n)
+			if err := app.append(ev); err != nil {
+				t.Fatal(err)
+			}
+			if err := app.append(app.event((i + 1) % 3)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rp := startReplica(t, nc, st, "agent-edge", ReplicatorConfig{}, JetStreamOptions{Layout: layout})
+		waitReplicated(t, nc, st, rp, "agent-edge", 60*time.Second)
+		rp.close()
+		local := localEvents(t, st)
+		items, err := ReadAll(testCtx(t, 60*time.Second), nc, testStream, ReadOptions{Agent: "agent-edge"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[localstream.Position]bool{}
+		markers := 0
+		for _, it := range items {
+			if it.Kind != ItemEvent {
+				continue
+			}
+			r := it.Event.Record
+			want, ok := local[r.Position]
+			if !ok || seen[r.Position] {
+				t.Fatalf("event %s: in the local store %v, seen before %v", r.Position, ok, seen[r.Position])
+			}
+			seen[r.Position] = true
+			if it.Event.Dropped != "" {
+				markers++
+				if len(want.Payload) < mp-4096 {
+					t.Fatalf("event %s of %d bytes became a marker: %s", r.Position, len(want.Payload), it.Event.Dropped)
+				}
+				continue
+			}
+			if len(r.Payload) != len(want.Payload) {
+				t.Fatalf("event %s: %d bytes, want %d", r.Position, len(r.Payload), len(want.Payload))
+			}
+		}
+		if len(seen) != len(local) {
+			t.Fatalf("%d of %d events at the centre", len(seen), len(local))
+		}
+		t.Logf("%d events, %d markers; replicator %d retries, dropped %d", len(seen), markers, rp.r.Stats().Retries, rp.r.Stats().Dropped)
+		if markers == 0 || uint64(markers) != rp.r.Stats().Dropped {
+			t.Fatalf("%d markers, dropped counter %d", markers, rp.r.Stats().Dropped)
+		}
+	})
+}

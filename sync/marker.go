@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -72,4 +73,23 @@ func packEvent(rec localstream.Record) (localstream.Record, string) {
 	}
 	rec.Headers = nil
 	return rec, reason
+}
+
+// failWarnEvery spaces the warnings of a stream that keeps failing.
+const failWarnEvery = 30 * time.Second
+
+// warnFailing logs, at most every failWarnEvery, that the stream has been
+// failing since its first error after the last commit: no error class
+// goes on silently (a stopped stream logs an error once).
+func (r *Replicator) warnFailing(err error) {
+	r.mu.Lock()
+	since := r.failingSince
+	r.mu.Unlock()
+	now := r.cfg.Now()
+	if since.IsZero() || now.Sub(since) < failWarnEvery || now.Sub(r.failWarned) < failWarnEvery {
+		return
+	}
+	r.failWarned = now
+	r.cfg.Logger.Warn("replication failing", "stream", r.st.Name(), "since", since.UTC().Format(time.RFC3339),
+		"retries", r.retries.Load(), "err", err)
 }

@@ -158,6 +158,8 @@ type Replicator struct {
 	// failingSince is the first error after the last commit (zero: none).
 	// Guarded by mu.
 	failingSince time.Time
+	// failWarned is when warnFailing last logged (Run's goroutine only).
+	failWarned time.Time
 	// lastLoss is the latest loss found (LostRange.String). Guarded by mu.
 	lastLoss string
 
@@ -228,6 +230,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		}
 		d := backoff/2 + rand.N(backoff/2+1)
 		r.cfg.Logger.Debug("replication retry", "stream", r.st.Name(), "class", class, "err", err, "wait", d)
+		r.warnFailing(err)
 		backoff = min(2*backoff, r.cfg.MaxBackoff)
 		select {
 		case <-ctx.Done():
