@@ -122,14 +122,29 @@ func (c *core) classify(t, ingest int64) Admission {
 	return Admission{}
 }
 
-// clockFloor is the lower bound a watermark follows when no writer holds
-// it back: the receiving clock minus MaxClockBehind (any later event
-// before it is flagged behind anyway). ok is false when disabled.
+// clockFloor is the lower bound a watermark follows when no writer is
+// open (every one closed or behind the receiving clock, or none): the
+// receiving clock minus MaxClockSkew — where a stream with one correct
+// writer would be. ok is false when disabled.
 func (c *core) clockFloor(now int64) (int64, bool) {
-	if c.behindNs <= 0 || now <= math.MinInt64+c.behindNs {
+	if c.skewNs <= 0 || now <= math.MinInt64+c.skewNs {
 		return 0, false
 	}
-	return now - c.behindNs, true
+	return now - c.skewNs, true
+}
+
+// anyOpen reports whether some writer may still send without notice: not
+// closed and not behind the receiving clock (idle or not), or with an
+// event in flight. Such a stream does not follow the clock: an idle
+// writer's next events (a broker's backlog after a restart) are not made
+// late by the clock alone.
+func (c *core) anyOpen() bool {
+	for _, w := range c.writers {
+		if w.inflight || (!w.closed && !w.behind) {
+			return true
+		}
+	}
+	return false
 }
 
 // WriterSkew is one writer's clock-skew state and counters.

@@ -240,11 +240,11 @@ func (k *candidate) use(topo localstream.Topology, m mark) {
 	k.upper = max(k.upper, m.t)
 }
 
-// followClock makes a candidate no writer holds back follow the
-// receiving clock (clockFloor): an idle stream's watermark advances, so
-// that a time cut across streams completes.
+// followClock makes a candidate of a stream with no open writer follow
+// the receiving clock (clockFloor): a stream whose drones landed, or that
+// has none, advances, so that a time cut across streams completes.
 func (c *core) followClock(k *candidate, now int64) {
-	if k.ok {
+	if k.ok || c.anyOpen() {
 		return
 	}
 	if f, ok := c.clockFloor(now); ok {

@@ -48,8 +48,8 @@
 // A writer counts while active: it noted or asked Admit within IdleTimeout,
 // is not closed and not behind the receiving clock, or has an event in
 // flight (Admit asked, Note not yet; for up to 10 idle timeouts). With no
-// writer counting, lower follows the receiving clock (now −
-// MaxClockBehind). In the committed view a writer that is idle, behind or
+// writer counting and none open (every one closed or behind), lower
+// follows the receiving clock (now − MaxClockSkew). In the committed view a writer that is idle, behind or
 // closed still counts until every event it wrote that is not late is
 // inside the committed cut. A new
 // watermark is emitted only when lower advances; its cut is joined with the

@@ -37,8 +37,9 @@ type Stats struct {
 	// MaxClockSkew ahead of, or MaxClockBehind behind, their ingest time
 	// (flagged clock-skew; behind ones also late).
 	ClockSkewAhead, ClockSkewBehind uint64
-	// ClockFloored counts watermark computations no writer held back, that
-	// followed the receiving clock (now − MaxClockBehind).
+	// ClockFloored counts watermark computations with no writer open
+	// (all closed or behind) that followed the receiving clock (now −
+	// MaxClockSkew).
 	ClockFloored uint64
 	// Writers is the number of known writers; ActiveWriters of those that
 	// hold the local watermark back (neither closed, idle nor behind);

@@ -41,15 +41,16 @@ type Options struct {
 	// time. An event further ahead keeps its time but is flagged
 	// clock-skew and counted, and its mark is bounded to ingest −
 	// MaxClockSkew; an event within it marks at most its ingest time, so
-	// no watermark is ever ahead of the receiving clock. Default 10s
+	// no watermark is ever ahead of the receiving clock. A stream with no
+	// open writer (all closed or behind) follows now − MaxClockSkew.
+	// Default 10s
 	// (GPS/NTP clocks are within milliseconds; 10 s allows for a week of
 	// free-running RTC drift and delivery jitter); negative disables.
 	MaxClockSkew time.Duration
 	// MaxClockBehind is how far an event time may be behind its ingest
 	// time. An event further behind is flagged clock-skew and late and
 	// counted; its writer stops holding the watermark back until an event
-	// within bounds. A stream no writer holds back follows now −
-	// MaxClockBehind. Default 10m (longer than chunk durations and short
+	// within bounds. Default 10m (longer than chunk durations and short
 	// uplink/broker outages; a clock reset to 1970 or a day off is far
 	// beyond); negative disables.
 	MaxClockBehind time.Duration

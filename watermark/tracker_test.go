@@ -336,8 +336,8 @@ func TestTrackerConcurrent(t *testing.T) {
 	ctx := context.Background()
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
-	// Times from 1970 with the real clock: no clock floor.
-	tr, err := NewTracker(st, s, Options{MaxClockBehind: -1})
+	// Times from 1970 with the real clock: no clock bounds.
+	tr, err := NewTracker(st, s, Options{MaxClockSkew: -1, MaxClockBehind: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
