@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"fmt"
+	"strings"
 	stdsync "sync"
 	"testing"
 	"time"
@@ -12,17 +13,16 @@ import (
 )
 
 // commitGaps records, per agent, when each commit was acked, to find the
-// longest time an agent went without one.
+// longest time an agent went without one and how soon it committed after
+// a fault.
 type commitGaps struct {
 	mu    stdsync.Mutex
 	start time.Time
-	last  map[string]time.Time
-	worst map[string]time.Duration
-	count map[string]int
+	times map[string][]time.Time
 }
 
 func newCommitGaps(start time.Time) *commitGaps {
-	return &commitGaps{start: start, last: map[string]time.Time{}, worst: map[string]time.Duration{}, count: map[string]int{}}
+	return &commitGaps{start: start, times: map[string][]time.Time{}}
 }
 
 func (g *commitGaps) onCommit(agent string) func(Committed, []int64) {
@@ -31,30 +31,39 @@ func (g *commitGaps) onCommit(agent string) func(Committed, []int64) {
 
 func (g *commitGaps) note(agent string, at time.Time) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	prev, ok := g.last[agent]
-	if !ok {
-		prev = g.start
-	}
-	g.worst[agent] = max(g.worst[agent], at.Sub(prev))
-	g.last[agent] = at
-	g.count[agent]++
+	g.times[agent] = append(g.times[agent], at)
+	g.mu.Unlock()
 }
 
-// longest is each agent's longest time without a commit up to end (an
-// agent without any commit counts from start).
+// longest is each agent's longest time without a commit between start
+// and end (an agent without any commit counts from start).
 func (g *commitGaps) longest(agents []string, end time.Time) map[string]time.Duration {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	out := map[string]time.Duration{}
 	for _, a := range agents {
-		prev, ok := g.last[a]
-		if !ok {
-			prev = g.start
+		prev, worst := g.start, time.Duration(0)
+		for _, at := range g.times[a] {
+			if at.After(end) {
+				break
+			}
+			worst, prev = max(worst, at.Sub(prev)), at
 		}
-		out[a] = max(g.worst[a], end.Sub(prev))
+		out[a] = max(worst, end.Sub(prev))
 	}
 	return out
+}
+
+// firstAfter is the agent's first commit after t (zero: none yet).
+func (g *commitGaps) firstAfter(agent string, t time.Time) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, at := range g.times[agent] {
+		if at.After(t) {
+			return at
+		}
+	}
+	return time.Time{}
 }
 
 // fleetAgent is one simulated ground station: its own Badger store, an
@@ -127,4 +136,33 @@ func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 		a.rp.close()
 		verifyCentral(t, nc, a.st, a.name)
 	}
+}
+
+// TestStallIsReported: a station whose uplink is down while events wait
+// says so in Stats().Problem (/status, /healthz), and no longer once it
+// has committed them.
+func TestStallIsReported(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
+	store, st := openStore(t, t.TempDir())
+	defer store.Close()
+	app := newAppender(st, 2)
+	if err := app.warm(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rp := startReplica(t, connect(t, px.URL()), st, "stalls", ReplicatorConfig{}, JetStreamOptions{})
+	waitFor(t, 20*time.Second, "a first commit", func() bool { return rp.r.Stats().Txns > 0 })
+	px.setDown(true)
+	for range 5 {
+		if err := app.append(app.event(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	problem := func() string { return rp.r.Stats().Problem(time.Now(), 500*time.Millisecond) }
+	waitFor(t, 20*time.Second, "the stall reported", func() bool { return problem() != "" })
+	if p := problem(); !strings.Contains(p, "events waiting") {
+		t.Fatalf("stall message %q", p)
+	}
+	px.setDown(false)
+	waitFor(t, 20*time.Second, "the stall cleared", func() bool { return problem() == "" && rp.r.Stats().BacklogEvents == 0 })
 }

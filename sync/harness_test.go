@@ -31,7 +31,13 @@ func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Strea
 }
 
 func openStoreErr(dir string) (*localstream.Store, *localstream.Stream, error) {
-	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	return openStoreOpts(dir, localstream.Options{})
+}
+
+// openStoreOpts is openStoreErr with store options (a fleet's small stores).
+func openStoreOpts(dir string, opts localstream.Options) (*localstream.Store, *localstream.Stream, error) {
+	opts.Logger = slog.New(slog.DiscardHandler)
+	s, err := localstream.Open(dir, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,12 +225,24 @@ func verifyCentralMarked(t testing.TB, nc *nats.Conn, st *localstream.Stream, ag
 
 func verifyCentralWith(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string, marked map[localstream.Position]bool) (events, commits int, markers map[localstream.Position]CentralEvent) {
 	t.Helper()
-	markers = map[localstream.Position]CentralEvent{}
-	local := localEvents(t, st)
 	items, err := ReadAll(testCtx(t, 60*time.Second), nc, testStream, ReadOptions{Agent: agent})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return verifyItemsWith(t, items, st, marked)
+}
+
+// verifyItems is verifyCentral on one agent's items, already read.
+func verifyItems(t testing.TB, items []Item, st *localstream.Stream) (events, commits int) {
+	t.Helper()
+	events, commits, _ = verifyItemsWith(t, items, st, nil)
+	return events, commits
+}
+
+func verifyItemsWith(t testing.TB, items []Item, st *localstream.Stream, marked map[localstream.Position]bool) (events, commits int, markers map[localstream.Position]CentralEvent) {
+	t.Helper()
+	markers = map[localstream.Position]CentralEvent{}
+	local := localEvents(t, st)
 	seen := map[localstream.Position]uint64{}
 	lastPerDrone := map[string]int64{}
 	var wm WatermarkJSON

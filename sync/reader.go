@@ -235,60 +235,35 @@ func (r *CentralReader) caughtUp(ctx context.Context) bool {
 // decode turns one message into items (a layout-2 pack into its events
 // and commit record) and queues them.
 func (r *CentralReader) decode(subj string, h nats.Header, data []byte, seq uint64) error {
-	p, err := parseSubject(subj)
-	if err != nil {
-		return err
-	}
-	if p.stream != r.stream {
-		return fmt.Errorf("seq %d: %w: subject %q outside stream %s", seq, ErrCorruptRecord, subj, r.stream)
-	}
-	if p.kind == subjectData {
-		ev, err := DecodeEvent(subj, h, data)
-		if err != nil {
-			return fmt.Errorf("seq %d: %w", seq, err)
-		}
-		if r.opts.RoutingKey != "" && ev.Record.RoutingKey != r.opts.RoutingKey {
-			return nil // another key with the same hashed token
-		}
-		ev.Seq = seq
-		r.items = append(r.items, Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]})
-		return nil
-	}
-	if p.kind == subjectCut && !isPack(data) {
-		rec, err := DecodeCommitRecord(data)
-		if err != nil {
-			return fmt.Errorf("seq %d: %w", seq, err)
-		}
-		r.commit(seq, p.agent, rec)
-		return nil
-	}
-	pk, err := decodePack(p.stream, data)
-	if err == nil && (pk.commit != nil) != (p.kind == subjectCut) {
-		err = fmt.Errorf("%w: commit record on a part subject, or none on the cut subject", ErrCorruptRecord)
-	}
+	evs, commit, err := DecodeMessage(subj, h, data)
 	if err != nil {
 		return fmt.Errorf("seq %d: %w", seq, err)
 	}
-	if !r.opts.CommitsOnly {
-		for _, rec := range pk.events {
-			if r.opts.RoutingKey != "" && rec.RoutingKey != r.opts.RoutingKey {
-				continue
-			}
-			rec, dropped := packEvent(rec)
-			ev := CentralEvent{Seq: seq, Stream: p.stream, Agent: p.agent, Txn: pk.txn, Record: rec, Dropped: dropped}
-			r.items = append(r.items, Item{Kind: ItemEvent, Seq: seq, Agent: p.agent, Event: ev, Watermark: r.wm[p.agent]})
+	for _, ev := range evs {
+		if ev.Stream != r.stream {
+			return fmt.Errorf("seq %d: %w: subject %q outside stream %s", seq, ErrCorruptRecord, subj, r.stream)
 		}
+		// RoutingKey: a layout-2 message holds every drone of its agent;
+		// a layout-1 hashed token may stand for several keys.
+		if r.opts.CommitsOnly || r.opts.RoutingKey != "" && ev.Record.RoutingKey != r.opts.RoutingKey {
+			continue
+		}
+		ev.Seq = seq
+		r.items = append(r.items, Item{Kind: ItemEvent, Seq: seq, Agent: ev.Agent, Event: ev, Watermark: r.wm[ev.Agent]})
 	}
-	if pk.commit != nil {
-		r.commit(seq, p.agent, pk.commit.record(p.agent, p.stream))
+	if commit != nil {
+		if commit.Stream != r.stream {
+			return fmt.Errorf("seq %d: %w: subject %q outside stream %s", seq, ErrCorruptRecord, subj, r.stream)
+		}
+		r.commit(seq, commit)
 	}
 	return nil
 }
 
 // commit queues a commit record's item and makes its watermark current.
-func (r *CentralReader) commit(seq uint64, agent string, rec CommitRecord) {
-	r.wm[agent] = rec.Watermark
-	r.items = append(r.items, Item{Kind: ItemCommit, Seq: seq, Agent: agent, Commit: rec, Watermark: rec.Watermark})
+func (r *CentralReader) commit(seq uint64, rec *CommitRecord) {
+	r.wm[rec.Agent] = rec.Watermark
+	r.items = append(r.items, Item{Kind: ItemCommit, Seq: seq, Agent: rec.Agent, Commit: *rec, Watermark: rec.Watermark})
 }
 
 // ReadAll reads a whole central stream (not following) into items.
