@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test race bench fuzz lint build
+.PHONY: test race bench fuzz lint build dist
 
 build:
 	$(GO) build -o bin/edge-agent ./cmd/edge-agent
@@ -33,3 +33,23 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
 	$(GO) mod tidy -diff
+
+# Release artefacts in bin/: static binaries for linux/amd64, linux/arm64
+# and linux/armv7, and a Debian package of each (systemd unit, user,
+# /etc/edge-agent/agent.yaml, /var/lib/edge-agent) built by nfpm.
+VERSION ?= 0.1.0+git$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+NFPM ?= $(shell command -v nfpm 2>/dev/null || echo $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0)
+DIST_LDFLAGS := -s -w -X main.version=$(VERSION)
+# GOARCH:GOARM:name:debian-arch ("-": no GOARM)
+DIST_TARGETS := amd64:-:amd64:amd64 arm64:-:arm64:arm64 arm:7:armv7:armhf
+dist:
+	@mkdir -p bin
+	@set -e; for t in $(DIST_TARGETS); do \
+	  set -- $$(echo $$t | tr : ' '); goarch=$$1 goarm=$${2#-} name=$$3 debarch=$$4; \
+	  echo "== bin/edge-agent-linux-$$name"; \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$goarch GOARM=$$goarm $(GO) build -trimpath -ldflags '$(DIST_LDFLAGS)' \
+	    -o bin/edge-agent-linux-$$name ./cmd/edge-agent; \
+	  mkdir -p bin/pkg && cp bin/edge-agent-linux-$$name bin/pkg/edge-agent; \
+	  ARCH=$$debarch VERSION='$(VERSION)' $(NFPM) package --config deploy/nfpm.yaml --packager deb --target bin/; \
+	done
+	@rm -rf bin/pkg; ls -l bin/

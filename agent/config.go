@@ -438,7 +438,7 @@ func filesystemSize(dir string) (int64, error) {
 		var st unix.Statfs_t
 		err := unix.Statfs(dir, &st)
 		if err == nil {
-			return int64(st.Blocks) * st.Bsize, nil
+			return int64(st.Blocks) * int64(st.Bsize), nil // Bsize is int32 on 32-bit ARM
 		}
 		parent := filepath.Dir(dir)
 		if !errors.Is(err, unix.ENOENT) || parent == dir {

@@ -190,8 +190,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("lag plot has %d points after 3 polls", first[0])
 	}
 
-	// The plots update: more points after more polls, every plot.
-	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`window.edgePage.polls >= 8`)); err != nil {
+	// The plots update: more points after more polls, every plot, while
+	// the drones fly again (rates and online drones in the screenshot).
+	live := make(chan error, 1)
+	go func() {
+		_, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 3, Rate: 20, Duration: 6 * time.Second})
+		live <- err
+	}()
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](
+		`window.edgePage.polls >= 12 && document.querySelectorAll("#drones .pill.ok").length == 3`)); err != nil {
 		t.Fatal(err)
 	}
 	if page, err = chromedp.Run(bctx, chromedp.Evaluate[rendered](read)); err != nil {
@@ -205,6 +212,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 		if page.Points[i] <= first[i] {
 			t.Errorf("plot %d did not grow: %d then %d points", i, first[i], page.Points[i])
 		}
+	}
+	if err := <-live; err != nil {
+		t.Fatal(err)
 	}
 	out := filepath.Join(artifactDir(t), "status-page.png")
 	if err := os.WriteFile(out, shot, 0o644); err != nil {
