@@ -275,3 +275,53 @@ func waitCaughtUpTB(b *testing.B, nc *nats.Conn, st *localstream.Stream, agent s
 	b.Helper()
 	waitCaughtUp(b, nc, st, agent, 60*time.Second)
 }
+
+// BenchmarkLoweredBatchLimits measures layout-1 replication of a 20,000
+// event backlog (300 B telemetry) on a server with nats-server's default
+// batch limits and on one lowered to 100 messages per batch and one open
+// batch per stream: the cost of learning and keeping the lowered limits
+// (smaller transactions, no pipelining).
+func BenchmarkLoweredBatchLimits(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		cfg  central.Config
+	}{
+		{"server-defaults", central.Config{}},
+		{"batch100-inflight1", central.Config{MaxBatchSize: 100, MaxBatchInflightPerStream: 1}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			srv := startCentral(b, c.cfg)
+			nc := connect(b, srv.ClientURL())
+			var dur time.Duration
+			var retries uint64
+			for i := range b.N {
+				b.StopTimer()
+				store, st, _ := fillStore(b, "telemetry", 20000, 300)
+				inst := NewInstanceID()
+				sink, _ := NewJetStreamSink(nc, fmt.Sprintf("low-%d", i), inst, JetStreamOptions{Layout: 1})
+				tail := st.TailCut()
+				caughtUp := make(chan struct{})
+				r := NewReplicator(st, sink, inst, ReplicatorConfig{OnCommit: func(cm Committed, _ []int64) {
+					if cut, err := cm.Record.StreamCut(); err == nil && cut.Equal(tail) {
+						close(caughtUp)
+					}
+				}})
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				b.StartTimer()
+				start := time.Now()
+				go func() { done <- r.Run(ctx) }()
+				<-caughtUp
+				dur += time.Since(start)
+				b.StopTimer()
+				retries += r.Stats().Retries
+				cancel()
+				<-done
+				sink.Close()
+				store.Close()
+			}
+			b.ReportMetric(float64(b.N*20000)/dur.Seconds(), "events/s")
+			b.ReportMetric(float64(retries)/float64(b.N), "retries/op")
+		})
+	}
+}
