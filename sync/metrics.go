@@ -10,6 +10,7 @@ type metricsCollector struct {
 	r *Replication
 
 	txns, events, bytes, retries, conflicts, fenced *prometheus.Desc
+	dropped                                         *prometheus.Desc
 	lag, backlogEvents, backlogBytes, wmLower, up   *prometheus.Desc
 }
 
@@ -25,6 +26,7 @@ func (r *Replication) Collectors() []prometheus.Collector {
 		bytes:         d("bytes_committed_total", "Payload bytes committed to the central store by this run."),
 		retries:       d("retries_total", "Resumes from the central cut after an error."),
 		conflicts:     d("conflicts_total", "Commits rejected by the fencing expectation."),
+		dropped:       d("events_dropped_total", "Events replaced at the centre by a marker (too large for the central max payload)."),
 		fenced:        d("stopped", "1 when the stream's replication stopped on a permanent error (fenced, misconfigured, ...)."),
 		lag:           d("event_time_lag_seconds", "Now minus the committed watermark's lower bound."),
 		backlogEvents: d("backlog_events", "Local events after the committed cut."),
@@ -35,7 +37,7 @@ func (r *Replication) Collectors() []prometheus.Collector {
 }
 
 func (c *metricsCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.txns, c.events, c.bytes, c.retries, c.conflicts, c.fenced, c.lag, c.backlogEvents, c.backlogBytes, c.wmLower, c.up} {
+	for _, d := range []*prometheus.Desc{c.txns, c.events, c.bytes, c.retries, c.conflicts, c.dropped, c.fenced, c.lag, c.backlogEvents, c.backlogBytes, c.wmLower, c.up} {
 		ch <- d
 	}
 }
@@ -56,6 +58,7 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		m(c.bytes, prometheus.CounterValue, float64(s.Bytes))
 		m(c.retries, prometheus.CounterValue, float64(s.Retries))
 		m(c.conflicts, prometheus.CounterValue, float64(s.Conflicts))
+		m(c.dropped, prometheus.CounterValue, float64(s.Dropped))
 		m(c.fenced, prometheus.GaugeValue, b2f(s.Stopped != ""))
 		m(c.lag, prometheus.GaugeValue, s.EventTimeLag.Seconds())
 		m(c.backlogEvents, prometheus.GaugeValue, float64(s.BacklogEvents))

@@ -126,7 +126,7 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 		}
 	}
 	mfs, err := reg.Gather()
-	if err != nil || len(mfs) != 11 {
+	if err != nil || len(mfs) != 12 {
 		t.Fatalf("gathered %d metric families, %v", len(mfs), err)
 	}
 }
