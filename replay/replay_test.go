@@ -94,13 +94,26 @@ func listenPair(t *testing.T) (*net.UDPConn, *net.UDPConn) {
 
 // drain reads datagrams until none comes for 200ms.
 func drain(c *net.UDPConn) [][]byte {
+	done := make(chan struct{})
+	close(done)
+	return drainUntil(c, done)
+}
+
+// drainUntil reads datagrams until done is closed and none arrives for
+// 200 ms after that.
+func drainUntil(c *net.UDPConn, done <-chan struct{}) [][]byte {
 	var out [][]byte
 	buf := make([]byte, 65536)
 	for {
 		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 		n, err := c.Read(buf)
 		if err != nil {
-			return out
+			select {
+			case <-done:
+				return out
+			default:
+				continue
+			}
 		}
 		out = append(out, append([]byte(nil), buf[:n]...))
 	}
@@ -226,9 +239,15 @@ func TestSendLive(t *testing.T) {
 		rtpC, rtcpC := listenPair(t)
 		defer rtpC.Close()
 		defer rtcpC.Close()
+		// Read until the sender is done, then what is still queued: an
+		// idle deadline alone ends early when a loaded machine delays the
+		// sender by more than the deadline.
+		sent := make(chan struct{})
 		got := make(chan [][]byte)
-		go func() { got <- drain(rtcpC) }()
-		if _, err := Send(context.Background(), testdata("h264.pcap"), rtpC.LocalAddr().String(), Options{Live: live}); err != nil {
+		go func() { got <- drainUntil(rtcpC, sent) }()
+		_, err := Send(context.Background(), testdata("h264.pcap"), rtpC.LocalAddr().String(), Options{Live: live})
+		close(sent)
+		if err != nil {
 			t.Fatal(err)
 		}
 		var out []time.Time
