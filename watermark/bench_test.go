@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -106,6 +107,41 @@ func BenchmarkNote(b *testing.B) {
 		w := "w/" + keys[j]
 		tr.Late(w, int64(i+1))
 		if err := tr.Note(w, int64(i+1), p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAdmit: Admit + NoteAdmitted of one event, bounded by the
+// receiving clock, as BenchmarkNote does with Late + Note; every fourth
+// writer's clock is an hour ahead (flagged, mark bounded).
+func BenchmarkAdmit(b *testing.B) {
+	s, st := benchStore(b)
+	keys := benchKeys()
+	const base = int64(1_800_000_000_000_000_000)
+	tr, err := NewTracker(st, s, Options{Now: func() time.Time { return time.Unix(0, base) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	first := appendRound(b, st, keys, base)
+	for i, k := range keys {
+		if err := tr.Note("w/"+k, base, first[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		j := i % len(keys)
+		p := first[j]
+		p.Offset += uint64(i/len(keys)) + 1
+		w := "w/" + keys[j]
+		ingest := base + int64(i+1)
+		et := ingest
+		if j%4 == 0 {
+			et += int64(time.Hour)
+		}
+		a := tr.Admit(w, et, ingest)
+		if err := tr.NoteAdmitted(w, a, et, p); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -179,6 +179,8 @@ func (c *core) noteMark(topo localstream.Topology, id string, t int64, p localst
 	if !w.hasMark || t > w.maxSeen {
 		w.maxSeen = t
 	}
+	// The next admitted marks start at least here (see Admission.Mark).
+	w.admitted = max(w.admitted, w.maxSeen)
 	noted := w.maxSeen - c.latenessNs
 	if !w.hasMark {
 		w.noted = noted

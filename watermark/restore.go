@@ -75,6 +75,11 @@ func (c *core) restore(topo localstream.Topology, id string, r writerRecord) int
 		noted: r.noted, maxSeen: r.maxSeen, lastActive: r.lastActive, floor: r.floor,
 		pos: keep(r.pos), admitted: math.MinInt64,
 	}
+	if r.hasMark {
+		// Marks are bounded times: the highest noted is the highest
+		// admitted that reached the store, and the next marks start there.
+		w.admitted = r.maxSeen
+	}
 	if r.base != nil {
 		w.base = &mark{t: r.base.t, pos: keep(r.base.pos)}
 	}

@@ -149,3 +149,33 @@ func TestAbsurdFirstSenderReport(t *testing.T) {
 	}
 	t.Logf("%d chunks dated 1968 (flagged), %d after the good report; tracker %+v", skewed, good, tr.Stats())
 }
+
+// FuzzClockSenderReports drives one RTP clock with arbitrary sender
+// reports (NTP and RTP times, arrival offsets) and frame times: it never
+// panics; a report is ignored only when its NTP time is beyond the skew
+// from its arrival while the mapping in use is within it, and an ignored
+// report leaves that mapping as it was.
+func FuzzClockSenderReports(f *testing.F) {
+	f.Add(uint64(1<<31<<32), uint32(1000), int64(0), uint32(4000))
+	f.Add(uint64(0xffffffffffffffff), uint32(0), int64(-5e9), uint32(1<<31))
+	f.Add(unixNanoToNTP(1_800_000_000_000_000_000), uint32(90000), int64(3e9), uint32(0))
+	f.Fuzz(func(t *testing.T, ntp uint64, rtpTS uint32, arrivalOff int64, frameTS uint32) {
+		const skew = int64(10 * time.Second)
+		arrival := time.Unix(0, 1_800_000_000_000_000_000+arrivalOff%int64(time.Hour))
+		c := newClock(90000, 500*time.Millisecond, time.Duration(skew))
+		// A good first report, then the fuzzed one.
+		c.onSR(unixNanoToNTP(arrival.UnixNano()), 0, arrival)
+		srNs, srRTP := c.srNs, c.srRTP
+		_, skewed := c.onSR(ntp, rtpTS, arrival)
+		ns := ntpToUnixNano(ntp)
+		pred := srNs + c.delta(rtpTS, srRTP)
+		want := abs64(ns-arrival.UnixNano()) > skew && abs64(pred-arrival.UnixNano()) <= skew
+		if skewed != want {
+			t.Fatalf("skewed=%v for NTP %d (arrival %d, mapping predicts %d)", skewed, ns, arrival.UnixNano(), pred)
+		}
+		if skewed && (c.srNs != srNs || c.srRTP != srRTP) {
+			t.Fatal("an ignored report changed the mapping")
+		}
+		c.pts(frameTS, arrival)
+	})
+}
