@@ -409,7 +409,7 @@ func (a *Agent) finalCommit() {
 		behind := uint64(0)
 		for _, r := range a.repls {
 			s := r.Stats()
-			if s.State == "stopped" {
+			if s.State == sync.StateStopped {
 				continue
 			}
 			behind += s.BacklogEvents

@@ -146,7 +146,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("stream %s not on the page", st.Name)
 			continue
 		}
-		if r["state"] != st.Replication.State {
+		if r["state"] != st.Replication.State.String() {
 			t.Errorf("%s: state %q, /status %q", st.Name, r["state"], st.Replication.State)
 		}
 		if st.Name != "telemetry" {

@@ -173,7 +173,7 @@ func TestTwoAgentsSameIDOneIsFenced(t *testing.T) {
 	})
 	for _, rp := range reps {
 		s := rp.r.Stats()
-		if s.State == "stopped" {
+		if s.State == StateStopped {
 			fenced++
 			if !strings.Contains(s.Stopped, "another agent uses this agent id") {
 				t.Fatalf("stopped without a clear message: %q", s.Stopped)

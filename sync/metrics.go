@@ -64,6 +64,6 @@ func (c *metricsCollector) Collect(ch chan<- prometheus.Metric) {
 		m(c.backlogEvents, prometheus.GaugeValue, float64(s.BacklogEvents))
 		m(c.backlogBytes, prometheus.GaugeValue, float64(s.BacklogBytes))
 		m(c.wmLower, prometheus.GaugeValue, float64(s.WatermarkLowerNs)/1e9)
-		m(c.up, prometheus.GaugeValue, b2f(s.State == "replicating"))
+		m(c.up, prometheus.GaugeValue, b2f(s.State == StateReplicating))
 	}
 }

@@ -151,8 +151,8 @@ type Replicator struct {
 	last Committed
 	// lastAt is when last was learned. Guarded by mu.
 	lastAt time.Time
-	// state is "starting", "replicating", "retrying" or "stopped". Guarded by mu.
-	state string
+	// state is where replication is. Guarded by mu.
+	state State
 	// lastErr is the latest error; stopErr the permanent one. Guarded by mu.
 	lastErr, stopErr error
 	// failingSince is the first error after the last commit (zero: none).
@@ -186,7 +186,7 @@ type Replicator struct {
 // the same string the sink writes into commit records (random per run).
 func NewReplicator(st *localstream.Stream, sink Sink, instance string, cfg ReplicatorConfig) *Replicator {
 	cfg.defaults(st.Name(), sink)
-	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, store: st.Store().ID(), state: "starting"}
+	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, store: st.Store().ID(), state: StateStarting}
 }
 
 // Stream is the local stream's name.
@@ -214,12 +214,12 @@ func (r *Replicator) Run(ctx context.Context) error {
 			r.failingSince = r.cfg.Now()
 		}
 		if class == Permanent {
-			r.state, r.stopErr = "stopped", err
+			r.state, r.stopErr = StateStopped, err
 			r.mu.Unlock()
 			r.cfg.Logger.Error("replication stopped", "stream", r.st.Name(), "err", err)
 			return err
 		}
-		r.state = "retrying"
+		r.state = StateRetrying
 		r.mu.Unlock()
 		if class == Conflict {
 			r.conflicts.Add(1)
@@ -270,7 +270,7 @@ func (r *Replicator) session(ctx context.Context) error {
 	pf := newPrefetcher(ctx, rd, 4096, max(2*r.cfg.MaxTxnBytes, 4<<20))
 	defer pf.close()
 	r.mu.Lock()
-	r.state = "replicating"
+	r.state = StateReplicating
 	r.mu.Unlock()
 	// Pipeline: the next transaction's events are sent while the previous
 	// commit waits for its ack; its commit record goes out only after that

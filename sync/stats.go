@@ -7,16 +7,54 @@ import (
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
-// StateStopped is the state of a stream stopped by a permanent error.
-const StateStopped = "stopped"
+// State is where a stream's replication is. Its text form (JSON, /status,
+// logs) is the lower-case name.
+type State int
+
+const (
+	// StateStarting: the replicator has not read the centre yet.
+	StateStarting State = iota
+	// StateReplicating: the last transaction or resume succeeded.
+	StateReplicating
+	// StateRetrying: the last attempt failed with a retryable error; the
+	// replicator resumes from the centre after a back-off.
+	StateRetrying
+	// StateStopped: a permanent error stopped the stream (fenced, twin,
+	// misconfigured); Stopped says why.
+	StateStopped
+)
+
+var stateNames = [...]string{"starting", "replicating", "retrying", "stopped"}
+
+// String is the state's name.
+func (s State) String() string {
+	if s < 0 || int(s) >= len(stateNames) {
+		return fmt.Sprintf("State(%d)", int(s))
+	}
+	return stateNames[s]
+}
+
+// MarshalText makes the JSON form the name.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText reads a name written by MarshalText.
+func (s *State) UnmarshalText(b []byte) error {
+	for i, n := range stateNames {
+		if n == string(b) {
+			*s = State(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("sync: unknown replication state %q", b)
+}
 
 // StreamStats is a snapshot of one stream's replication, in flight terms.
 type StreamStats struct {
 	// Stream is the local stream; Priority its uplink priority.
 	Stream   string `json:"stream"`
 	Priority int    `json:"priority"`
-	// State is "starting", "replicating", "retrying" or "stopped".
-	State string `json:"state"`
+	// State is where replication is.
+	State State `json:"state"`
 	// Txns, Events and Bytes were committed by this run.
 	Txns   uint64 `json:"txns"`
 	Events uint64 `json:"events"`
