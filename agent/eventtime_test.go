@@ -109,7 +109,14 @@ func TestBadClocksEndToEnd(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	// While they fly: no local watermark ahead of the clock + skew.
+	// While they fly: no local watermark ahead of the clock + skew, and,
+	// while all four fly, the telemetry watermark is not held back by the
+	// drone a day behind (the one ahead holds it skew behind the clock;
+	// 5 s more for a loaded machine, far from a day).
+	held := func(lower, now int64) bool {
+		return now > start.Add(1500*time.Millisecond).UnixNano() && now < start.Add(2500*time.Millisecond).UnixNano() &&
+			lower < now-int64(skew+5*time.Second)
+	}
 	stop := make(chan struct{})
 	polled := make(chan int)
 	go func() {
@@ -127,6 +134,9 @@ func TestBadClocksEndToEnd(t *testing.T) {
 			for _, st := range s.Streams {
 				if w := st.LocalWatermark; !w.IsZero() && (w.LowerNs > now.Add(skew).UnixNano() || w.UpperNs > now.Add(skew).UnixNano()) {
 					t.Errorf("%s: local watermark %s ahead of the clock %s + %s", st.Name, w, now.Format(time.RFC3339Nano), skew)
+				}
+				if w := st.LocalWatermark; st.Name == "telemetry" && !w.IsZero() && held(w.LowerNs, now.UnixNano()) {
+					t.Errorf("telemetry local watermark %s held back at %s", w, now.Format(time.RFC3339Nano))
 				}
 			}
 			n++
@@ -185,6 +195,7 @@ func TestBadClocksEndToEnd(t *testing.T) {
 
 	// Flags per drone, and no committed watermark ahead of the clock.
 	type tally struct{ events, late, skewed int }
+	inFlight := 0 // telemetry commits while all four drones fly
 	per := map[string]*tally{}
 	for stream, its := range items {
 		for _, it := range its {
@@ -192,6 +203,12 @@ func TestBadClocksEndToEnd(t *testing.T) {
 				wm, at := it.Commit.Watermark, it.Commit.CommittedAtNs
 				if wm.LowerNs > at+int64(skew) || wm.UpperNs > at+int64(skew) {
 					t.Errorf("%s txn %d: committed watermark %+v ahead of the agent's clock at commit %d + %s", stream, it.Commit.Txn, wm, at, skew)
+				}
+				if stream == "telemetry" && held(wm.LowerNs, at) {
+					t.Errorf("telemetry txn %d at %d: committed watermark %+v held back", it.Commit.Txn, at, wm)
+				}
+				if stream == "telemetry" && at > start.Add(1500*time.Millisecond).UnixNano() && at < start.Add(2500*time.Millisecond).UnixNano() {
+					inFlight++
 				}
 				continue
 			}
@@ -209,7 +226,10 @@ func TestBadClocksEndToEnd(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("per stream/drone: %v", fmtTallies(per))
+	t.Logf("per stream/drone: %v; %d telemetry commits while all four flew", fmtTallies(per), inFlight)
+	if inFlight == 0 {
+		t.Fatal("no telemetry commit while all four drones flew: the check above saw nothing")
+	}
 	for d, n := range published {
 		tl := per["telemetry/"+d]
 		if tl == nil || uint64(tl.events) != n {
