@@ -14,9 +14,9 @@ import (
 // watermark.Watermark field for field, so the caller converts with
 // sync.Watermark(w).
 type Watermark struct {
-	LowerNs int64
-	UpperNs int64
-	Cut     localstream.StreamCut
+	LowerNs int64                 `json:"lower_ns"`
+	UpperNs int64                 `json:"upper_ns"`
+	Cut     localstream.StreamCut `json:"cut"`
 }
 
 // CommittedWatermarkFunc returns the committed watermark for a cut about to

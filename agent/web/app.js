@@ -159,7 +159,7 @@ function render(s) {
 function renderDrones(s, cur, rate) {
   const dev = s.devices || {};
   const drones = dev.drones || [];
-  const video = (s.video && s.video.PerDrone) || {};
+  const video = (s.video && s.video.per_drone) || {};
   document.getElementById("drone-count").textContent =
     drones.length + " known, " + drones.filter((d) => d.online).length + " online";
   const tb = document.querySelector("#drones tbody");
@@ -179,7 +179,7 @@ function renderDrones(s, cur, rate) {
     cell(tr, "events", fmtInt(d.events));
     cell(tr, "bytes", fmtBytes(d.bytes));
     const v = video[d.id];
-    const drops = v ? (v.QueueDrops || 0) + (v.Lost || 0) + (v.FramesDropped || 0) : 0;
+    const drops = v ? (v.queue_drops || 0) + (v.lost || 0) + (v.frames_dropped || 0) : 0;
     cell(tr, "drops", fmtInt(drops), drops > 0 ? "warnText" : "");
     tb.appendChild(tr);
   }

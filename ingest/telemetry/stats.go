@@ -5,57 +5,61 @@ import "sync/atomic"
 // Stats is a snapshot of the ingester's counters (all since New).
 type Stats struct {
 	// Received: messages delivered by the broker (including duplicates and drops).
-	Received uint64
+	Received uint64 `json:"received"`
 	// Appended: events durable in the store (each acked after).
-	Appended uint64
+	Appended uint64 `json:"appended"`
 	// DuplicatesSkipped: redeliveries (DUP, same packet id and hash) acked without an append.
-	DuplicatesSkipped uint64
+	DuplicatesSkipped uint64 `json:"duplicates_skipped"`
 	// Oversize: payloads above MaxPayload (or the store's event limit): dropped and acked.
-	Oversize uint64
+	Oversize uint64 `json:"oversize"`
 	// UnknownTopic: messages on no configured pattern: dropped and acked.
-	UnknownTopic uint64
+	UnknownTopic uint64 `json:"unknown_topic"`
 	// RetainedSkipped: retained telemetry replayed by the broker on (re)subscribe: acked, not stored.
-	RetainedSkipped uint64
+	RetainedSkipped uint64 `json:"retained_skipped"`
 	// InvalidJSON: payloads that start like JSON but do not parse: stored raw.
-	InvalidJSON uint64
+	InvalidJSON uint64 `json:"invalid_json"`
 	// Binary: other non-JSON payloads: stored raw.
-	Binary uint64
+	Binary uint64 `json:"binary"`
 	// TimeEstimated: events stamped with the receive time (flag estimated).
-	TimeEstimated uint64
+	TimeEstimated uint64 `json:"time_estimated"`
 	// TimeInvalid: JSON payloads whose time field exists but is unusable (subset of TimeEstimated).
-	TimeInvalid uint64
+	TimeInvalid uint64 `json:"time_invalid"`
 	// Late: events flagged late by the watermark marks.
-	Late uint64
+	Late uint64 `json:"late"`
 	// ClockSkew: events whose time is outside the receiving clock's bounds
 	// (flagged clock-skew; per drone in the watermark's counters).
-	ClockSkew uint64
+	ClockSkew uint64 `json:"clock_skew"`
 	// StatusOnline, StatusOffline, StatusUnknown: status messages by payload.
-	StatusOnline, StatusOffline, StatusUnknown uint64
+	StatusOnline  uint64 `json:"status_online"`
+	StatusOffline uint64 `json:"status_offline"`
+	StatusUnknown uint64 `json:"status_unknown"`
 	// WritersClosed: writers closed after an offline status.
-	WritersClosed uint64
+	WritersClosed uint64 `json:"writers_closed"`
 	// DronesOverLimit: messages of new drones refused while MaxDrones
 	// drones held a slot: delivery waited, the message unacknowledged,
 	// until a slot was given back (never acked and dropped).
-	DronesOverLimit uint64
+	DronesOverLimit uint64 `json:"drones_over_limit"`
 	// DronesReleased: slots given back (drone offline, or silent for
 	// DroneIdleTimeout) to let a new drone in.
-	DronesReleased uint64
+	DronesReleased uint64 `json:"drones_released"`
 	// DroneIDsMapped: messages whose topic level was not a valid drone id
 	// (too long, control characters, invalid UTF-8) and was mapped (DroneID).
-	DroneIDsMapped uint64
+	DroneIDsMapped uint64 `json:"drone_ids_mapped"`
 	// LaneFullWaits: deliveries that waited for a full drone lane.
-	LaneFullWaits uint64
+	LaneFullWaits uint64 `json:"lane_full_waits"`
 	// Connects and ConnectionLost count broker connections made and lost.
-	Connects, ConnectionLost uint64
+	Connects       uint64 `json:"connects"`
+	ConnectionLost uint64 `json:"connection_lost"`
 	// SubscribeErrors: failed (re)subscriptions.
-	SubscribeErrors uint64
+	SubscribeErrors uint64 `json:"subscribe_errors"`
 	// MarkErrors: watermark notes that failed.
-	MarkErrors uint64
+	MarkErrors uint64 `json:"mark_errors"`
 	// DedupLoaded and DedupCorrupt: entries read back from the store at start.
-	DedupLoaded, DedupCorrupt uint64
+	DedupLoaded  uint64 `json:"dedup_loaded"`
+	DedupCorrupt uint64 `json:"dedup_corrupt"`
 	// DiskFullWaits: messages held unacknowledged while the store refused
 	// appends for lack of disk space (retried until space returns).
-	DiskFullWaits uint64
+	DiskFullWaits uint64 `json:"disk_full_waits"`
 }
 
 // counters are the live atomic counters behind Stats.

@@ -32,43 +32,56 @@ type droneCounters struct {
 // DroneStats is a snapshot of one drone's counters.
 type DroneStats struct {
 	// Packets and Bytes are RTP datagrams routed to the drone.
-	Packets, Bytes uint64
+	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"`
 	// QueueDrops are packets dropped because the drone's queue was full.
-	QueueDrops uint64
+	QueueDrops uint64 `json:"queue_drops"`
 	// Malformed are RTP packets pion could not parse.
-	Malformed uint64
+	Malformed uint64 `json:"malformed"`
 	// MalformedPayload are payloads the depacketizer rejected (frame dropped).
-	MalformedPayload uint64
+	MalformedPayload uint64 `json:"malformed_payload"`
 	// Lost are sequence numbers declared lost; Late arrived after their gap
 	// was given up; Duplicates were already delivered or buffered;
 	// Reordered waited in the reorder buffer; SeqJumps are restarts of the
 	// sequence numbering.
-	Lost, Late, Duplicates, Reordered, SeqJumps uint64
+	Lost       uint64 `json:"lost"`
+	Late       uint64 `json:"late"`
+	Duplicates uint64 `json:"duplicates"`
+	Reordered  uint64 `json:"reordered"`
+	SeqJumps   uint64 `json:"seq_jumps"`
 	// FramesOut are frames appended in chunks; FramesDropped were incomplete
 	// or corrupt; FramesSkipped were whole but followed a loss before the
 	// next keyframe; FramesTooLarge exceeded chunk_max_bytes.
-	FramesOut, FramesDropped, FramesSkipped, FramesTooLarge uint64
+	FramesOut      uint64 `json:"frames_out"`
+	FramesDropped  uint64 `json:"frames_dropped"`
+	FramesSkipped  uint64 `json:"frames_skipped"`
+	FramesTooLarge uint64 `json:"frames_too_large"`
 	// KeyframesNoParams are keyframes stored without SPS/PPS(/VPS) (none known yet).
-	KeyframesNoParams uint64
+	KeyframesNoParams uint64 `json:"keyframes_no_params"`
 	// Chunks and ChunkBytes were appended durably; LateChunks were flagged late.
-	Chunks, ChunkBytes, LateChunks uint64
+	Chunks     uint64 `json:"chunks"`
+	ChunkBytes uint64 `json:"chunk_bytes"`
+	LateChunks uint64 `json:"late_chunks"`
 	// AppendErrors are chunks the store refused (lost, next chunk flagged).
-	AppendErrors uint64
+	AppendErrors uint64 `json:"append_errors"`
 	// RawPackets are packets of unknown payload types stored raw.
-	RawPackets uint64
+	RawPackets uint64 `json:"raw_packets"`
 	// RTCP packets, SenderReports among them, MalformedRTCP rejected.
-	RTCP, SenderReports, MalformedRTCP uint64
+	RTCP          uint64 `json:"rtcp"`
+	SenderReports uint64 `json:"sender_reports"`
+	MalformedRTCP uint64 `json:"malformed_rtcp"`
 	// ClockJumps are RTP→wall-clock mapping jumps beyond max_clock_jump.
-	ClockJumps uint64
+	ClockJumps uint64 `json:"clock_jumps"`
 	// ClockSkewChunks are chunks whose time is outside the receiving
 	// clock's bounds (flagged clock-skew). SRSkewed are sender reports
 	// whose NTP time was outside them while the mapping in use was
 	// within: ignored (the mapping in use continues).
-	ClockSkewChunks, SRSkewed uint64
+	ClockSkewChunks uint64 `json:"clock_skew_chunks"`
+	SRSkewed        uint64 `json:"sr_skewed"`
 	// SSRCChanges are new SSRCs taking over the drone.
-	SSRCChanges uint64
+	SSRCChanges uint64 `json:"ssrc_changes"`
 	// Discontinuities are chunks flagged FlagDiscontinuity.
-	Discontinuities uint64
+	Discontinuities uint64 `json:"discontinuities"`
 }
 
 func (c *droneCounters) snapshot() DroneStats {
@@ -140,29 +153,36 @@ type receiveCounters struct {
 // Stats is a snapshot of an Ingest's counters.
 type Stats struct {
 	// Datagrams and Bytes read from the sockets, in ReadBatches recvmmsg calls.
-	Datagrams, Bytes, ReadBatches uint64
+	Datagrams   uint64 `json:"datagrams"`
+	Bytes       uint64 `json:"bytes"`
+	ReadBatches uint64 `json:"read_batches"`
 	// Oversize datagrams exceeded max_packet_size; NotRTP were neither RTP
 	// nor RTCP (wrong version, truncated header).
-	Oversize, NotRTP uint64
+	Oversize uint64 `json:"oversize"`
+	NotRTP   uint64 `json:"not_rtp"`
 	// Rejected came from sources outside the allowlist; Unverified were
 	// from new SSRCs that did not pass probation (or discovery is off);
 	// TooManyDrones were refused by max_drones; UnknownRTCP were reports
 	// for SSRCs of no drone.
-	Rejected, Unverified, TooManyDrones, UnknownRTCP uint64
+	Rejected      uint64 `json:"rejected"`
+	Unverified    uint64 `json:"unverified"`
+	TooManyDrones uint64 `json:"too_many_drones"`
+	UnknownRTCP   uint64 `json:"unknown_rtcp"`
 	// Evicted are discovered drones closed to give their slot to a
 	// newcomer, after evict_idle of silence.
-	Evicted uint64
+	Evicted uint64 `json:"evicted"`
 	// KernelDrops are datagrams the kernel dropped on full socket buffers
 	// (SO_RXQ_OVFL; 0 where the OS does not report them).
-	KernelDrops uint64
+	KernelDrops uint64 `json:"kernel_drops"`
 	// DronesStarted and DronesClosed count drone sessions; Drones is the
 	// number active.
-	DronesStarted, DronesClosed uint64
-	Drones                      int
+	DronesStarted uint64 `json:"drones_started"`
+	DronesClosed  uint64 `json:"drones_closed"`
+	Drones        int    `json:"drones"`
 	// SocketBuffer is the receive buffer the kernel granted (bytes).
-	SocketBuffer int
+	SocketBuffer int `json:"socket_buffer"`
 	// DroneStats sums the counters of all drones, active and closed.
 	DroneStats
 	// PerDrone has the counters of each drone seen, by id.
-	PerDrone map[string]DroneStats
+	PerDrone map[string]DroneStats `json:"per_drone"`
 }
