@@ -317,7 +317,7 @@ func (a *Agent) startCentral() error {
 	a.nc = nc
 	if !nc.IsConnected() {
 		// Connect returns at once and keeps retrying: say so, with the URL.
-		a.log.Warn("central not reachable; capturing locally and retrying", "url", a.CentralURL(), "err", nc.LastError())
+		a.log.Warn("central not reachable; capturing locally and retrying", "url", a.CentralURL())
 	}
 	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.Layout,
 		Limits: c.serverLimits()})

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/sync"
 )
 
 func TestRedactURLs(t *testing.T) {
@@ -151,9 +152,18 @@ func TestNoSecretShown(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			if strings.HasPrefix(c.name, "unreachable") {
-				time.Sleep(time.Second) // reconnect attempts log
-				if s.CentralConnected || !strings.Contains(s.Errors["central"], deadHost) {
+				// Shown with its URL, and the replicators say why they fail.
+				for !strings.Contains(s.Errors["sync/telemetry"], sync.ErrNotConnected.Error()) && time.Now().Before(deadline) {
+					time.Sleep(100 * time.Millisecond)
+					getJSON(t, base+"/status", &s)
+				}
+				if s.CentralConnected || !strings.Contains(s.Errors["central"], "not connected to nats://") ||
+					!strings.Contains(s.Errors["central"], deadHost) ||
+					!strings.Contains(s.Errors["sync/telemetry"], sync.ErrNotConnected.Error()) {
 					t.Errorf("unreachable central not shown in /status: connected=%v errors=%v", s.CentralConnected, s.Errors)
+				}
+				if !strings.Contains(text.String(), "central unreachable") || !strings.Contains(text.String(), deadHost) {
+					t.Errorf("unreachable central not logged with its URL:\n%s", text.String())
 				}
 			} else if !s.CentralConnected {
 				t.Fatalf("central not connected: %v", s.Errors)

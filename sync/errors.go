@@ -3,6 +3,8 @@ package sync
 import (
 	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Sentinel errors callers branch on; test with errors.Is.
@@ -51,3 +53,18 @@ var (
 	// ErrClosed: the component is closed.
 	ErrClosed = errors.New("sync: closed")
 )
+
+// ErrNotConnected: the connection to the central server is down; nats.go
+// then fails a publish with "outbound buffer limit exceeded" (no buffering
+// while disconnected), which says nothing to an operator. Retryable.
+var ErrNotConnected = errors.New("sync: central not connected (capturing locally, retrying)")
+
+// explainDisconnected puts ErrNotConnected in front of the errors nats.go
+// returns while disconnected.
+func explainDisconnected(err error) error {
+	if errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrNoServers) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) {
+		return fmt.Errorf("%w: %w", ErrNotConnected, err)
+	}
+	return err
+}

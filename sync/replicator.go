@@ -209,7 +209,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		}
 		class := Classify(err)
 		r.mu.Lock()
-		r.lastErr = err
+		r.lastErr = explainDisconnected(err)
 		if r.failingSince.IsZero() {
 			r.failingSince = r.cfg.Now()
 		}

@@ -41,7 +41,8 @@
 //
 // # Events
 //
-// Routing key = drone id (from the {drone} level of the topic pattern),
+// Routing key = drone id (from the {drone} level of the topic pattern, or
+// its single + level),
 // writer "telemetry/<drone>", header "mqtt-topic". JSON payloads are stored
 // as application/json with the event time from Config.TimeField (Unix s, ms,
 // µs, ns — by magnitude or configured — or an RFC 3339 string); without a
