@@ -44,6 +44,11 @@ type Ingester struct {
 	wake, space chan struct{}
 	// acks carries acks from the store's callbacks to the acker goroutine.
 	acks chan func()
+	// delivered numbers the messages in delivery order (paho's delivery
+	// goroutine only); nextAck is the number of the next PUBACK to send and
+	// held the acks ready before it (the acker goroutine only).
+	delivered, nextAck uint64
+	held               map[uint64]func()
 	// stopping is closed when Run begins to stop.
 	stopping chan struct{}
 	// fatal receives the first store error (capacity 1).
@@ -82,7 +87,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
 		quit: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
-		subscribed: make(chan struct{}),
+		subscribed: make(chan struct{}), held: map[uint64]func(){},
 	}
 	for _, t := range cfg.Topics {
 		p, _ := ParsePattern(t)
@@ -257,10 +262,11 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	in.c.received.Add(1)
 	recv := in.cfg.Now().UnixNano()
 	topic := m.Topic()
+	ack := in.ordered(m)
 	if in.status != nil {
 		if drone, ok := in.status.Match(topic); ok {
 			if l := in.waitForLane(in.droneID(drone), recv); l != nil {
-				in.enqueue(l, item{msg: m, topic: topic, recv: recv, status: true})
+				in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv, status: true})
 			}
 			return
 		}
@@ -275,19 +281,50 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	switch {
 	case drone == "":
 		in.c.unknownTopic.Add(1)
-		m.Ack()
+		in.ack(ack)
 		return
 	case m.Retained():
 		in.c.retained.Add(1)
-		m.Ack()
+		in.ack(ack)
 		return
 	case len(m.Payload()) > in.cfg.MaxPayload:
 		in.c.oversize.Add(1)
-		m.Ack()
+		in.ack(ack)
 		return
 	}
 	if l := in.waitForLane(drone, recv); l != nil {
-		in.enqueue(l, item{msg: m, topic: topic, recv: recv})
+		in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv})
+	}
+}
+
+// ordered numbers m in delivery order and returns its ack: queued with
+// in.ack, it sends m's PUBACK once the PUBACKs of every message delivered
+// before m are sent. The store calls back in append order, which is not
+// delivery order (the lanes take turns), but MQTT 3.1.1 4.6.0-2 wants
+// PUBACKs in delivery order, and Mosquitto 2.0 needs it: PUBACKed out of
+// order, it let a newly published message overtake the ones it had queued
+// for us, and a drone's telemetry landed out of order. A message never
+// acked in this run (left unacked at a stop) holds back the PUBACKs of
+// later ones: the broker redelivers them to the next run with DUP set and
+// the dedup entries skip them. Called on paho's delivery goroutine only.
+func (in *Ingester) ordered(m paho.Message) func() {
+	n := in.delivered
+	in.delivered++
+	return func() { in.ackInOrder(n, m.Ack) }
+}
+
+// ackInOrder records that message n may be acked and sends every PUBACK
+// now due, in delivery order. Called on the acker goroutine only.
+func (in *Ingester) ackInOrder(n uint64, a func()) {
+	in.held[n] = a
+	for {
+		a, ok := in.held[in.nextAck]
+		if !ok {
+			return
+		}
+		delete(in.held, in.nextAck)
+		in.nextAck++
+		a()
 	}
 }
 
@@ -337,10 +374,10 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	pid := m.MessageID()
 	h := hashMessage(it.topic, payload)
 	if m.Duplicate() {
-		if dup, deferred := in.dedup.check(pid, h, m.Ack); dup {
+		if dup, deferred := in.dedup.check(pid, h, it.ack); dup {
 			in.c.duplicates.Add(1)
 			if !deferred {
-				in.ack(m.Ack)
+				in.ack(it.ack)
 			}
 			return true
 		}
@@ -362,7 +399,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	l.pending++
 	l.mu.Unlock()
 	in.inflight.Add(1)
-	cb := func(pos localstream.Position, err error) { in.appended(l, m, pid, h, adm, ev.EventTime, pos, err) }
+	cb := func(pos localstream.Position, err error) { in.appended(l, it.ack, pid, h, adm, ev.EventTime, pos, err) }
 	err := in.appendWaitingForSpace(ctx, ev, cb, localstream.WithMeta(dedupKey(in.cfg.ClientID, pid), encodeDedup(h)))
 	if err == nil {
 		return true
@@ -375,7 +412,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	switch {
 	case errors.Is(err, localstream.ErrEventTooLarge):
 		in.c.oversize.Add(1)
-		in.ack(m.Ack)
+		in.ack(it.ack)
 		for _, w := range waiters {
 			in.ack(w)
 		}
@@ -417,7 +454,7 @@ func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Ev
 }
 
 // appended is the store's callback, in append order.
-func (in *Ingester) appended(l *lane, m paho.Message, pid uint16, h msgHash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
+func (in *Ingester) appended(l *lane, ack func(), pid uint16, h msgHash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
 	defer in.inflight.Done()
 	if err != nil {
 		in.fail(err)
@@ -430,7 +467,7 @@ func (in *Ingester) appended(l *lane, m paho.Message, pid uint16, h msgHash, adm
 			in.c.markErrors.Add(1)
 		}
 	}
-	in.ack(m.Ack)
+	in.ack(ack)
 	for _, w := range waiters {
 		in.ack(w)
 	}
@@ -453,7 +490,7 @@ func (in *Ingester) processStatus(l *lane, it item) {
 	switch {
 	case !known:
 		in.c.statusUnknown.Add(1)
-		in.ack(it.msg.Ack)
+		in.ack(it.ack)
 		return
 	case online:
 		in.c.statusOnline.Add(1)
@@ -461,7 +498,7 @@ func (in *Ingester) processStatus(l *lane, it item) {
 		acks := l.closeAcks
 		l.closeReq, l.closeAcks = false, nil // back before its close took effect
 		l.mu.Unlock()
-		for _, a := range append(acks, it.msg.Ack) {
+		for _, a := range append(acks, it.ack) {
 			in.ack(a)
 		}
 		return
@@ -470,12 +507,12 @@ func (in *Ingester) processStatus(l *lane, it item) {
 	l.mu.Lock()
 	if l.pending > 0 {
 		l.closeReq = true
-		l.closeAcks = append(l.closeAcks, it.msg.Ack)
+		l.closeAcks = append(l.closeAcks, it.ack)
 		l.mu.Unlock()
 		return
 	}
 	l.mu.Unlock()
-	in.closeWriter(l, []func(){it.msg.Ack})
+	in.closeWriter(l, []func(){it.ack})
 }
 
 func (in *Ingester) closeWriter(l *lane, acks []func()) {

@@ -10,7 +10,9 @@ import (
 
 // item is one delivered message waiting in its drone's lane.
 type item struct {
-	msg    paho.Message
+	msg paho.Message
+	// ack acknowledges msg in delivery order (see Ingester.ordered).
+	ack    func()
 	topic  string
 	recv   int64
 	status bool
