@@ -56,6 +56,9 @@ func (r *Replicator) load() error {
 		}
 		r.base = uint32(b)
 	}
+	if c, ok, err := r.st.CommittedCut(r.cfg.SinkName); err == nil && ok {
+		r.recordedAtOpen = &c
+	}
 	if _, ok, err := s.GetMeta(instanceKey(r.instance)); err != nil || !ok {
 		if err := s.PutMeta(instanceKey(r.instance), []byte(strconv.FormatInt(r.cfg.Now().UnixNano(), 10))); err != nil {
 			return fmt.Errorf("sync: note instance: %w", err)
@@ -173,7 +176,7 @@ func (r *Replicator) decide(c Committed) (ResumeAction, bool, error) {
 		Stream: r.st.Name(), Store: r.store, Instance: r.instance, KnownInstance: r.knownInstance,
 		Takeover: r.cfg.Takeover, Base: r.base,
 		Topo: topo, Head: r.st.HeadCut(), Recovered: r.st.RecoveredTail(),
-		Committed: r.committedLocal(topo), Last: c,
+		Committed: r.committedLocal(topo), RecordedAtOpen: r.recordedAtOpen, Last: c,
 		Started: r.started, StartSeq: r.startSeq, OwnCommits: r.ownCommits, Adopted: r.foreign,
 		WatchSeq: r.watchSeq, TakeoverAfter: r.cfg.TakeoverAfter, Now: r.cfg.Now(),
 	}

@@ -172,14 +172,17 @@ type Replicator struct {
 	foreign    int    // predecessors' late commits adopted during this run
 	watchSeq   uint64 // another store's record being watched (0: none)
 	watchAt    time.Time
-	loaded     bool       // base and instance loaded/noted
-	base       uint32     // epoch base in use
-	lostNext   *LostRange // gap marker for the next commit record
-	lastCommit time.Time  // when this run last committed (heartbeat)
-	prepared   bool
-	pending    *fetched               // a record read but not yet sent (txn was full)
-	localAt    time.Time              // when the committed cut was last recorded locally
-	localDirty *localstream.StreamCut // a committed cut not yet recorded locally
+	loaded     bool // base and instance loaded/noted
+	// recordedAtOpen is the local committed-cut record found at the
+	// first load (before this run wrote one), nil when none.
+	recordedAtOpen *localstream.StreamCut
+	base           uint32     // epoch base in use
+	lostNext       *LostRange // gap marker for the next commit record
+	lastCommit     time.Time  // when this run last committed (heartbeat)
+	prepared       bool
+	pending        *fetched               // a record read but not yet sent (txn was full)
+	localAt        time.Time              // when the committed cut was last recorded locally
+	localDirty     *localstream.StreamCut // a committed cut not yet recorded locally
 }
 
 // NewReplicator returns the replicator of st into sink. instance must be

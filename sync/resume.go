@@ -171,6 +171,11 @@ type ResumeInput struct {
 	// Committed is what this store knows it committed (the latest of this
 	// run's commits and the local record), in local positions; nil: none.
 	Committed *localstream.StreamCut
+	// RecordedAtOpen is the local record of the committed cut as the
+	// store was opened (nil: none), even when it no longer fits: beyond
+	// the recovered tail, it proves that the store lost a tail it had
+	// committed (the centre may have lost it since too).
+	RecordedAtOpen *localstream.StreamCut
 	// Last is the chain's last record at the centre (Seq 0: none).
 	Last Committed
 	// Started is set after the first read of this run; StartSeq is the
@@ -250,6 +255,12 @@ func Decide(in ResumeInput) ResumeAction {
 // decideEmpty: the centre holds nothing of this agent.
 func (in ResumeInput) decideEmpty() ResumeAction {
 	start := initialCut(in.Topo)
+	if in.lostRecorded() {
+		// Everything under the old base that is not at the centre is in
+		// the gap; what is retained goes again under a new one.
+		return ResumeAction{Kind: ResumeRebase, From: in.Head, Base: in.newBase(localstream.StreamCut{}),
+			Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: cutToJSON(toCentral(start, in.Base)), FoundAtNs: in.Now.UnixNano()}}
+	}
 	if in.Committed == nil {
 		return ResumeAction{Kind: ResumeContinue, From: in.Head, Base: in.Base}
 	}
@@ -280,6 +291,15 @@ func (in ResumeInput) decideOwn() ResumeAction {
 		if le, err := in.Topo.LessEq(cut, in.Recovered); err != nil || !le {
 			return in.rebaseLostTail()
 		}
+	}
+	if in.lostRecorded() {
+		// The store lost a tail it had committed, and the centre is not
+		// beyond what it recovered: the centre lost it too. What the
+		// store retains after the centre's cut goes again, under a new
+		// base; the rest of the old base after that cut is the gap.
+		return ResumeAction{Kind: ResumeRebase, From: cut, Base: in.newBase(central),
+			Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: last.Record.Cut,
+				CentralSeq: last.Seq, FoundAtNs: in.Now.UnixNano()}}
 	}
 	base := max(in.Base, last.Record.EpochBase)
 	if in.Committed != nil {
@@ -315,10 +335,40 @@ func (in ResumeInput) rebaseLostTail() ResumeAction {
 	return ResumeAction{
 		Kind: ResumeRebase,
 		From: meetRecovered(in.Topo, cut, in.Recovered, in.Head),
-		Base: max(in.Base, maxEpoch(central)+1),
+		Base: in.newBase(central),
 		Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: in.Last.Record.Cut,
 			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()},
 	}
+}
+
+// lostRecorded reports whether the local record of the committed cut, as
+// the store was opened, is beyond what the store recovered: it lost a
+// tail that it had committed. Only the first read of a run asks.
+func (in ResumeInput) lostRecorded() bool {
+	if in.Started || in.RecordedAtOpen == nil {
+		return false
+	}
+	rec := *in.RecordedAtOpen
+	if in.Topo.Validate(rec) != nil {
+		return true
+	}
+	le, err := in.Topo.LessEq(rec, in.Recovered)
+	return err != nil || !le
+}
+
+// newBase is an epoch base beyond every central epoch this store knows of:
+// the chain's last cut, and its own segments (and recorded cut) under the
+// base in use. Local epochs start at 0, so every position sent under it is
+// new to the centre.
+func (in ResumeInput) newBase(central localstream.StreamCut) uint32 {
+	local := uint32(0)
+	for id := range in.Topo.Segments {
+		local = max(local, id.Epoch())
+	}
+	if in.RecordedAtOpen != nil {
+		local = max(local, maxEpoch(*in.RecordedAtOpen))
+	}
+	return max(in.Base+local+1, maxEpoch(central)+1)
 }
 
 // decideForeign: the chain's last record is another store's.

@@ -88,6 +88,16 @@ func TestDecide(t *testing.T) {
 			in.Committed, in.Head = ptr(at(90)), at(70)
 			in.Last = record(7, "S", "run0", 0, at(50))
 		}), want{kind: ResumeResend, from: at(70), lost: LossCentralTail, lostTo: at(70)}},
+		{"both: the centre and the store lost their tails", base(func(in *ResumeInput) {
+			in.Topo, in.Recovered = oneSegment(70), at(60) // 10 appended since Open
+			in.RecordedAtOpen = ptr(at(90))
+			in.Committed = nil
+			in.Last = record(7, "S", "run0", 0, at(50))
+		}), want{kind: ResumeRebase, from: at(50), base: 1, lost: LossLocalTail}},
+		{"both: the centre lost everything, the store its tail", base(func(in *ResumeInput) {
+			in.Topo, in.Recovered, in.Head = oneSegment(70), at(60), at(20)
+			in.RecordedAtOpen = ptr(at(90))
+		}), want{kind: ResumeRebase, from: at(20), base: 1, lost: LossLocalTail}},
 		{"case 4: a copy of this store (unknown run)", base(func(in *ResumeInput) { in.Last = record(7, "S", "stranger", 0, at(60)) }),
 			want{kind: ResumeRefuse, err: ErrTwin}},
 		{"case 4: a copy of this store, operator takes over", base(func(in *ResumeInput) {
