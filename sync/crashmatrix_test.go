@@ -15,10 +15,10 @@ import (
 
 // crashFault is one cell of the crash matrix.
 type crashFault struct {
-	name         string
-	wipe         bool // delete the local store directory
-	tail         int  // events to cut from each local segment's tail (0: none)
-	centralTail  bool // restore an older copy of the central's files
+	name        string
+	wipe        bool // delete the local store directory
+	tail        int  // events to cut from each local segment's tail (0: none)
+	centralTail bool // restore an older copy of the central's files
 }
 
 var crashMatrix = []crashFault{
