@@ -17,6 +17,17 @@ import (
 //	sync/<sink>/<stream>/base         the epoch base in use (decimal)
 //	sync/<sink>/<stream>/resume       a decided rebase or resend whose first
 //	                                  commit has not landed yet (JSON pendingResume)
+//	sync/<sink>/<stream>/opens        the last 64 Opens: run instance and the tail
+//	                                  it recovered (JSON): a record of a run is
+//	                                  checked against the lowest tail found since
+//	                                  (its commit may land late, or come back when
+//	                                  the centre loses its tail, after a lost local
+//	                                  tail let offsets be assigned again)
+//	sync/<sink>/<stream>/recorder     the run that last wrote the local record of the
+//	                                  committed cut or the high-water mark
+//	sync/<sink>/<stream>/high         after a resend moved the local record back:
+//	                                  what had been committed (binary cut), until
+//	                                  the chain passes it again
 //
 // A decided rebase is kept until its first commit lands: deciding again
 // after a crash would see the offsets assigned since as recovered ones.
@@ -59,6 +70,25 @@ func (r *Replicator) load() error {
 	if c, ok, err := r.st.CommittedCut(r.cfg.SinkName); err == nil && ok {
 		r.recordedAtOpen = &c
 	}
+	if v, ok, err := s.GetMeta(r.metaKey("recorder")); err != nil {
+		return fmt.Errorf("sync: read recorder: %w", err)
+	} else if ok {
+		r.recordedBy = string(v)
+	}
+	if v, ok, err := s.GetMeta(r.metaKey("high")); err != nil {
+		return fmt.Errorf("sync: read committed high-water mark: %w", err)
+	} else if ok {
+		// A resend moved the record back: what had been committed before
+		// is what a lost tail must be compared with.
+		var c localstream.StreamCut
+		if err := c.UnmarshalBinary(v); err != nil {
+			return fmt.Errorf("%w: committed high-water mark: %v", ErrCorruptRecord, err)
+		}
+		r.high, r.recordedAtOpen = &c, &c
+	}
+	if err := r.loadOpens(); err != nil {
+		return err
+	}
 	if _, ok, err := s.GetMeta(instanceKey(r.instance)); err != nil || !ok {
 		if err := s.PutMeta(instanceKey(r.instance), []byte(strconv.FormatInt(r.cfg.Now().UnixNano(), 10))); err != nil {
 			return fmt.Errorf("sync: note instance: %w", err)
@@ -71,6 +101,62 @@ func (r *Replicator) load() error {
 	return nil
 }
 
+// openEntry is one Open of the store as a run saw it.
+type openEntry struct {
+	Instance  string                `json:"instance"`
+	Recovered localstream.StreamCut `json:"recovered"`
+}
+
+// maxOpens bounds the kept Opens per stream.
+const maxOpens = 64
+
+// loadOpens notes this run's Open (the tail it recovered) after the kept
+// ones.
+func (r *Replicator) loadOpens() error {
+	s := r.st.Store()
+	r.recovered = r.st.RecoveredTail()
+	v, ok, err := s.GetMeta(r.metaKey("opens"))
+	if err != nil {
+		return fmt.Errorf("sync: read opens: %w", err)
+	}
+	r.opens = nil
+	if ok {
+		if err := json.Unmarshal(v, &r.opens); err != nil {
+			return fmt.Errorf("%w: opens: %v", ErrCorruptRecord, err)
+		}
+	}
+	r.opens = append(r.opens, openEntry{Instance: r.instance, Recovered: r.recovered})
+	if len(r.opens) > maxOpens {
+		r.opens = r.opens[len(r.opens)-maxOpens:]
+	}
+	b, _ := json.Marshal(r.opens)
+	if err := s.PutMeta(r.metaKey("opens"), b); err != nil {
+		return fmt.Errorf("sync: keep opens: %w", err)
+	}
+	return nil
+}
+
+// recoveredAfter is ResumeInput.RecoveredAfter over the kept Opens.
+func (r *Replicator) recoveredAfter(instance string) (localstream.StreamCut, bool) {
+	start := 0
+	for i, o := range r.opens {
+		if o.Instance == instance {
+			start = i + 1
+		}
+	}
+	if start >= len(r.opens) {
+		return localstream.StreamCut{}, false
+	}
+	topo := r.st.Topology()
+	low := r.opens[start].Recovered
+	for _, o := range r.opens[start+1:] {
+		if le, err := topo.LessEq(o.Recovered, low); err == nil && le {
+			low = o.Recovered
+		}
+	}
+	return low, true
+}
+
 // knownInstance reports whether instance is a run of this store.
 func (r *Replicator) knownInstance(instance string) bool {
 	_, ok, err := r.st.Store().GetMeta(instanceKey(instance))
@@ -78,19 +164,28 @@ func (r *Replicator) knownInstance(instance string) bool {
 }
 
 // committedLocal is what this store knows it committed, in local
-// positions: this run's latest commit, or the local record.
+// positions: the later of the last commit known and the local record.
 func (r *Replicator) committedLocal(topo localstream.Topology) *localstream.StreamCut {
 	r.mu.Lock()
 	last := r.last
 	r.mu.Unlock()
+	var out *localstream.StreamCut
 	if l, ok := r.localCut(last); ok && topo.Validate(l) == nil {
-		return &l
+		out = &l
 	}
 	c, ok, err := r.st.CommittedCut(r.cfg.SinkName)
 	if err != nil || !ok || topo.Validate(c) != nil {
-		return nil
+		return out
 	}
-	return &c
+	if out == nil {
+		return &c
+	}
+	// After the centre went back, the last commit known is behind the
+	// record: the later of the two is what was committed.
+	if j, err := topo.Join(*out, c); err == nil {
+		return &j
+	}
+	return out
 }
 
 // resume decides from c, the chain's last record, and returns the local
@@ -99,6 +194,7 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 	if err := r.load(); err != nil {
 		return localstream.StreamCut{}, err
 	}
+	committed := r.committedLocal(r.st.Topology())
 	act, fresh, err := r.decide(c)
 	if err != nil {
 		return localstream.StreamCut{}, err
@@ -117,10 +213,13 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 		return localstream.StreamCut{}, act.Err
 	case ResumeRebase, ResumeResend:
 		if fresh {
-			if err := r.keepPending(c, act); err != nil {
+			if err := r.keepPending(c, act, committed); err != nil {
 				return localstream.StreamCut{}, err
 			}
 			r.reportLoss(c, act)
+		}
+		if err := r.noteRecorder(); err != nil {
+			return localstream.StreamCut{}, err
 		}
 		if err := r.st.ResetCommittedCut(r.cfg.SinkName, act.From); err != nil {
 			return localstream.StreamCut{}, fmt.Errorf("sync: record committed cut locally: %w", err)
@@ -141,54 +240,146 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 			if err := r.recordLocally(act.From, true); err != nil {
 				return localstream.StreamCut{}, err
 			}
+			if err := r.passHigh(act.From); err != nil {
+				return localstream.StreamCut{}, err
+			}
 		}
 	}
 	r.base = act.Base
 	r.watchSeq = 0
 	r.setLast(c)
+	r.decided = true
 	return act.From, nil
 }
 
 // decide returns the pending decision for c when there is one (fresh
 // false), else Decide's.
 func (r *Replicator) decide(c Committed) (ResumeAction, bool, error) {
-	s := r.st.Store()
-	v, ok, err := s.GetMeta(r.metaKey("resume"))
-	if err != nil {
-		return ResumeAction{}, false, fmt.Errorf("sync: read pending resume: %w", err)
-	}
-	if ok {
-		var p pendingResume
-		if err := json.Unmarshal(v, &p); err != nil {
-			return ResumeAction{}, false, fmt.Errorf("%w: pending resume: %v", ErrCorruptRecord, err)
-		}
-		if p.Seq == c.Seq && r.st.Topology().Validate(p.From) == nil {
-			return ResumeAction{Kind: p.Kind, From: p.From, Base: p.Base, Lost: p.Lost}, false, nil
-		}
-		// The chain moved on: the decision's first commit landed (or the
-		// centre changed again, and a new decision follows).
-		if err := s.DeleteMeta(r.metaKey("resume")); err != nil {
-			return ResumeAction{}, false, fmt.Errorf("sync: clear pending resume: %w", err)
-		}
-	}
 	topo := r.st.Topology()
 	in := ResumeInput{
 		Stream: r.st.Name(), Store: r.store, Instance: r.instance, KnownInstance: r.knownInstance,
 		Takeover: r.cfg.Takeover, Base: r.base,
-		Topo: topo, Head: r.st.HeadCut(), Recovered: r.st.RecoveredTail(),
-		Committed: r.committedLocal(topo), RecordedAtOpen: r.recordedAtOpen, Last: c,
-		Started: r.started, StartSeq: r.startSeq, OwnCommits: r.ownCommits, Adopted: r.foreign,
+		Topo: topo, Head: r.st.HeadCut(), Recovered: r.recovered, RecoveredAfter: r.recoveredAfter,
+		Committed: r.committedLocal(topo), RecordedAtOpen: r.recordedAtOpen, RecordedBy: r.recordedBy, Last: c,
+		Started: r.started, StartSeq: r.startSeq, KnownSeq: r.lastSeq(), OwnCommits: r.ownCommits, Adopted: r.foreign, Decided: r.decided,
 		WatchSeq: r.watchSeq, TakeoverAfter: r.cfg.TakeoverAfter, Now: r.cfg.Now(),
 	}
 	if r.watchSeq != 0 {
 		in.Watched = r.cfg.Now().Sub(r.watchAt)
 	}
+	p, ok, err := r.pendingDecision()
+	if err != nil {
+		return ResumeAction{}, false, err
+	}
+	if ok {
+		// A kept decision holds while the chain is where it was decided
+		// against, unless the store lost what it knew it had committed
+		// since (then a new decision must see that).
+		if p.Seq == c.Seq && topo.Validate(p.From) == nil && !r.lostSince() && !in.lostRecorded() {
+			return ResumeAction{Kind: p.Kind, From: p.From, Base: p.Base, Lost: p.Lost}, false, nil
+		}
+		if err := r.dropPending(); err != nil {
+			return ResumeAction{}, false, err
+		}
+	}
 	return Decide(in), true, nil
+}
+
+// dropPending forgets the kept decision: the chain moved on (its first
+// commit landed) or a new decision replaces it.
+func (r *Replicator) dropPending() error {
+	r.pendingKept = false
+	if err := r.st.Store().DeleteMeta(r.metaKey("resume")); err != nil {
+		return fmt.Errorf("sync: clear pending resume: %w", err)
+	}
+	return nil
+}
+
+// pendingDecision reads the kept decision, if any.
+func (r *Replicator) pendingDecision() (pendingResume, bool, error) {
+	v, ok, err := r.st.Store().GetMeta(r.metaKey("resume"))
+	if err != nil || !ok {
+		return pendingResume{}, false, err
+	}
+	var p pendingResume
+	if err := json.Unmarshal(v, &p); err != nil {
+		return pendingResume{}, false, fmt.Errorf("%w: pending resume: %v", ErrCorruptRecord, err)
+	}
+	return p, true, nil
+}
+
+// lostSince reports whether the store lost, since a kept decision was
+// made, a tail it had committed before it: the decision is stale.
+func (r *Replicator) lostSince() bool {
+	if r.decided || r.high == nil {
+		return false
+	}
+	topo := r.st.Topology()
+	if topo.Validate(*r.high) != nil {
+		return true
+	}
+	floor := r.recovered
+	if r.recordedBy != "" && r.recordedBy != r.instance {
+		if c, ok := r.recoveredAfter(r.recordedBy); ok && topo.Validate(c) == nil {
+			floor = c
+		}
+	}
+	le, err := topo.LessEq(*r.high, floor)
+	return err != nil || !le
+}
+
+// keepHigh records, before a resend moves the local record back, what
+// had been committed (the local record or this run's last commit), unless
+// a higher mark is kept. A rebase clears it: nothing under the new base
+// was committed.
+func (r *Replicator) keepHigh(act ResumeAction, committed *localstream.StreamCut) error {
+	s := r.st.Store()
+	if act.Kind == ResumeRebase {
+		r.high = nil
+		return s.DeleteMeta(r.metaKey("high"))
+	}
+	if committed == nil {
+		return nil
+	}
+	topo := r.st.Topology()
+	if le, err := topo.LessEq(*committed, act.From); err == nil && le {
+		return nil
+	}
+	if r.high != nil {
+		if le, err := topo.LessEq(*committed, *r.high); err != nil || le {
+			return nil
+		}
+	}
+	if err := r.noteRecorder(); err != nil {
+		return err
+	}
+	b, _ := committed.MarshalBinary()
+	if err := s.PutMeta(r.metaKey("high"), b); err != nil {
+		return fmt.Errorf("sync: keep committed high-water mark: %w", err)
+	}
+	c := committed.Clone()
+	r.high = &c
+	return s.Sync()
+}
+
+// passHigh drops the high-water mark once the chain committed past it.
+func (r *Replicator) passHigh(cut localstream.StreamCut) error {
+	if r.high == nil {
+		return nil
+	}
+	if le, err := r.st.Topology().LessEq(*r.high, cut); err != nil || !le {
+		return nil
+	}
+	r.high = nil
+	return r.st.Store().DeleteMeta(r.metaKey("high"))
 }
 
 // keepPending records a rebase or resend (and its base) durably before
 // anything is sent under it.
-func (r *Replicator) keepPending(c Committed, act ResumeAction) error {
+func (r *Replicator) keepPending(c Committed, act ResumeAction, committed *localstream.StreamCut) error {
+	if err := r.keepHigh(act, committed); err != nil {
+		return err
+	}
 	b, err := json.Marshal(pendingResume{Seq: c.Seq, Kind: act.Kind, From: act.From, Base: act.Base, Lost: act.Lost})
 	if err != nil {
 		return err
@@ -197,6 +388,7 @@ func (r *Replicator) keepPending(c Committed, act ResumeAction) error {
 	if err := s.PutMeta(r.metaKey("resume"), b); err != nil {
 		return fmt.Errorf("sync: keep pending resume: %w", err)
 	}
+	r.pendingKept = true
 	return r.putBase(act.Base)
 }
 
@@ -231,15 +423,15 @@ func (r *Replicator) reportLoss(c Committed, act ResumeAction) {
 		"stream", r.st.Name(), "loss", msg, "store", r.store, "epoch_base", act.Base, "from", act.From.String())
 }
 
-// lossDelivered clears the pending decision once the commit carrying its
-// gap marker landed. Only the commit goroutine calls it, while the
-// session waits.
+// lossDelivered clears the pending decision once a commit after it (the
+// first carries its gap marker) landed. Only the commit goroutine calls
+// it, while the session waits.
 func (r *Replicator) lossDelivered() error {
 	r.lostNext = nil
-	if err := r.st.Store().DeleteMeta(r.metaKey("resume")); err != nil {
-		return fmt.Errorf("sync: clear pending resume: %w", err)
+	if !r.pendingKept {
+		return nil
 	}
-	return nil
+	return r.dropPending()
 }
 
 // toCentralWatermark maps a watermark's cut to central positions.
@@ -258,4 +450,24 @@ func (r *Replicator) localCut(c Committed) (localstream.StreamCut, bool) {
 		return localstream.StreamCut{}, false
 	}
 	return toLocal(cut, c.Record.EpochBase)
+}
+
+// lastSeq is the sequence of the latest commit this run knew.
+func (r *Replicator) lastSeq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last.Seq
+}
+
+// noteRecorder records, once per run and before its first local record
+// of a committed cut, that this run writes them (ResumeInput.RecordedBy).
+func (r *Replicator) noteRecorder() error {
+	if r.recorderNoted {
+		return nil
+	}
+	if err := r.st.Store().PutMeta(r.metaKey("recorder"), []byte(r.instance)); err != nil {
+		return fmt.Errorf("sync: note recorder: %w", err)
+	}
+	r.recorderNoted = true
+	return nil
 }

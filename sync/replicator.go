@@ -176,13 +176,27 @@ type Replicator struct {
 	// recordedAtOpen is the local committed-cut record found at the
 	// first load (before this run wrote one), nil when none.
 	recordedAtOpen *localstream.StreamCut
-	base           uint32     // epoch base in use
-	lostNext       *LostRange // gap marker for the next commit record
-	lastCommit     time.Time  // when this run last committed (heartbeat)
-	prepared       bool
-	pending        *fetched               // a record read but not yet sent (txn was full)
-	localAt        time.Time              // when the committed cut was last recorded locally
-	localDirty     *localstream.StreamCut // a committed cut not yet recorded locally
+	// high is the committed high-water mark kept while a resend has not
+	// caught up with it (chain.go), nil when none.
+	high *localstream.StreamCut
+	// recovered is the tail this run's Open found; opens the kept Opens
+	// (chain.go); decided is set once this run applied a decision.
+	recovered localstream.StreamCut
+	opens     []openEntry
+	// recordedBy is the run that wrote the local record found at Open;
+	// recorderNoted is set once this run noted itself as the recorder.
+	recordedBy    string
+	recorderNoted bool
+	// pendingKept is set while a decision is kept (resume meta).
+	pendingKept bool
+	decided     bool
+	base        uint32     // epoch base in use
+	lostNext    *LostRange // gap marker for the next commit record
+	lastCommit  time.Time  // when this run last committed (heartbeat)
+	prepared    bool
+	pending     *fetched               // a record read but not yet sent (txn was full)
+	localAt     time.Time              // when the committed cut was last recorded locally
+	localDirty  *localstream.StreamCut // a committed cut not yet recorded locally
 }
 
 // NewReplicator returns the replicator of st into sink. instance must be
@@ -487,12 +501,13 @@ func (r *Replicator) committed(fl *inflight) error {
 	r.mu.Lock()
 	r.failingSince = time.Time{}
 	r.mu.Unlock()
-	if fl.meta.Lost != nil {
-		if err := r.lossDelivered(); err != nil {
-			return err
-		}
+	if err := r.lossDelivered(); err != nil {
+		return err
 	}
 	if err := r.recordLocally(fl.cut, false); err != nil {
+		return err
+	}
+	if err := r.passHigh(fl.cut); err != nil {
 		return err
 	}
 	if r.cfg.OnCommit != nil {
@@ -512,6 +527,9 @@ func (r *Replicator) recordLocally(cut localstream.StreamCut, force bool) error 
 	}
 	r.localDirty = nil
 	r.localAt = now
+	if err := r.noteRecorder(); err != nil {
+		return err
+	}
 	if err := r.st.SetCommittedCut(r.cfg.SinkName, cut); err != nil {
 		return fmt.Errorf("sync: record committed cut locally: %w", err)
 	}

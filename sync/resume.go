@@ -168,6 +168,11 @@ type ResumeInput struct {
 	Topo      localstream.Topology
 	Head      localstream.StreamCut
 	Recovered localstream.StreamCut
+	// RecoveredAfter returns the lowest tail found at the Opens that came
+	// after the Open of the run instance (for a run not kept, the lowest
+	// of all kept): offsets after it may have been assigned again since
+	// that run committed. false: no Open after it (Recovered holds).
+	RecoveredAfter func(instance string) (localstream.StreamCut, bool)
 	// Committed is what this store knows it committed (the latest of this
 	// run's commits and the local record), in local positions; nil: none.
 	Committed *localstream.StreamCut
@@ -176,14 +181,20 @@ type ResumeInput struct {
 	// the recovered tail, it proves that the store lost a tail it had
 	// committed (the centre may have lost it since too).
 	RecordedAtOpen *localstream.StreamCut
+	// RecordedBy is the run that wrote it ("": unknown).
+	RecordedBy string
 	// Last is the chain's last record at the centre (Seq 0: none).
 	Last Committed
 	// Started is set after the first read of this run; StartSeq is the
-	// sequence read then; OwnCommits counts this run's commits; Adopted
-	// counts predecessors' late commits adopted by this run.
+	// sequence read then; KnownSeq the latest commit this run knew (read
+	// or made); OwnCommits counts this run's commits; Adopted counts
+	// predecessors' late commits adopted by this run.
 	Started             bool
-	StartSeq            uint64
+	StartSeq, KnownSeq  uint64
 	OwnCommits, Adopted int
+	// Decided is set once this run applied a decision (Wait and Refuse
+	// are none): until then, what the store found at Open still counts.
+	Decided bool
 	// WatchSeq is the foreign record first seen while watching (0: not
 	// watching); Watched how long ago it was first seen.
 	WatchSeq uint64
@@ -222,7 +233,10 @@ func Decide(in ResumeInput) ResumeAction {
 	own := rec.Store == "" || rec.Store == in.Store
 	mine := rec.Instance == in.Instance
 	known := mine || in.KnownInstance != nil && in.KnownInstance(rec.Instance)
-	newSinceStart := in.Started && last.Seq != in.StartSeq
+	// A record written since this run started, by someone else. A chain
+	// that went back (the centre lost its tail) is not someone else's
+	// activity: its last record is one this run has seen pass.
+	newSinceStart := in.Started && last.Seq != in.StartSeq && last.Seq > in.KnownSeq
 	switch {
 	case !own && newSinceStart && !mine:
 		if in.WatchSeq != 0 && in.OwnCommits == 0 {
@@ -286,9 +300,10 @@ func (in ResumeInput) decideOwn() ResumeAction {
 		return in.rebaseLostTail()
 	}
 	if last.Record.Instance != in.Instance {
-		// A record of an earlier run covers only events it found durable;
-		// one beyond what this run recovered was lost locally since.
-		if le, err := in.Topo.LessEq(cut, in.Recovered); err != nil || !le {
+		// A record of an earlier run covers events of the store as it was
+		// then; one beyond the lowest tail an Open found since may cover
+		// offsets lost and assigned again.
+		if le, err := in.Topo.LessEq(cut, in.floor(last.Record.Instance)); err != nil || !le {
 			return in.rebaseLostTail()
 		}
 	}
@@ -334,25 +349,36 @@ func (in ResumeInput) rebaseLostTail() ResumeAction {
 	cut, _ := toLocal(central, in.Last.Record.EpochBase)
 	return ResumeAction{
 		Kind: ResumeRebase,
-		From: meetRecovered(in.Topo, cut, in.Recovered, in.Head),
+		From: meetRecovered(in.Topo, cut, in.floor(in.Last.Record.Instance), in.Head),
 		Base: in.newBase(central),
 		Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: in.Last.Record.Cut,
 			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()},
 	}
 }
 
+// floor is the tail below which the store's offsets are those it had
+// when the run instance wrote: the lowest tail an Open found since.
+func (in ResumeInput) floor(instance string) localstream.StreamCut {
+	if instance != "" && instance != in.Instance && in.RecoveredAfter != nil {
+		if c, ok := in.RecoveredAfter(instance); ok && in.Topo.Validate(c) == nil {
+			return c
+		}
+	}
+	return in.Recovered
+}
+
 // lostRecorded reports whether the local record of the committed cut, as
 // the store was opened, is beyond what the store recovered: it lost a
-// tail that it had committed. Only the first read of a run asks.
+// tail that it had committed. Only a run's first decision asks.
 func (in ResumeInput) lostRecorded() bool {
-	if in.Started || in.RecordedAtOpen == nil {
+	if in.Decided || in.RecordedAtOpen == nil {
 		return false
 	}
 	rec := *in.RecordedAtOpen
 	if in.Topo.Validate(rec) != nil {
 		return true
 	}
-	le, err := in.Topo.LessEq(rec, in.Recovered)
+	le, err := in.Topo.LessEq(rec, in.floor(in.RecordedBy))
 	return err != nil || !le
 }
 
@@ -407,7 +433,7 @@ func (in ResumeInput) takeover(reason LossReason) ResumeAction {
 	store := in.Last.Record.Store
 	return ResumeAction{
 		Kind: ResumeRebase, From: from,
-		Base: max(in.Base, maxEpoch(central)+1, in.Last.Record.EpochBase+1),
+		Base: max(in.newBase(central), in.Last.Record.EpochBase+1),
 		Lost: &LostRange{Reason: reason, Store: store, From: in.Last.Record.Cut,
 			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()},
 	}
