@@ -60,6 +60,8 @@ type Agent struct {
 
 	// red removes the configured secrets from logs, errors and responses.
 	red *redactor
+	// history is the last minutes of each stream's lags and backlog, for the page.
+	history history
 
 	// mu guards errs.
 	mu   stdsync.Mutex
@@ -201,6 +203,7 @@ func (a *Agent) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	g.Go(func() error { return a.sampleHistory(gctx) })
 	close(a.ready)
 	a.log.Info("agent running", "data_dir", a.cfg.DataDir, "central", a.CentralURL(), "http", a.httpAddr,
 		"video", a.VideoAddr(), "mqtt", a.cfg.Telemetry.Broker)
@@ -288,12 +291,7 @@ func (a *Agent) startCentral() error {
 		if err := srv.Start(); err != nil {
 			var le *central.ListenError
 			if errors.As(err, &le) {
-				reason := le.Err
-				var oe *net.OpError
-				if errors.As(reason, &oe) {
-					reason = oe.Err // without the address said once already
-				}
-				return fmt.Errorf("%w: central.embedded.listen: %s: %v (another server there?): choose another HOST:PORT", ErrConfig, le.Addr, reason)
+				return fmt.Errorf("%w: central.embedded.listen: %s: %v (another server there?): choose another HOST:PORT", ErrConfig, le.Addr, le.Reason())
 			}
 			return err
 		}

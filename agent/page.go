@@ -14,7 +14,7 @@ import (
 //go:embed web
 var web embed.FS
 
-// operatorRoutes adds the status page to mux and returns the handler that
+// operatorRoutes adds the status page and its history (/status/history) to mux and returns the handler that
 // serves it all: every response passes through the redactor, except the
 // /debug/pprof profiles (binary, and only with http.pprof: true).
 func (a *Agent) operatorRoutes(mux *http.ServeMux) http.Handler {
@@ -24,6 +24,7 @@ func (a *Agent) operatorRoutes(mux *http.ServeMux) http.Handler {
 	mux.Handle("GET /app.js", static)
 	mux.Handle("GET /app.css", static)
 	mux.Handle("GET /vendor/", static)
+	mux.HandleFunc("GET /status/history", a.serveHistory)
 	outer := http.NewServeMux()
 	outer.Handle("/", a.red.Middleware(mux))
 	if a.cfg.HTTP.Pprof {

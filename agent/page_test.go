@@ -98,6 +98,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		Points                       []int
 		Series                       []int
 		Canvases                     int
+		Seeded                       int
 	}
 	var page rendered
 	const read = `(() => {
@@ -114,8 +115,15 @@ func TestStatusPageInBrowser(t *testing.T) {
 	    Points: plots.map(p => Number(p.getAttribute("data-points") || 0)),
 	    Series: plots.map(p => p.querySelectorAll(".u-legend .u-series").length),
 	    Canvases: document.querySelectorAll(".plot canvas").length,
+	    Seeded: window.edgePage.seeded,
 	  };
 	})()`
+	// The agent's last minutes, which the page opens on.
+	var hist HistoryDoc
+	getJSON(t, base+"/status/history", &hist)
+	if len(hist.Time) == 0 || len(hist.Streams["telemetry"].BacklogEvents) != len(hist.Time) {
+		t.Fatalf("/status/history: %d samples, telemetry %+v", len(hist.Time), hist.Streams["telemetry"])
+	}
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/?interval=250"),
 		chromedp.WaitVisible(`#streams tbody tr[data-stream="telemetry"]`)); err != nil {
 		t.Fatal(err)
@@ -186,8 +194,8 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Errorf("plots: %d canvases, legend series %v, want 3 and %v", page.Canvases, page.Series, wantSeries)
 	}
 	first := page.Points
-	if first[0] < 3 {
-		t.Errorf("lag plot has %d points after 3 polls", first[0])
+	if page.Seeded < len(hist.Time) || first[0] < page.Seeded+3 {
+		t.Errorf("lag plot has %d points, seeded with %d (history had %d), after 3 polls", first[0], page.Seeded, len(hist.Time))
 	}
 
 	// The plots update: more points after more polls, every plot, while

@@ -3,6 +3,7 @@ package central
 import (
 	"errors"
 	"fmt"
+	"net"
 )
 
 // Sentinel errors callers branch on; test with errors.Is.
@@ -28,7 +29,16 @@ type ListenError struct {
 }
 
 func (e *ListenError) Error() string {
-	return fmt.Sprintf("central: cannot listen on %s (another server there?): %v", e.Addr, e.Err)
+	return fmt.Sprintf("central: cannot listen on %s: %v (another server there?)", e.Addr, e.Reason())
+}
+
+// Reason is the bind error without the address (said once, in Addr).
+func (e *ListenError) Reason() error {
+	var oe *net.OpError
+	if errors.As(e.Err, &oe) {
+		return oe.Err
+	}
+	return e.Err
 }
 
 func (e *ListenError) Unwrap() error { return e.Err }

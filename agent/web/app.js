@@ -1,6 +1,7 @@
-// The edge-agent status page: polls /status, renders the tables and keeps
-// the last minutes of lag, backlog and uplink rate in bounded ring buffers
-// for the plots (uPlot). No other dependency, nothing from the network but
+// The edge-agent status page: opens on the agent's last minutes
+// (/status/history), then polls /status, renders the tables and keeps the
+// last minutes of lag, backlog and uplink rate in bounded ring buffers for
+// the plots (uPlot). No other dependency, nothing from the network but
 // the agent itself.
 "use strict";
 
@@ -9,7 +10,7 @@ const INTERVAL_MS = Math.max(200, Number(params.get("interval") || 1000));
 const HISTORY = 600; // points kept per series: 10 minutes at 1 s
 
 // page is read by the browser test: how many polls, points and errors.
-const page = window.edgePage = { polls: 0, failures: 0, points: 0, streams: [], lastTime: "" };
+const page = window.edgePage = { polls: 0, failures: 0, points: 0, seeded: 0, streams: [], lastTime: "" };
 
 const fmtInt = (n) => (n == null ? "–" : Math.round(n).toLocaleString("en-US"));
 const fmtSec = (s) => (s == null ? "–" : s < 100 ? s.toFixed(1) + " s" : Math.round(s).toLocaleString("en-US") + " s");
@@ -91,6 +92,51 @@ function ensurePlots(streams) {
   plots.uplink = makePlot("plot-uplink", uplink);
 }
 
+function streamKeys(streams) {
+  const keys = ["uplink/total"];
+  for (const n of streams) keys.push("lagc/" + n, "lagl/" + n, "backlog/" + n, "uplink/" + n);
+  return keys;
+}
+
+// seed fills the plots with the agent's last minutes (/status/history)
+// before the first poll, so that the page opens on the recent past.
+async function seed() {
+  try {
+    const resp = await fetch("status/history", { cache: "no-store" });
+    if (!resp.ok) return;
+    const h = await resp.json();
+    const names = Object.keys(h.streams || {}).sort();
+    ensurePlots(names);
+    streamKeys(names).forEach(ring);
+    for (let i = 0; i < h.time.length; i++) {
+      hist.t.push(h.time[i]);
+      const dt = i > 0 ? h.time[i] - h.time[i - 1] : 0;
+      let total = 0, have = false;
+      for (const n of names) {
+        const c = h.streams[n];
+        ring("lagc/" + n).push(c.committed_lag_seconds[i]);
+        ring("lagl/" + n).push(c.local_lag_seconds[i]);
+        ring("backlog/" + n).push(c.backlog_events[i]);
+        const b = c.replicated_bytes[i], pb = i > 0 ? c.replicated_bytes[i - 1] : null;
+        const up = b != null && pb != null && dt > 0 ? Math.max(0, (b - pb) / dt) : null;
+        ring("uplink/" + n).push(up);
+        if (up != null) { total += up; have = true; }
+      }
+      ring("uplink/total").push(have ? total : null);
+    }
+    if (h.time.length) { // the first poll's rates continue from the last sample
+      const last = h.time.length - 1;
+      prev = { t: h.time[last], repl: {}, drones: {} };
+      for (const n of names) prev.repl[n] = h.streams[n].replicated_bytes[last];
+    }
+    page.seeded = h.time.length;
+    page.points = hist.t.a.length;
+    redraw();
+  } catch (e) {
+    page.seedError = String(e);
+  }
+}
+
 function redraw() {
   for (const p of Object.values(plots)) {
     const data = [hist.t.a.slice()].concat(p.keys.map((k) => ring(k).a.slice()));
@@ -115,6 +161,7 @@ function render(s) {
   // Streams.
   const streams = (s.streams || []).map((x) => x.name);
   ensurePlots(streams);
+  streamKeys(streams).forEach(ring); // a new series is padded before the time advances
   hist.t.push(now);
   const tb = document.querySelector("#streams tbody");
   tb.textContent = "";
@@ -241,4 +288,4 @@ async function poll() {
 window.addEventListener("resize", () => {
   for (const p of Object.values(plots)) p.u.setSize({ width: Math.max(300, p.div.clientWidth), height: 180 });
 });
-poll();
+seed().then(poll);
