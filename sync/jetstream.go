@@ -420,6 +420,9 @@ func (t *jsTxn) send(m *nats.Msg, payload int64) error {
 		return err
 	}
 	if err := bp.AddMsg(m); err != nil {
+		if t.sink.learn(err, t.n+1, t.overlapped) { // an acked message (AckFirst) was refused
+			err = fmt.Errorf("%w: %w", errBatchLimit, err)
+		}
 		return fmt.Errorf("sync: txn %d add: %w", t.number, err)
 	}
 	t.n++

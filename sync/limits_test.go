@@ -337,7 +337,7 @@ func TestFailingStreamIsAProblem(t *testing.T) {
 		p = rp.r.Stats().Problem(time.Now(), 0)
 		return p != ""
 	})
-	if s := rp.r.Stats(); s.State == StateStopped || !strings.Contains(p, s.LastError) {
+	if s := rp.r.Stats(); s.State == StateStopped || !strings.Contains(p, "sealed") {
 		t.Fatalf("problem %q, stats %+v", p, s)
 	}
 	t.Log(p)
