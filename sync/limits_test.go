@@ -230,13 +230,13 @@ func TestLoweredServerBatchLimits(t *testing.T) {
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
 		app := newAppender(st, 5)
-		for range 300 { // a backlog of 1,500 events
+		for range 100 { // a backlog of 500 events
 			if err := app.warm(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}
 		rp := startReplica(t, nc, st, "agent-low", ReplicatorConfig{}, JetStreamOptions{Layout: layout})
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		if err := app.run(ctx, 2*time.Millisecond, 5); err != nil {
 			t.Fatal(err)
