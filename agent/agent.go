@@ -364,24 +364,13 @@ func (a *Agent) checkIntakeLimits(l sync.Limits) error {
 }
 
 // committedWatermark gives the replicator of a stream its committed
-// watermark. A tracker error must not stop replication, nor move the
-// centre's watermark back: any error is passed on as
-// watermark.ErrCutRegressed, on which the replicator repeats the
-// watermark of its last commit (computed for a cut within the new one, so
-// still true); the error itself is logged and shown in /status.
+// watermark (sync.TrackerWatermark); a tracker error is logged and shown
+// in /status.
 func (a *Agent) committedWatermark(stream string, tr *watermark.Tracker) sync.CommittedWatermarkFunc {
-	return func(cut localstream.StreamCut) (sync.Watermark, error) {
-		w, err := tr.CommittedAt(cut)
-		if err == nil {
-			return sync.Watermark(w), nil
-		}
-		if !errors.Is(err, watermark.ErrCutRegressed) {
-			a.setErr("watermark/"+stream, err)
-			a.log.Warn("committed watermark unavailable; the commit repeats the previous one", "stream", stream, "err", err)
-			err = fmt.Errorf("%w: %w", watermark.ErrCutRegressed, err)
-		}
-		return sync.Watermark{}, err
-	}
+	return sync.TrackerWatermark(tr, func(err error) {
+		a.setErr("watermark/"+stream, err)
+		a.log.Warn("committed watermark unavailable; the commit repeats the previous one", "stream", stream, "err", err)
+	})
 }
 
 func (a *Agent) stopCentral() {

@@ -50,8 +50,8 @@ type StreamStatus struct {
 	Committed map[string]string `json:"committed"`
 	// LocalWatermark is over durable positions; CommittedWatermark is the
 	// one in the last commit record.
-	LocalWatermark     watermark.Watermark `json:"local_watermark"`
-	CommittedWatermark *sync.Watermark     `json:"committed_watermark,omitempty"`
+	LocalWatermark     watermark.Watermark  `json:"local_watermark"`
+	CommittedWatermark *watermark.Watermark `json:"committed_watermark,omitempty"`
 	// LocalLagSeconds and CommittedLagSeconds are how far each watermark's
 	// lower bound is behind Status.Time (absent while there is none).
 	LocalLagSeconds     *float64 `json:"local_lag_seconds,omitempty"`
@@ -115,7 +115,7 @@ func (a *Agent) Status() Status {
 			ss.LocalWatermark = w
 		}
 		if r := repl[name]; r != nil && r.WatermarkLowerNs != 0 {
-			ss.CommittedWatermark = &sync.Watermark{LowerNs: r.WatermarkLowerNs, UpperNs: r.WatermarkUpperNs}
+			ss.CommittedWatermark = &watermark.Watermark{LowerNs: r.WatermarkLowerNs, UpperNs: r.WatermarkUpperNs}
 			ss.CommittedLagSeconds = lagSeconds(now, r.WatermarkLowerNs)
 		}
 		if ss.LocalWatermark.LowerNs > 0 {

@@ -55,6 +55,41 @@ func (c StreamCut) Clone() StreamCut {
 	return StreamCut{Stream: c.Stream, Positions: maps.Clone(c.Positions)}
 }
 
+// CutMap is a stream cut's JSON form in commit records and markers: the
+// segment id in canonical decimal → offset. The stream name travels beside
+// it.
+type CutMap map[string]uint64
+
+// Map returns the cut's JSON form; nil for a cut without positions.
+func (c StreamCut) Map() CutMap {
+	if c.Positions == nil {
+		return nil
+	}
+	m := make(CutMap, len(c.Positions))
+	for id, off := range c.Positions {
+		m[strconv.FormatUint(uint64(id), 10)] = off
+	}
+	return m
+}
+
+// Cut converts m back to a cut of the named stream (nil gives the zero
+// cut). It checks the syntax only (ErrCorruptCut); validate the cut
+// against the stream's topology before using it.
+func (m CutMap) Cut(stream string) (StreamCut, error) {
+	if m == nil {
+		return StreamCut{}, nil
+	}
+	c := StreamCut{Stream: stream, Positions: make(map[SegmentID]uint64, len(m))}
+	for k, off := range m {
+		id, err := strconv.ParseUint(k, 10, 64)
+		if err != nil || strconv.FormatUint(id, 10) != k {
+			return StreamCut{}, fmt.Errorf("%w: segment id %q is not a canonical decimal", ErrCorruptCut, k)
+		}
+		c.Positions[SegmentID(id)] = off
+	}
+	return c, nil
+}
+
 // String returns the text form.
 func (c StreamCut) String() string {
 	var b strings.Builder

@@ -97,3 +97,25 @@ func FuzzStreamCutBinary(f *testing.F) {
 		}
 	})
 }
+
+// TestCutMapRoundTrip: the JSON map form of a cut reads back to the same
+// cut; keys that are not canonical decimals are refused.
+func TestCutMapRoundTrip(t *testing.T) {
+	c := StreamCut{Stream: "video", Positions: map[SegmentID]uint64{NewSegmentID(1, 2): 0, NewSegmentID(0, 0): 3}}
+	m := c.Map()
+	if m["4294967298"] != 0 || m["0"] != 3 || len(m) != 2 {
+		t.Fatalf("Map = %v", m)
+	}
+	back, err := m.Cut("video")
+	if err != nil || !back.Equal(c) {
+		t.Fatalf("Cut = %s, %v", back, err)
+	}
+	if z, err := CutMap(nil).Cut("video"); err != nil || !z.IsZero() || (StreamCut{}).Map() != nil {
+		t.Fatalf("nil map: %s, %v", z, err)
+	}
+	for _, bad := range []CutMap{{"01": 1}, {"x": 1}, {"-1": 2}, {"18446744073709551616": 1}} {
+		if _, err := bad.Cut("video"); !errors.Is(err, ErrCorruptCut) {
+			t.Fatalf("Cut(%v) = %v, want ErrCorruptCut", bad, err)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // fillStore appends n events of size bytes to a fresh store's stream.
@@ -84,7 +85,7 @@ func rawPublish(b *testing.B, nc *nats.Conn, stream, agent string, recs []locals
 			n++
 			i++
 		}
-		rec := newCommitRecord(agent, stream, "raw", txn, localstream.StreamCut{Stream: stream, Positions: map[localstream.SegmentID]uint64{recs[i-1].Segment: recs[i-1].Offset + 1}}, Watermark{}, CommitMeta{}, n, bytes, time.Now().UnixNano())
+		rec := newCommitRecord(agent, stream, "raw", txn, localstream.StreamCut{Stream: stream, Positions: map[localstream.SegmentID]uint64{recs[i-1].Segment: recs[i-1].Offset + 1}}, watermark.Watermark{}, CommitMeta{}, n, bytes, time.Now().UnixNano())
 		data, _ := json.Marshal(rec)
 		m := nats.NewMsg(CutSubject(stream, agent))
 		m.Data = data

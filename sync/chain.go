@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // The replicator's side of the resume decision (resume.go): it gathers
@@ -435,7 +436,7 @@ func (r *Replicator) lossDelivered() error {
 }
 
 // toCentralWatermark maps a watermark's cut to central positions.
-func toCentralWatermark(w Watermark, base uint32) Watermark {
+func toCentralWatermark(w watermark.Watermark, base uint32) watermark.Watermark {
 	w.Cut = toCentral(w.Cut, base)
 	return w
 }

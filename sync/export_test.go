@@ -9,6 +9,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // TestExportVideoStartsAtKeyframe: export from T1 to T2 starts at the
@@ -44,7 +45,7 @@ func TestExportVideoStartsAtKeyframe(t *testing.T) {
 		}
 	}
 	nc := connect(t, srv.ClientURL())
-	rp := startReplica(t, nc, st, "agent-v", ReplicatorConfig{Watermark: func(localstream.StreamCut) (Watermark, error) { return Watermark{}, nil }}, JetStreamOptions{})
+	rp := startReplica(t, nc, st, "agent-v", ReplicatorConfig{Watermark: func(localstream.StreamCut) (watermark.Watermark, error) { return watermark.Watermark{}, nil }}, JetStreamOptions{})
 	waitFor(t, 10*time.Second, "replication", func() bool { return rp.r.Stats().BacklogEvents == 0 && rp.r.Stats().Txns > 0 })
 	rp.close()
 	var out bytes.Buffer

@@ -17,6 +17,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // JetStreamOptions configure a JetStreamSink.
@@ -433,7 +434,7 @@ func (t *jsTxn) send(m *nats.Msg, payload int64) error {
 // Commit sends the commit record, expecting the previous commit's sequence
 // on the cut subject (fencing). A rejection for the server's batch limits
 // lowers the sink's limits before it is returned.
-func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error) {
+func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm watermark.Watermark, meta CommitMeta) (Committed, error) {
 	if t.closed {
 		return Committed{}, ErrTxnClosed
 	}

@@ -52,7 +52,7 @@ func childAgent() int {
 	out := bufio.NewWriter(os.Stdout)
 	var mu stdsync.Mutex
 	r := NewReplicator(st, sink, inst, ReplicatorConfig{
-		Watermark: TrackerWatermark(trackerFor(st)),
+		Watermark: TrackerWatermark(trackerFor(st), nil),
 		OnCommit: func(c Committed, _ []int64) {
 			mu.Lock()
 			fmt.Fprintf(out, "acked %d\n", c.Seq)

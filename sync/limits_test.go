@@ -12,6 +12,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // forLayouts runs a test against both central layouts.
@@ -290,13 +291,13 @@ func TestSinkLearnsInflightLimit(t *testing.T) {
 	if err := b.Add(ctx, rec(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Commit(ctx, Committed{}, cut(2), Watermark{}, CommitMeta{}); !batchIncomplete(err) || Classify(err) != Retryable {
+	if _, err := b.Commit(ctx, Committed{}, cut(2), watermark.Watermark{}, CommitMeta{}); !batchIncomplete(err) || Classify(err) != Retryable {
 		t.Fatalf("second open batch: %v (%s), want incomplete and retryable", err, Classify(err))
 	}
 	if got := s.Limits().MaxBatchInflight; got != 1 {
 		t.Fatalf("learned in-flight batches %d, want 1", got)
 	}
-	if c, err := a.Commit(ctx, Committed{}, cut(1), Watermark{}, CommitMeta{}); err != nil || c.Seq == 0 {
+	if c, err := a.Commit(ctx, Committed{}, cut(1), watermark.Watermark{}, CommitMeta{}); err != nil || c.Seq == 0 {
 		t.Fatalf("first batch: %+v, %v", c, err)
 	}
 }

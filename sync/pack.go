@@ -9,6 +9,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // A pack is the payload of a layout-2 central message: one transaction's
@@ -51,7 +52,7 @@ type packCommit struct {
 	Events        int
 	Bytes         int64
 	Cut           localstream.StreamCut
-	Watermark     Watermark
+	Watermark     watermark.Watermark
 	// Chain holds the store identity, epoch base and gap marker.
 	Chain CommitMeta
 }
@@ -162,7 +163,7 @@ func appendCommit(b []byte, c *packCommit) []byte {
 }
 
 // appendCutJSON encodes a JSON cut like appendCut (ids are decimal keys).
-func appendCutJSON(b []byte, c CutJSON) []byte {
+func appendCutJSON(b []byte, c localstream.CutMap) []byte {
 	cut, _ := c.Cut("x")
 	return appendCut(b, cut)
 }
@@ -447,8 +448,8 @@ func (d *packDecoder) chain(stream string, c *packCommit) {
 		return
 	}
 	l := &LostRange{Reason: LossReason(d.str()), Store: d.str()}
-	l.From = cutToJSON(d.cut(stream))
-	l.To = cutToJSON(d.cut(stream))
+	l.From = d.cut(stream).Map()
+	l.To = d.cut(stream).Map()
 	l.CentralSeq = d.uvarint()
 	l.FoundAtNs = d.varint()
 	if d.err == nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // packRecords returns n records of two drones over two segments, with
@@ -56,7 +57,7 @@ func packRecords(n int, random bool) []localstream.Record {
 func testCommit() *packCommit {
 	cut := localstream.StreamCut{Stream: "telemetry", Positions: map[localstream.SegmentID]uint64{0: 120, localstream.NewSegmentID(1, 1): 3}}
 	return &packCommit{Txn: 42, Instance: "9f00", CommittedAtNs: 1_767_000_000_000_000_000, Events: 57, Bytes: 81234,
-		Cut: cut, Watermark: Watermark{LowerNs: 1_766_999_999_000_000_000, UpperNs: 1_767_000_000_000_000_000, Cut: cut}}
+		Cut: cut, Watermark: watermark.Watermark{LowerNs: 1_766_999_999_000_000_000, UpperNs: 1_767_000_000_000_000_000, Cut: cut}}
 }
 
 // testChainCommit is a commit with the chain fields of issue 11.
@@ -64,7 +65,7 @@ func testChainCommit() *packCommit {
 	c := testCommit()
 	from := localstream.StreamCut{Stream: "telemetry", Positions: map[localstream.SegmentID]uint64{0: 100}}
 	c.Chain = CommitMeta{Store: "5eed", EpochBase: 3, Lost: &LostRange{Reason: LossCentralTail, Store: "5eed",
-		From: cutToJSON(from), To: cutToJSON(c.Cut), CentralSeq: 17, FoundAtNs: 1_767_000_000_000_000_000}}
+		From: from.Map(), To: c.Cut.Map(), CentralSeq: 17, FoundAtNs: 1_767_000_000_000_000_000}}
 	return c
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // packReserve is what a pack keeps free below the max payload for the
@@ -81,7 +82,7 @@ func (t *packTxn) AddMarker(ctx context.Context, rec localstream.Record, reason 
 
 // Commit sends the transaction, expecting prev's sequence on the cut
 // subject (fencing, see the package doc).
-func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error) {
+func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm watermark.Watermark, meta CommitMeta) (Committed, error) {
 	if t.closed {
 		return Committed{}, ErrTxnClosed
 	}

@@ -3,62 +3,20 @@ package sync
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
-	"strconv"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
-
-// Watermark is a committed watermark: no event of an active writer before
-// LowerNs will follow Cut; UpperNs is the latest writer time. It mirrors
-// watermark.Watermark field for field, so the caller converts with
-// sync.Watermark(w).
-type Watermark struct {
-	LowerNs int64                 `json:"lower_ns"`
-	UpperNs int64                 `json:"upper_ns"`
-	Cut     localstream.StreamCut `json:"cut"`
-}
 
 // CommittedWatermarkFunc returns the committed watermark for a cut about to
 // be committed: it must use only writer marks inside cut (rule 5).
-type CommittedWatermarkFunc func(cut localstream.StreamCut) (Watermark, error)
-
-// CutJSON is a stream cut as JSON: decimal segment id → offset.
-type CutJSON map[string]uint64
-
-// cutToJSON converts a cut to its JSON map.
-func cutToJSON(c localstream.StreamCut) CutJSON {
-	if c.Positions == nil {
-		return nil
-	}
-	out := make(CutJSON, len(c.Positions))
-	for id, off := range c.Positions {
-		out[strconv.FormatUint(uint64(id), 10)] = off
-	}
-	return out
-}
-
-// Cut converts back to a stream cut of the named stream.
-func (c CutJSON) Cut(stream string) (localstream.StreamCut, error) {
-	if c == nil {
-		return localstream.StreamCut{}, nil
-	}
-	out := localstream.StreamCut{Stream: stream, Positions: make(map[localstream.SegmentID]uint64, len(c))}
-	for k, off := range c {
-		id, err := strconv.ParseUint(k, 10, 64)
-		if err != nil {
-			return localstream.StreamCut{}, fmt.Errorf("%w: cut segment %q", ErrCorruptRecord, k)
-		}
-		out.Positions[localstream.SegmentID(id)] = off
-	}
-	return out, nil
-}
+type CommittedWatermarkFunc func(cut localstream.StreamCut) (watermark.Watermark, error)
 
 // WatermarkJSON is a watermark in a commit record.
 type WatermarkJSON struct {
-	LowerNs int64   `json:"lower_ns"`
-	UpperNs int64   `json:"upper_ns"`
-	Cut     CutJSON `json:"cut,omitempty"`
+	LowerNs int64              `json:"lower_ns"`
+	UpperNs int64              `json:"upper_ns"`
+	Cut     localstream.CutMap `json:"cut,omitempty"`
 }
 
 // CommitRecord is the last message of every transaction, on
@@ -86,7 +44,7 @@ type CommitRecord struct {
 	// transaction's chain resumed.
 	Lost *LostRange `json:"lost,omitempty"`
 	// Cut is the local stream cut after the last event of the transaction.
-	Cut CutJSON `json:"cut"`
+	Cut localstream.CutMap `json:"cut"`
 	// CutText is Cut in the stream cut's text form (for people).
 	CutText string `json:"cut_text,omitempty"`
 	// Watermark is the committed watermark at Cut.
@@ -108,12 +66,12 @@ type CommitMeta struct {
 }
 
 // newCommitRecord fills a record. cut and wm are in central positions.
-func newCommitRecord(agent, stream, instance string, txn uint64, cut localstream.StreamCut, wm Watermark, meta CommitMeta, events int, bytes int64, now int64) CommitRecord {
+func newCommitRecord(agent, stream, instance string, txn uint64, cut localstream.StreamCut, wm watermark.Watermark, meta CommitMeta, events int, bytes int64, now int64) CommitRecord {
 	return CommitRecord{
 		Agent: agent, Stream: stream, Txn: txn, Instance: instance,
 		Store: meta.Store, EpochBase: meta.EpochBase, Lost: meta.Lost,
-		Cut: cutToJSON(cut), CutText: cut.String(),
-		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: cutToJSON(wm.Cut)},
+		Cut: cut.Map(), CutText: cut.String(),
+		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: wm.Cut.Map()},
 		Events:    events, Bytes: bytes, CommittedAtNs: now,
 	}
 }
@@ -122,12 +80,12 @@ func newCommitRecord(agent, stream, instance string, txn uint64, cut localstream
 func (r CommitRecord) StreamCut() (localstream.StreamCut, error) { return r.Cut.Cut(r.Stream) }
 
 // WatermarkValue is the record's watermark.
-func (r CommitRecord) WatermarkValue() (Watermark, error) {
+func (r CommitRecord) WatermarkValue() (watermark.Watermark, error) {
 	c, err := r.Watermark.Cut.Cut(r.Stream)
 	if err != nil {
-		return Watermark{}, err
+		return watermark.Watermark{}, err
 	}
-	return Watermark{LowerNs: r.Watermark.LowerNs, UpperNs: r.Watermark.UpperNs, Cut: c}, nil
+	return watermark.Watermark{LowerNs: r.Watermark.LowerNs, UpperNs: r.Watermark.UpperNs, Cut: c}, nil
 }
 
 // DecodeCommitRecord parses and checks a commit record.
@@ -143,10 +101,10 @@ func DecodeCommitRecord(b []byte) (CommitRecord, error) {
 		return CommitRecord{}, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
 	}
 	if _, err := r.Cut.Cut(r.Stream); err != nil {
-		return CommitRecord{}, err
+		return CommitRecord{}, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
 	}
 	if _, err := r.Watermark.Cut.Cut(r.Stream); err != nil {
-		return CommitRecord{}, err
+		return CommitRecord{}, fmt.Errorf("%w: %w", ErrCorruptRecord, err)
 	}
 	if r.Lost != nil {
 		if err := r.Lost.check(r.Stream); err != nil {
@@ -181,9 +139,4 @@ type Committed struct {
 	Seq uint64
 	// Record is the commit record (zero when Seq is 0).
 	Record CommitRecord
-}
-
-// cloneCut copies a cut so callers may keep it.
-func cloneCut(c localstream.StreamCut) localstream.StreamCut {
-	return localstream.StreamCut{Stream: c.Stream, Positions: maps.Clone(c.Positions)}
 }

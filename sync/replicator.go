@@ -482,7 +482,7 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 }
 
 // watermarkMoved reports whether an empty transaction is worth committing.
-func (r *Replicator) watermarkMoved(prev Committed, wm Watermark) bool {
+func (r *Replicator) watermarkMoved(prev Committed, wm watermark.Watermark) bool {
 	if prev.Seq == 0 {
 		return wm.LowerNs != 0 || wm.UpperNs != 0
 	}
@@ -547,17 +547,17 @@ const localCutInterval = 250 * time.Millisecond
 // When the tracker refuses (it already published one for a later cut of a
 // failed transaction, perhaps by a previous process), prev's watermark is
 // repeated: it holds for every later event.
-func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (Watermark, error) {
+func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (watermark.Watermark, error) {
 	if r.cfg.Watermark == nil {
-		return Watermark{}, nil
+		return watermark.Watermark{}, nil
 	}
 	wm, err := r.cfg.Watermark(cut)
 	if errors.Is(err, watermark.ErrCutRegressed) {
 		r.wmRegressed.Add(1)
-		wm, err = Watermark{}, nil
+		wm, err = watermark.Watermark{}, nil
 	}
 	if err != nil {
-		return Watermark{}, fmt.Errorf("sync: committed watermark: %w", err)
+		return watermark.Watermark{}, fmt.Errorf("sync: committed watermark: %w", err)
 	}
 	return monotoneWatermark(r.st.Topology(), wm, prev.Record, r.store, r.base), nil
 }

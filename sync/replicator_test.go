@@ -29,7 +29,7 @@ func startReplica(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent str
 	}
 	if cfg.Watermark == nil {
 		if tr := trackerFor(st); tr != nil {
-			cfg.Watermark = TrackerWatermark(tr)
+			cfg.Watermark = TrackerWatermark(tr, nil)
 		}
 	}
 	r := NewReplicator(st, sink, inst, cfg)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // Resume decision: a deterministic core (no I/O, time as input) that the
@@ -82,8 +83,8 @@ type LostRange struct {
 	// From is the cut before the first lost event (exact), To the cut
 	// after the last one; To absent means unknown: every later position
 	// in From's segments and their successors at From's epoch base.
-	From CutJSON `json:"from"`
-	To   CutJSON `json:"to,omitempty"`
+	From localstream.CutMap `json:"from"`
+	To   localstream.CutMap `json:"to,omitempty"`
 	// CentralSeq is the sequence of the commit record the loss was found
 	// against (the chain's last record then).
 	CentralSeq uint64 `json:"central_seq,omitempty"`
@@ -97,10 +98,12 @@ func (l *LostRange) check(stream string) error {
 		return fmt.Errorf("%w: lost range without reason or start", ErrCorruptRecord)
 	}
 	if _, err := l.From.Cut(stream); err != nil {
-		return err
+		return fmt.Errorf("%w: lost range: %w", ErrCorruptRecord, err)
 	}
-	_, err := l.To.Cut(stream)
-	return err
+	if _, err := l.To.Cut(stream); err != nil {
+		return fmt.Errorf("%w: lost range: %w", ErrCorruptRecord, err)
+	}
+	return nil
 }
 
 // String is the loss in one line (logs, /status).
@@ -282,8 +285,8 @@ func (in ResumeInput) decideEmpty() ResumeAction {
 	// whatever is retained.
 	a := ResumeAction{Kind: ResumeResend, From: in.Head, Base: in.Base}
 	if le, err := in.Topo.LessEq(in.Head, start); err != nil || !le {
-		a.Lost = &LostRange{Reason: LossCentralTail, Store: in.Store, From: cutToJSON(toCentral(start, in.Base)),
-			To: cutToJSON(toCentral(in.Head, in.Base)), FoundAtNs: in.Now.UnixNano()}
+		a.Lost = &LostRange{Reason: LossCentralTail, Store: in.Store, From: toCentral(start, in.Base).Map(),
+			To: toCentral(in.Head, in.Base).Map(), FoundAtNs: in.Now.UnixNano()}
 	}
 	return a
 }
@@ -334,7 +337,7 @@ func (in ResumeInput) resend(cut localstream.StreamCut, base uint32) ResumeActio
 	a := ResumeAction{Kind: ResumeResend, From: from, Base: base}
 	if !from.Equal(cut) {
 		a.Lost = &LostRange{Reason: LossCentralTail, Store: in.Store,
-			From: cutToJSON(toCentral(cut, base)), To: cutToJSON(toCentral(from, base)),
+			From: toCentral(cut, base).Map(), To: toCentral(from, base).Map(),
 			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()}
 	}
 	return a
@@ -547,11 +550,11 @@ func maxEpoch(c localstream.StreamCut) uint32 {
 // value; the cut joins prev's when it is this store's under the same base
 // (prev's watermark cut is inside prev's cut, which is inside this
 // commit's), else keeps wm's.
-func monotoneWatermark(topo localstream.Topology, wm Watermark, prev CommitRecord, store string, base uint32) Watermark {
+func monotoneWatermark(topo localstream.Topology, wm watermark.Watermark, prev CommitRecord, store string, base uint32) watermark.Watermark {
 	if prev.Txn == 0 {
 		return wm
 	}
-	out := Watermark{LowerNs: max(wm.LowerNs, prev.Watermark.LowerNs), UpperNs: max(wm.UpperNs, prev.Watermark.UpperNs), Cut: wm.Cut}
+	out := watermark.Watermark{LowerNs: max(wm.LowerNs, prev.Watermark.LowerNs), UpperNs: max(wm.UpperNs, prev.Watermark.UpperNs), Cut: wm.Cut}
 	if (prev.Store != "" && prev.Store != store) || prev.EpochBase != base || len(prev.Watermark.Cut) == 0 {
 		return out
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // oneSegment is a stream of one open segment 0.0 of length n.
@@ -25,7 +26,7 @@ func atSeg(seg localstream.SegmentID, off uint64) localstream.StreamCut {
 
 func record(seq uint64, store, instance string, base uint32, cut localstream.StreamCut) Committed {
 	return Committed{Seq: seq, Record: CommitRecord{Agent: "a1", Stream: "t", Txn: seq, Store: store, Instance: instance,
-		EpochBase: base, Cut: cutToJSON(cut), CutText: cut.String()}}
+		EpochBase: base, Cut: cut.Map(), CutText: cut.String()}}
 }
 
 // TestDecide is the resume decision's table: every case of issue 11 and
@@ -205,22 +206,22 @@ func TestPositionsRoundTrip(t *testing.T) {
 func TestMonotoneWatermark(t *testing.T) {
 	topo := oneSegment(100)
 	prev := record(5, "S", "run0", 0, at(50)).Record
-	prev.Watermark = WatermarkJSON{LowerNs: 100, UpperNs: 200, Cut: cutToJSON(at(40))}
-	got := monotoneWatermark(topo, Watermark{LowerNs: 90, UpperNs: 150, Cut: at(30)}, prev, "S", 0)
+	prev.Watermark = WatermarkJSON{LowerNs: 100, UpperNs: 200, Cut: at(40).Map()}
+	got := monotoneWatermark(topo, watermark.Watermark{LowerNs: 90, UpperNs: 150, Cut: at(30)}, prev, "S", 0)
 	if got.LowerNs != 100 || got.UpperNs != 200 || !got.Cut.Equal(at(40)) {
 		t.Fatalf("rewound tracker: %+v", got)
 	}
-	got = monotoneWatermark(topo, Watermark{LowerNs: 300, UpperNs: 400, Cut: at(60)}, prev, "S", 0)
+	got = monotoneWatermark(topo, watermark.Watermark{LowerNs: 300, UpperNs: 400, Cut: at(60)}, prev, "S", 0)
 	if got.LowerNs != 300 || got.UpperNs != 400 || !got.Cut.Equal(at(60)) {
 		t.Fatalf("advancing tracker: %+v", got)
 	}
-	got = monotoneWatermark(topo, Watermark{}, prev, "S", 0)
+	got = monotoneWatermark(topo, watermark.Watermark{}, prev, "S", 0)
 	if got.LowerNs != 100 || !got.Cut.Equal(at(40)) {
 		t.Fatalf("refused tracker: %+v", got)
 	}
 	other := prev
 	other.Store = "T"
-	got = monotoneWatermark(topo, Watermark{LowerNs: 50, Cut: at(10)}, other, "S", 0)
+	got = monotoneWatermark(topo, watermark.Watermark{LowerNs: 50, Cut: at(10)}, other, "S", 0)
 	if got.LowerNs != 100 || !got.Cut.Equal(at(10)) {
 		t.Fatalf("another store's predecessor: %+v", got)
 	}

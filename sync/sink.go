@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // Sink is where transactions go: the central store seen from one agent.
@@ -37,7 +38,7 @@ type Txn interface {
 	// positions, meta), expecting prev to be the agent's last commit
 	// (fencing), and waits for the outcome. An error means the outcome is
 	// unknown unless it is a rejection (see Classify); LastCommitted tells.
-	Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error)
+	Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm watermark.Watermark, meta CommitMeta) (Committed, error)
 	// Discard abandons the transaction; the server drops it after its
 	// batch timeout.
 	Discard()

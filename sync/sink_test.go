@@ -11,6 +11,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 func rec(seg localstream.SegmentID, off uint64, key string, et int64) localstream.Record {
@@ -86,14 +87,14 @@ func testSinkCommitAndFencing(t *testing.T, layout int) {
 			t.Fatal(err)
 		}
 	}
-	ca, err := ta.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{LowerNs: 100, UpperNs: 102}, CommitMeta{})
+	ca, err := ta.Commit(ctx, prev, cutAt("telemetry", 3), watermark.Watermark{LowerNs: 100, UpperNs: 102}, CommitMeta{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ca.Seq != msgs || ca.Record.Txn != 1 || ca.Record.Events != 3 {
 		t.Fatalf("commit %+v", ca)
 	}
-	_, err = tb.Commit(ctx, prev, cutAt("telemetry", 3), Watermark{}, CommitMeta{})
+	_, err = tb.Commit(ctx, prev, cutAt("telemetry", 3), watermark.Watermark{}, CommitMeta{})
 	if Classify(err) != Conflict {
 		t.Fatalf("second commit on the same predecessor: %v (class %v), want a conflict", err, Classify(err))
 	}
@@ -109,7 +110,7 @@ func testSinkCommitAndFencing(t *testing.T, layout int) {
 	if tc.Number() != 2 {
 		t.Fatalf("next txn number %d", tc.Number())
 	}
-	if _, err := tc.Commit(ctx, got, cutAt("telemetry", 3), Watermark{}, CommitMeta{}); err != nil {
+	if _, err := tc.Commit(ctx, got, cutAt("telemetry", 3), watermark.Watermark{}, CommitMeta{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -159,7 +160,7 @@ func testSinkMidBatchCut(t *testing.T, layout int) {
 		time.Sleep(time.Millisecond)
 	}
 	if err == nil {
-		_, err = tx.Commit(ctx, Committed{}, cutAt("health", 50), Watermark{}, CommitMeta{})
+		_, err = tx.Commit(ctx, Committed{}, cutAt("health", 50), watermark.Watermark{}, CommitMeta{})
 	}
 	if err == nil || px.midBatchCuts.Load() != 1 {
 		t.Fatalf("commit after a mid-batch cut: err=%v cuts=%d", err, px.midBatchCuts.Load())
@@ -184,7 +185,7 @@ func testSinkMidBatchCut(t *testing.T, layout int) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tx.Commit(ctx, c, cutAt("health", 5), Watermark{}, CommitMeta{}); err != nil {
+	if _, err := tx.Commit(ctx, c, cutAt("health", 5), watermark.Watermark{}, CommitMeta{}); err != nil {
 		t.Fatal(err)
 	}
 	if n, want := streamMsgs(t, s, "health"), map[int]uint64{1: 6, 2: 1}[layout]; n != want {

@@ -59,9 +59,9 @@ func startCutAgent(t *testing.T, nc *nats.Conn, id string) *cutAgent {
 		Template: ReplicatorConfig{CommitInterval: 20 * time.Millisecond, IdleCommitInterval: 50 * time.Millisecond},
 		Watermarks: func(stream string) CommittedWatermarkFunc {
 			tr := a.trackers[stream]
-			return func(cut localstream.StreamCut) (Watermark, error) {
+			return func(cut localstream.StreamCut) (watermark.Watermark, error) {
 				w, err := tr.CommittedAt(cut)
-				return Watermark(w), err
+				return w, err
 			}
 		}})
 	ctx, cancel := context.WithCancel(context.Background())

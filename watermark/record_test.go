@@ -91,23 +91,6 @@ func TestWatermarkRecordRoundTrip(t *testing.T) {
 	}
 }
 
-func TestCutMapRoundTrip(t *testing.T) {
-	w := sampleWatermarks()[0]
-	m := CutMap(w.Cut)
-	if m["4294967298"] != 0 || m["0"] != 3 || len(m) != 2 {
-		t.Fatalf("CutMap = %v", m)
-	}
-	c, err := CutFromMap("video", m)
-	if err != nil || !c.Equal(w.Cut) {
-		t.Fatalf("CutFromMap = %s, %v", c, err)
-	}
-	for _, bad := range []map[string]uint64{{}, {"01": 1}, {"x": 1}, {"-1": 2}} {
-		if _, err := CutFromMap("video", bad); err == nil {
-			t.Fatalf("CutFromMap(%v) accepted", bad)
-		}
-	}
-}
-
 // withChecksum appends the record checksum to body.
 func withChecksum(body []byte) []byte {
 	return binary.BigEndian.AppendUint32(bytes.Clone(body), crc32.ChecksumIEEE(body))

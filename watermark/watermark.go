@@ -2,7 +2,6 @@ package watermark
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -20,7 +19,7 @@ type Watermark struct {
 	UpperNs int64 `json:"upper_ns"`
 	// Cut is the least upper bound of the contributing writers' positions,
 	// filled to cover the whole key space. The commit record's JSON form
-	// of it is a map (see CutMap); the struct's own JSON uses the cut's text form.
+	// of it is a map (localstream.CutMap); the struct's own JSON uses the cut's text form.
 	Cut localstream.StreamCut `json:"cut"`
 }
 
@@ -40,34 +39,4 @@ func (w Watermark) String() string {
 		return "none"
 	}
 	return fmt.Sprintf("lower=%d upper=%d cut=%s", w.LowerNs, w.UpperNs, w.Cut)
-}
-
-// CutMap renders a cut as the commit record's JSON map:
-// "<segment id in decimal>" -> offset.
-func CutMap(c localstream.StreamCut) map[string]uint64 {
-	m := make(map[string]uint64, len(c.Positions))
-	for id, off := range c.Positions {
-		m[strconv.FormatUint(uint64(id), 10)] = off
-	}
-	return m
-}
-
-// CutFromMap is the inverse of CutMap for stream name stream. It checks the
-// syntax only; use localstream.Topology.Validate against the stream.
-func CutFromMap(stream string, m map[string]uint64) (localstream.StreamCut, error) {
-	if err := localstream.ValidateStreamName(stream); err != nil {
-		return localstream.StreamCut{}, err
-	}
-	if len(m) == 0 {
-		return localstream.StreamCut{}, fmt.Errorf("%w: empty cut map", localstream.ErrCorruptCut)
-	}
-	c := localstream.StreamCut{Stream: stream, Positions: make(map[localstream.SegmentID]uint64, len(m))}
-	for k, off := range m {
-		id, err := strconv.ParseUint(k, 10, 64)
-		if err != nil || strconv.FormatUint(id, 10) != k {
-			return localstream.StreamCut{}, fmt.Errorf("%w: segment id %q is not a canonical decimal", localstream.ErrCorruptCut, k)
-		}
-		c.Positions[localstream.SegmentID(id)] = off
-	}
-	return c, nil
 }
