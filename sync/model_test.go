@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // A deterministic model of one agent id's chain on one stream, for
@@ -366,8 +367,8 @@ func (m *model) input(c Committed) ResumeInput {
 // trackerWM is a watermark tracker that rewinds: a smaller cut gives a
 // smaller watermark (as watermark.Tracker does for a rebuilt, smaller
 // transaction), so only the replicator's rule keeps the chain monotone.
-func (m *model) trackerWM(o uint64) Watermark {
-	w := Watermark{Cut: at(o)}
+func (m *model) trackerWM(o uint64) watermark.Watermark {
+	w := watermark.Watermark{Cut: at(o)}
 	if o > 0 {
 		w.LowerNs, w.UpperNs = m.store.events[o-1].t, m.store.events[o-1].t
 	}
@@ -384,8 +385,8 @@ func (m *model) commit() {
 	cut := at(r.from + k)
 	wm := monotoneWatermark(s.topo(), m.trackerWM(r.from+k), r.prev.Record, s.id, s.base)
 	rec := CommitRecord{Agent: "a", Stream: "t", Txn: r.prev.Record.Txn + 1, Instance: r.instance, Store: s.id,
-		EpochBase: s.base, Lost: r.lost, Cut: cutToJSON(toCentral(cut, s.base)), CutText: toCentral(cut, s.base).String(),
-		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: cutToJSON(toCentral(wm.Cut, s.base))}, Events: int(k)}
+		EpochBase: s.base, Lost: r.lost, Cut: toCentral(cut, s.base).Map(), CutText: toCentral(cut, s.base).String(),
+		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: toCentral(wm.Cut, s.base).Map()}, Events: int(k)}
 	b := mBatch{expect: r.prev.Seq, rec: rec}
 	for o := r.from; o < r.from+k; o++ {
 		b.events = append(b.events, mCentralEvent{id: s.events[o].id, pos: localstream.Position{Segment: shift(0, s.base), Offset: o}})

@@ -276,7 +276,7 @@ func (in ResumeInput) decideEmpty() ResumeAction {
 		// Everything under the old base that is not at the centre is in
 		// the gap; what is retained goes again under a new one.
 		return ResumeAction{Kind: ResumeRebase, From: in.Head, Base: in.newBase(localstream.StreamCut{}),
-			Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: cutToJSON(toCentral(start, in.Base)), FoundAtNs: in.Now.UnixNano()}}
+			Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: toCentral(start, in.Base).Map(), FoundAtNs: in.Now.UnixNano()}}
 	}
 	if in.Committed == nil {
 		return ResumeAction{Kind: ResumeContinue, From: in.Head, Base: in.Base}
