@@ -342,7 +342,7 @@ func (c Config) Validate() error {
 	}
 	if c.Video.Enabled {
 		if err := c.Video.Config.Validate(); err != nil {
-			return bad("video", "%v", err)
+			return nested("video", err, video.ErrConfig)
 		}
 	}
 	if c.Telemetry.Enabled {
@@ -371,7 +371,7 @@ func (c Config) Validate() error {
 	}
 	d := c.Devices.Disk
 	if err := d.Validate(); err != nil {
-		return bad("devices.disk", "%v", err)
+		return nested("devices.disk", err, devices.ErrConfig)
 	}
 	if d.ShedBelow.Percent == 0 && d.ShedBelow.Bytes > 0 && d.ShedBelow.Bytes <= c.Store.MinFreeBytes {
 		return bad("devices.disk.shed_below", "%d bytes must be above store.min_free_bytes %d, or appends fail before shedding starts", d.ShedBelow.Bytes, c.Store.MinFreeBytes)

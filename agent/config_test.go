@@ -95,7 +95,7 @@ func TestConfigErrors(t *testing.T) {
 		{"central: {replicas: 0}", "central.replicas: 0: want 1..5"},
 		{"central: {commit_interval: 0s}", "central.commit_interval: 0s: want a duration in (0, 5s]"},
 		{"central: {creds_file: a, user: u}", "central.creds_file: use one of creds_file, nkey_seed_file, user"},
-		{"devices: {disk: {retain_below: 1GiB, shed_below: 2GiB}}", "devices.disk: devices: invalid config: disk_pressure.shed_below 2147483648 must be below retain_below"},
+		{"devices: {disk: {retain_below: 1GiB, shed_below: 2GiB}}", "devices.disk: disk_pressure.shed_below 2147483648 must be below retain_below"},
 		{"devices: {disk: {policy: [{stream: video}, {stream: video}]}}", "listed twice"},
 		{"devices: {disk: {retain_below: 2GiB, shed_below: 1GiB}}\nstore: {min_free_bytes: 2000000000}", "devices.disk.shed_below: 1073741824 bytes must be above store.min_free_bytes"},
 		{"store: {min_free_bytes: -1}", "store.min_free_bytes: -1 is negative: the floor cannot be turned off"},

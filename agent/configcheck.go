@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 )
@@ -69,4 +70,12 @@ func (c Config) checkFiles() error {
 		fh.Close()
 	}
 	return nil
+}
+
+// nested puts the error of a part's own validation under its YAML key,
+// naming the part once: "video: video: invalid config: listen: …" becomes
+// "video: listen: …".
+func nested(key string, err, partConfig error) error {
+	msg := strings.TrimPrefix(err.Error(), partConfig.Error()+": ")
+	return fmt.Errorf("%w: %s: %s", ErrConfig, key, msg)
 }

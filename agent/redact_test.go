@@ -204,3 +204,25 @@ func TestConfigErrorRedacted(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// BenchmarkRedactStatus: the cost of redacting a /status-sized document
+// (16 KiB of JSON with URLs) with the secrets of a configuration that sets
+// them all.
+func BenchmarkRedactStatus(b *testing.B) {
+	dir := b.TempDir()
+	pw := filepath.Join(dir, "pw")
+	os.WriteFile(pw, []byte("nats-file-S3cret\n"), 0o600)
+	b.Setenv("EDGE_BENCH_MQTT_PASSWORD", "mqtt-env-S3cret")
+	cfg := NewDefaultConfig()
+	cfg.Telemetry.Broker = "tcp://edge:mqtt-url-S3cret@broker:1883"
+	cfg.Telemetry.PasswordEnv = "EDGE_BENCH_MQTT_PASSWORD"
+	cfg.Central.URL = "nats://edge:nats-url-S3cret@c1:4222"
+	cfg.Central.PasswordFile = pw
+	r := newRedactor(cfg)
+	chunk := `{"name":"telemetry","replication":{"state":"replicating","last_error":"dial nats://c1:4222: refused"},"stats":{"appended":123456}},` + "\n"
+	doc := strings.Repeat(chunk, 16<<10/len(chunk))
+	b.SetBytes(int64(len(doc)))
+	for b.Loop() {
+		r.String(doc)
+	}
+}

@@ -64,6 +64,10 @@ func TestRunConfigErrors(t *testing.T) {
 			"central.embedded.listen", busy.Addr().String() + ": bind: address already in use (another server there?): choose another HOST:PORT"},
 		{"http listen", "", []string{"--http-listen", "nowhere"}, "http.listen", `"nowhere": want HOST:PORT (e.g. 127.0.0.1:9464)`},
 		{"log format", "", []string{"--log-format", "xml"}, "log.format", `"xml": want text or json`},
+		{"video listen", "video: {listen: x}", nil, "video",
+			"listen: address x: missing port in address (want host:port)"},
+		{"video chunk size", "video: {chunk_max_bytes: -5}", nil, "video",
+			"chunk_max_bytes: -5 (want 64 KiB to 4 MiB)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
