@@ -42,6 +42,10 @@ type Report struct {
 	ClipChunks int
 	ClipFrames int
 	ClipError  string
+	// TimeCut is the latest T up to which everything is at the centre
+	// across all streams (a sync.CutAt, checked with TimeCut.Verify);
+	// zero when some stream has no committed watermark.
+	TimeCut time.Time
 	// Problems lists every failed check.
 	Problems []string
 }
@@ -89,6 +93,10 @@ func (r *Report) Print(w io.Writer) {
 		frames = fmt.Sprintf("ffprobe decoded %d frames", r.ClipFrames)
 	}
 	fmt.Fprintf(w, "  video: replay sent %d packets; clip %s: %d chunks, %s\n", r.VideoPacketsSent, r.Clip, r.ClipChunks, frames)
+	if !r.TimeCut.IsZero() {
+		fmt.Fprintf(w, "  time cut: everything up to %s is at the centre across all streams (edge-agent cut --at; verified)\n",
+			r.TimeCut.UTC().Format(time.RFC3339Nano))
+	}
 	if r.OK() {
 		fmt.Fprintln(w, "RESULT: OK — every local event is at the centre exactly once, in per-drone order, under its watermarks")
 		return
@@ -117,6 +125,7 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 	defer nc.Close()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	all := map[string][]sync.Item{}
 	for _, st := range store.Streams() {
 		local, err := st.ReadAll()
 		if err != nil {
@@ -126,6 +135,7 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 		if err != nil {
 			return rep, fmt.Errorf("demo: read central %s: %w", st.Name(), err)
 		}
+		all[st.Name()] = items
 		sr := checkStream(st.Name(), local, items)
 		rep.Streams = append(rep.Streams, sr)
 		if sr.Local != sr.Central || sr.Duplicates+sr.Missing+sr.OutOfOrder+sr.WatermarkViolations > 0 {
@@ -136,10 +146,50 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 			checkTelemetry(rep, sim, items)
 		}
 	}
+	checkTimeCut(rctx, rep, nc, store, agentID, all)
 	if o.VideoDrones > 0 {
 		exportClip(rctx, rep, o, nc, agentID)
 	}
 	return rep, nil
+}
+
+// checkTimeCut takes T just before the lowest final watermark of the
+// streams — the latest time up to which everything is at the centre —
+// and checks that the time cut there is complete and keeps its promise.
+func checkTimeCut(ctx context.Context, rep *Report, nc *nats.Conn, store *localstream.Store, agentID string, items map[string][]sync.Item) {
+	var names []string
+	var at time.Time
+	for _, s := range rep.Streams {
+		if s.FinalWatermark.IsZero() {
+			return
+		}
+		names = append(names, s.Name)
+		if at.IsZero() || s.FinalWatermark.Before(at) {
+			at = s.FinalWatermark
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	at = at.Add(-time.Nanosecond)
+	c, err := sync.CutAt(ctx, nc, at.UnixNano(), sync.TimeCutOptions{Agent: agentID, Streams: names})
+	if err == nil && !c.Complete {
+		err = fmt.Errorf("not complete: %+v", c.Streams)
+	}
+	if err == nil {
+		err = c.Verify(items, func(_, stream string, cut localstream.StreamCut, p localstream.Position) (bool, error) {
+			st, err := store.Stream(stream)
+			if err != nil {
+				return false, err
+			}
+			return st.Topology().Contains(cut, p)
+		})
+	}
+	if err != nil {
+		rep.problem("time cut at %s: %v", at.UTC().Format(time.RFC3339Nano), err)
+		return
+	}
+	rep.TimeCut = at
 }
 
 func checkStream(name string, local []localstream.Record, items []sync.Item) StreamReport {
