@@ -160,11 +160,11 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	}()
 
 	// The hostile senders, at the full rate the agent reads: each waits
-	// while more than 512 of their datagrams are unread, so the kernel's
+	// while more than 128 of their datagrams are unread, so the kernel's
 	// socket buffer never overflows (beyond that rate the kernel drops
 	// datagrams before any program sees them; see BENCHMARKS.md).
 	var garbage, flood, fu atomic.Int64
-	g := &gate{sent: new(atomic.Int64), read: func() int64 { return int64(a.video.Stats().Datagrams) }, limit: 512}
+	g := &gate{sent: new(atomic.Int64), read: func() int64 { return int64(a.video.Stats().Datagrams) }, limit: 128}
 	wg.Add(3)
 	go func() { defer wg.Done(); garbage.Store(int64(sendGarbage(g, rtpAddr, seed, deadline))) }()
 	go func() { defer wg.Done(); flood.Store(int64(sendSSRCFlood(g, rtpAddr, seed, 10_000))) }()

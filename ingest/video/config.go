@@ -71,6 +71,11 @@ type Config struct {
 	// QueueDepth bounds the packets queued per drone, default 4096; a full
 	// queue drops packets (counted).
 	QueueDepth int `yaml:"queue_depth"`
+	// QueueBytes bounds the bytes of datagrams queued for all drones
+	// together, default 32 MiB; beyond it packets are dropped (counted
+	// QueueDrops). Without it, 64 stalled drones could hold 64 × 4096
+	// datagrams of 9000 bytes.
+	QueueBytes int `yaml:"queue_bytes"`
 	// ReadBatch is the number of datagrams per recvmmsg, default 64.
 	ReadBatch int `yaml:"read_batch"`
 	// MaxPacketSize is the largest datagram accepted, default 9000; larger
@@ -123,6 +128,7 @@ func NewDefaultConfig() Config {
 		MaxClockJump:     500 * time.Millisecond,
 		SessionTimeout:   30 * time.Second,
 		QueueDepth:       4096,
+		QueueBytes:       32 << 20,
 		ReadBatch:        64,
 		MaxPacketSize:    9000,
 		SocketBuffer:     16 << 20,
@@ -159,6 +165,7 @@ func (c Config) WithDefaults() Config {
 	set(&c.ChunkMaxBytes, d.ChunkMaxBytes)
 	set(&c.ChunkMaxFrames, d.ChunkMaxFrames)
 	set(&c.QueueDepth, d.QueueDepth)
+	set(&c.QueueBytes, d.QueueBytes)
 	set(&c.ReadBatch, d.ReadBatch)
 	set(&c.MaxPacketSize, d.MaxPacketSize)
 	set(&c.SocketBuffer, d.SocketBuffer)
@@ -194,6 +201,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ChunkMaxBytes < 64<<10 || c.ChunkMaxBytes > 4<<20 {
 		return bad("chunk_max_bytes", "%d (want 64 KiB to 4 MiB)", c.ChunkMaxBytes)
+	}
+	if c.QueueBytes < c.MaxPacketSize {
+		return bad("queue_bytes", "%d (want at least max_packet_size, %d)", c.QueueBytes, c.MaxPacketSize)
 	}
 	if c.ChunkMaxFrames < 1 || c.ChunkMaxFrames > 8192 {
 		return bad("chunk_max_frames", "%d (want 1 to 8192)", c.ChunkMaxFrames)

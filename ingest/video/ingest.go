@@ -218,11 +218,9 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 		}
 		now := in.now()
 		in.rc.readBatches.Add(1)
-		// One allocation per batch: the datagrams are copied into a slab
-		// that lives as long as any of them is queued or buffered.
-		// Garbage (not RTP, not allowed, oversize) is screened out first:
-		// it is never copied, so it cannot pin a slab.
-		total := 0
+		// Garbage (not RTP, not allowed, oversize) is screened out first;
+		// the router copies only the datagrams it queues or holds, so
+		// memory follows what is queued (queue_bytes), not what arrives.
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
 			in.rc.datagrams.Add(1)
@@ -237,11 +235,8 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 				m.N = -1
 			case !ok || !in.router.screen(m.Buffers[0][:m.N], ua.AddrPort()):
 				m.N = -1
-			default:
-				total += m.N
 			}
 		}
-		slab := make([]byte, 0, total)
 		in.mu.Lock()
 		for i := 0; i < n; i++ {
 			m := &msgs[i]
@@ -249,10 +244,7 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 				continue
 			}
 			ua := m.Addr.(*net.UDPAddr)
-			off := len(slab)
-			slab = append(slab, m.Buffers[0][:m.N]...)
-			b := slab[off:len(slab):len(slab)]
-			in.router.dispatch(b, ua.AddrPort(), now, sock == 1)
+			in.router.dispatch(m.Buffers[0][:m.N], ua.AddrPort(), now, sock == 1)
 		}
 		in.mu.Unlock()
 	}
@@ -311,6 +303,7 @@ func (in *Ingest) runDrone(ctx context.Context, dr *droneRun) {
 	t := time.NewTicker(in.tickInterval())
 	defer t.Stop()
 	handle := func(ctx context.Context, it item) error {
+		in.router.queued.Add(-int64(len(it.b)))
 		if it.rtcp {
 			return d.rtcpPacket(ctx, it.b, it.arrival)
 		}

@@ -292,3 +292,60 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// blockingSink blocks every Append until release is closed.
+type blockingSink struct {
+	recordSink
+	release chan struct{}
+}
+
+func (s *blockingSink) Append(ctx context.Context, ev localstream.Event, o ...localstream.AppendOption) (localstream.Position, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+	}
+	return s.recordSink.Append(ctx, ev, o...)
+}
+
+// TestQueueBytesBound: a drone whose appends stall (a slow store) while
+// large datagrams keep coming queues at most queue_bytes of them in total;
+// the rest are dropped and counted, and nothing is held for garbage.
+func TestQueueBytesBound(t *testing.T) {
+	sink := &blockingSink{release: make(chan struct{})}
+	cfg := NewDefaultConfig()
+	cfg.RTCPListen = "mux"
+	cfg.QueueBytes = 1 << 20
+	cfg.Drones = []DroneConfig{{ID: "big", SSRC: 9}}
+	in, addr := startIngest(t, cfg, sink)
+	defer close(sink.release)
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b := make([]byte, 8000)
+	b[0], b[1] = 0x80, 100 // payload type 100: stored raw, 64 KiB batches
+	binary.BigEndian.PutUint32(b[8:], 9)
+	peak := int64(0)
+	for seq := 0; seq < 2000; seq++ { // 16 MB
+		binary.BigEndian.PutUint16(b[2:], uint16(seq))
+		conn.Write(b)
+		if seq%50 == 0 {
+			time.Sleep(time.Millisecond)
+			in.mu.Lock()
+			peak = max(peak, in.router.queued.Load())
+			in.mu.Unlock()
+		}
+	}
+	waitFor(t, "datagrams read", 10*time.Second, func() bool {
+		st := in.Stats()
+		return st.Datagrams+st.KernelDrops >= 2000
+	})
+	in.mu.Lock()
+	peak = max(peak, in.router.queued.Load())
+	in.mu.Unlock()
+	st := in.Stats().PerDrone["big"]
+	if peak > int64(cfg.QueueBytes) || st.QueueDrops == 0 {
+		t.Fatalf("queued peak %d bytes (bound %d), queue drops %d", peak, cfg.QueueBytes, st.QueueDrops)
+	}
+}

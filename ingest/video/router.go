@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,6 +20,15 @@ type item struct {
 	b       []byte
 	arrival time.Time
 	rtcp    bool
+	// owned: b is the item's own copy (the readers' buffers are reused).
+	owned bool
+}
+
+// own copies the datagram out of the reader's buffer, once.
+func (it *item) own() {
+	if !it.owned {
+		it.b, it.owned = append([]byte(nil), it.b...), true
+	}
 }
 
 // droneRun is a running drone: its state machine and its queue.
@@ -54,13 +64,16 @@ type router struct {
 	byID      map[string]*droneRun
 	cands     map[uint32]*candidate
 	rc        *receiveCounters
+	// queued counts the bytes of datagrams queued for all drones (the
+	// drones subtract what they take); at most cfg.QueueBytes.
+	queued *atomic.Int64
 	// start launches a drone (the Ingest's goroutine).
 	start func(id string, dc *DroneConfig) *droneRun
 }
 
 func newRouter(cfg *Config, rc *receiveCounters, start func(string, *DroneConfig) *droneRun) *router {
 	r := &router{
-		cfg: cfg, rc: rc, start: start,
+		cfg: cfg, rc: rc, start: start, queued: new(atomic.Int64),
 		cfgBySSRC: map[uint32]*DroneConfig{},
 		bySSRC:    map[uint32]*droneRun{},
 		byID:      map[string]*droneRun{},
@@ -145,6 +158,7 @@ func (r *router) routeRTCP(ssrc uint32, it item) {
 		r.rc.unknownRTCP.Add(1)
 		return
 	}
+	it.own()
 	c.held = append(c.held, it)
 }
 
@@ -172,6 +186,7 @@ func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) 
 		*c = candidate{src: src, since: it.arrival, held: c.held[:0]}
 	}
 	c.lastSeq, c.hits = seq, c.hits+1
+	it.own()
 	c.held = append(c.held, it)
 	if c.hits < probationPackets {
 		return
@@ -273,9 +288,17 @@ func (r *router) enqueue(dr *droneRun, it item) {
 	if it.arrival.After(dr.lastSeen) {
 		dr.lastSeen = it.arrival
 	}
+	n := int64(len(it.b))
+	if r.queued.Add(n) > int64(r.cfg.QueueBytes) {
+		r.queued.Add(-n)
+		dr.d.c.queueDrops.Add(1)
+		return
+	}
+	it.own()
 	select {
 	case dr.ch <- it:
 	default:
+		r.queued.Add(-n)
 		dr.d.c.queueDrops.Add(1)
 	}
 }
