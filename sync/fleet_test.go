@@ -85,8 +85,6 @@ func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 	srv := startCentral(t, central.Config{MaxBatchInflightPerStream: 2})
 	const agents = 3
 	const bound = 3 * time.Second // generous: the machine is shared
-	start := time.Now()
-	gaps := newCommitGaps(start)
 	var fleet []*fleetAgent
 	var names []string
 	for i := range agents {
@@ -97,10 +95,13 @@ func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 		if err := a.app.warm(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		nc := connect(t, srv.ClientURL())
-		a.rp = startReplica(t, nc, st, name, ReplicatorConfig{OnCommit: gaps.onCommit(name)}, JetStreamOptions{})
 		fleet = append(fleet, a)
 		names = append(names, name)
+	}
+	// The bound counts from the replicators' start, not the stores' setup.
+	gaps := newCommitGaps(time.Now())
+	for _, a := range fleet {
+		a.rp = startReplica(t, connect(t, srv.ClientURL()), a.st, a.name, ReplicatorConfig{OnCommit: gaps.onCommit(a.name)}, JetStreamOptions{})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
