@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	stdsync "sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,10 +99,17 @@ func rawPublish(b *testing.B, nc *nats.Conn, stream, agent string, recs []locals
 }
 
 // BenchmarkReplicationThroughput replicates a pre-filled local stream to an
-// embedded server and, in the same run on the same server, publishes the
-// same messages as raw atomic batches; it reports both rates and their
-// ratio (target ≥ 0.8).
+// embedded server, in each central layout, and, in the same run on the
+// same server, publishes the same events as raw layout-1 atomic batches;
+// it reports both rates, their ratio (target ≥ 0.8) and the process's CPU
+// time per event while the agent replicated (agent and embedded server).
 func BenchmarkReplicationThroughput(b *testing.B) {
+	for _, layout := range []int{1, 2} {
+		b.Run(fmt.Sprintf("layout=%d", layout), func(b *testing.B) { benchReplicationThroughput(b, layout) })
+	}
+}
+
+func benchReplicationThroughput(b *testing.B, layout int) {
 	for _, c := range []struct {
 		name      string
 		n, size   int
@@ -109,13 +117,13 @@ func BenchmarkReplicationThroughput(b *testing.B) {
 		maxEvents int
 		maxBytes  int64
 	}{
-		{"telemetry-300B", 60000, 300, "telemetry", 999, 8 << 20},
-		{"chunk-256KiB", 600, 256 << 10, "video", 999, 8 << 20},
+		{"telemetry-300B", 60000, 300, "telemetry", 0, 8 << 20},
+		{"chunk-256KiB", 600, 256 << 10, "video", 0, 8 << 20},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			srv := startCentral(b, central.Config{})
 			nc := connect(b, srv.ClientURL())
-			var agentDur, rawDur time.Duration
+			var agentDur, rawDur, agentCPU time.Duration
 			var bytesPer int64
 			for i := range b.N {
 				b.StopTimer()
@@ -123,7 +131,7 @@ func BenchmarkReplicationThroughput(b *testing.B) {
 				bytesPer = int64(c.n * c.size)
 				agent := fmt.Sprintf("bench-%d", i)
 				inst := NewInstanceID()
-				sink, _ := NewJetStreamSink(nc, agent, inst, JetStreamOptions{})
+				sink, _ := NewJetStreamSink(nc, agent, inst, JetStreamOptions{Layout: layout})
 				if err := sink.Prepare(context.Background(), c.stream); err != nil {
 					b.Fatal(err)
 				}
@@ -138,16 +146,17 @@ func BenchmarkReplicationThroughput(b *testing.B) {
 				ctx, cancel := context.WithCancel(context.Background())
 				done := make(chan error, 1)
 				runAgent := func() {
-					start := time.Now()
+					start, cpu0 := time.Now(), processCPU()
 					go func() { done <- r.Run(ctx) }()
 					<-caughtUp
 					agentDur += time.Since(start)
+					agentCPU += processCPU() - cpu0
 					cancel()
 					<-done
 				}
 				runRaw := func() {
 					start := time.Now()
-					rawPublish(b, nc, c.stream, agent+"-raw", recs, c.maxEvents, c.maxBytes)
+					rawPublish(b, nc, c.stream, agent+"-raw", recs, 999, c.maxBytes)
 					rawDur += time.Since(start)
 				}
 				// Alternate the order so that neither side always runs on a
@@ -169,6 +178,7 @@ func BenchmarkReplicationThroughput(b *testing.B) {
 			b.ReportMetric(n/rawDur.Seconds(), "raw_events/s")
 			b.ReportMetric(float64(int64(b.N)*bytesPer)/rawDur.Seconds()/1e6, "raw_MB/s")
 			b.ReportMetric(rawDur.Seconds()/agentDur.Seconds(), "ratio_agent/raw")
+			b.ReportMetric(float64(agentCPU.Microseconds())/n, "agent_cpu_µs/event")
 		})
 	}
 }
@@ -270,6 +280,15 @@ func BenchmarkRecoveryAfterLinkCut(b *testing.B) {
 	}
 	b.ReportMetric(float64(worst)/1e6, "worst_recovery_ms")
 	b.ReportMetric(float64(total)/float64(rounds)/1e6, "mean_recovery_ms")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func waitCaughtUpTB(b *testing.B, nc *nats.Conn, st *localstream.Stream, agent string) {
