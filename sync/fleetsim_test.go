@@ -17,6 +17,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // fleetConfig is one fleet simulation: agents, each with its own Badger
@@ -414,7 +415,7 @@ func BenchmarkCentreCommits(b *testing.B) {
 						}
 						cut := localstream.StreamCut{Stream: testStream, Positions: map[localstream.SegmentID]uint64{0: k * 10}}
 						start := time.Now()
-						c, err := txn.Commit(ctx, prev, cut, Watermark{}, CommitMeta{})
+						c, err := txn.Commit(ctx, prev, cut, watermark.Watermark{}, CommitMeta{})
 						if err != nil && ctx.Err() != nil {
 							break // the run ended during the commit
 						}
