@@ -177,6 +177,19 @@ func TestEndpointsAndRestart(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// The simulation has ended and everything is committed: the counters
+	// served are those /status gave.
+	page := parseMetrics(t, metrics)
+	for series, want := range map[string]uint64{
+		`edge_telemetry_received_total`:                     s.Telemetry.Received,
+		`edge_telemetry_appended_total`:                     s.Telemetry.Appended,
+		`edge_stream_appended_total{stream="telemetry"}`:    tm.Stats.Appended,
+		`edge_replication_events_total{stream="telemetry"}`: tm.Replication.Events,
+	} {
+		if got, ok := page.samples[series]; !ok || got != float64(want) {
+			t.Errorf("/metrics %s = %v (served %v), /status %d", series, got, ok, want)
+		}
+	}
 	if got := getText(t, base+"/healthz"); got != "ok\n" {
 		t.Fatalf("/healthz: %q", got)
 	}

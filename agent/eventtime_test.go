@@ -288,6 +288,15 @@ func TestBadClocksEndToEnd(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// Every metric the docs name is served, and the video drone's counters
+	// come out per drone as the ingest counted them.
+	page := parseMetrics(t, metrics)
+	checkDocumentedMetrics(t, page)
+	vd := videoDrone(items)
+	frames := page.samples[`edge_video_per_drone_frames_out_total{drone="`+vd+`"}`]
+	if want := s.Video.PerDrone[vd].FramesOut; frames == 0 || frames < float64(want) {
+		t.Errorf("/metrics: %s frames_out %v, /status said %d earlier", vd, frames, want)
+	}
 
 	complete := 0
 	for _, c := range cuts {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -108,30 +106,6 @@ func TestBurstDoesNotStarveOtherDrones(t *testing.T) {
 		t.Fatalf("drone b's last event stored at index %d of %d: starved behind drone a's burst", lastB, len(recs))
 	}
 	t.Logf("drone b's %d events stored by index %d, drone a's burst of %d around them", few, lastB, burst)
-}
-
-func TestCollectorsRegister(t *testing.T) {
-	in, err := New(testConfig("tcp://127.0.0.1:1", "c"), Sink{Stream: nilAppender{}, Meta: nilMeta{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.c.oversize.Add(3)
-	reg := prometheus.NewRegistry()
-	for _, c := range in.Collectors() {
-		if err := reg.Register(c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == "edge_telemetry_oversize_total" && mf.Metric[0].Counter.GetValue() == 3 {
-			return
-		}
-	}
-	t.Fatal("edge_telemetry_oversize_total not exported")
 }
 
 type nilAppender struct{}

@@ -1,14 +1,11 @@
 package video
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/edge-agent/edge-agent/replay"
-	"github.com/prometheus/client_golang/prometheus"
 	"gopkg.in/yaml.v3"
 )
 
@@ -75,39 +72,5 @@ func TestParseSDP(t *testing.T) {
 	}
 	if _, err := ParseSDP("v=0\n"); !errors.Is(err, ErrConfig) {
 		t.Fatal(err)
-	}
-}
-
-// TestCollectors registers the Prometheus collectors after a replay and
-// reads a per-drone counter back.
-func TestCollectors(t *testing.T) {
-	c := loadCapture(t, "h264", CodecH264)
-	cfg := NewDefaultConfig()
-	cfg.RTCPListen = "mux"
-	sink := &recordSink{}
-	in, addr := startIngest(t, cfg, sink)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(in.Collectors()...)
-	if _, err := replay.SendPackets(context.Background(), c.pkts, c.port, addr, replay.Options{Mux: true, SSRC: 5}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "frames", 10*time.Second, func() bool { return in.Stats().FramesOut >= 150 })
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, mf := range mfs {
-		if mf.GetName() != "edge_video_frames_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if m.GetLabel()[0].GetValue() == "ssrc-00000005" && m.GetCounter().GetValue() >= 150 {
-				found = true
-			}
-		}
-	}
-	if !found {
-		t.Fatal("edge_video_frames_total{drone=ssrc-00000005} missing")
 	}
 }
