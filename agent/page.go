@@ -14,19 +14,20 @@ import (
 //go:embed web
 var web embed.FS
 
-// operatorRoutes adds the status page and its history (/status/history) to mux and returns the handler that
-// serves it all: every response passes through the redactor, except the
-// /debug/pprof profiles (binary, and only with http.pprof: true).
+// operatorRoutes adds /status/history to mux and returns the handler that
+// serves it all: every response of mux passes through the redactor; the
+// page's files (constants of the binary) and the /debug/pprof profiles
+// (binary, and only with http.pprof: true) do not.
 func (a *Agent) operatorRoutes(mux *http.ServeMux) http.Handler {
+	mux.HandleFunc("GET /status/history", a.serveHistory)
 	files, _ := fs.Sub(web, "web")
 	static := http.FileServerFS(files)
-	mux.Handle("GET /{$}", static)
-	mux.Handle("GET /app.js", static)
-	mux.Handle("GET /app.css", static)
-	mux.Handle("GET /vendor/", static)
-	mux.HandleFunc("GET /status/history", a.serveHistory)
 	outer := http.NewServeMux()
 	outer.Handle("/", a.red.Middleware(mux))
+	outer.Handle("GET /{$}", static)
+	outer.Handle("GET /app.js", static)
+	outer.Handle("GET /app.css", static)
+	outer.Handle("GET /vendor/", static)
 	if a.cfg.HTTP.Pprof {
 		outer.HandleFunc("/debug/pprof/", pprof.Index)
 		outer.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)

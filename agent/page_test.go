@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,4 +230,31 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", out, len(shot))
+}
+
+// /debug/pprof is served only with http.pprof: true (--pprof); the page's
+// files are there either way.
+func TestPprofFlag(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		cfg := testConfig(t, t.TempDir(), "tcp://127.0.0.1:1")
+		cfg.Telemetry.Enabled, cfg.Video.Enabled, cfg.Central.URL = false, false, ""
+		cfg.HTTP.Pprof = on
+		a, cancel, done := startAgent(t, cfg)
+		base := "http://" + a.HTTPAddr()
+		for path, want := range map[string]int{"/": 200, "/app.js": 200, "/vendor/uplot/uPlot.iife.min.js": 200,
+			"/debug/pprof/": map[bool]int{false: 404, true: 200}[on], "/debug/pprof/cmdline": map[bool]int{false: 404, true: 200}[on]} {
+			resp, err := http.Get(base + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != want {
+				t.Errorf("pprof=%v: GET %s = %d, want %d", on, path, resp.StatusCode, want)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
