@@ -270,3 +270,37 @@ func verifyShedExact(t *testing.T, acked []ack, centre replica, video StreamPres
 			}
 		})[:min(4, len(gaps))])
 }
+
+// BenchmarkDiskPressure measures rule 14 on the flood of
+// TestFullDiskCentreAway (64 MiB tmpfs, centre away, video shed by
+// policy): how long the store stays below its floor before shedding and
+// Reclaim bring free space back (median and worst spell), how long a
+// reclaim takes, and how many bytes reclaiming writes per byte it frees.
+// Each iteration is a fresh filesystem flooded through 5 spells:
+//
+//	go test -run '^$' -bench BenchmarkDiskPressure -benchtime 3x ./devices
+func BenchmarkDiskPressure(b *testing.B) {
+	var spells []time.Duration
+	var ps PressureStats
+	for i := range b.N {
+		r := newFloodRig(b)
+		res := r.flood(b, uint64(i+1), 5)
+		spells = append(spells, res.Episodes...)
+		p := res.Pressure
+		ps.GCRuns += p.GCRuns
+		ps.ReclaimedBytes += p.ReclaimedBytes
+		ps.ReclaimWritten += p.ReclaimWritten
+		ps.ReclaimSeconds += p.ReclaimSeconds
+		ps.ReclaimFiles += p.ReclaimFiles
+		vs := p.Streams["video"]
+		ps.Streams = map[string]StreamPressureStats{"video": {ShedBytes: ps.Streams["video"].ShedBytes + vs.ShedBytes}}
+	}
+	slices.Sort(spells)
+	b.ReportMetric(spells[len(spells)/2].Seconds()*1000, "ms-below-floor-p50")
+	b.ReportMetric(spells[len(spells)-1].Seconds()*1000, "ms-below-floor-max")
+	b.ReportMetric(ps.ReclaimSeconds/float64(ps.GCRuns)*1000, "ms/reclaim")
+	b.ReportMetric(float64(ps.ReclaimWritten)/float64(ps.ReclaimedBytes), "written/freed")
+	b.ReportMetric(float64(ps.ReclaimedBytes)/float64(ps.Streams["video"].ShedBytes), "freed/shed")
+	b.Logf("%d spells below the floor %v; %d reclaims freed %d MiB, wrote %d MiB, deleted %d value-log files; shed %d MiB",
+		len(spells), spells, ps.GCRuns, ps.ReclaimedBytes>>20, ps.ReclaimWritten>>20, ps.ReclaimFiles, ps.Streams["video"].ShedBytes>>20)
+}

@@ -72,12 +72,14 @@ type PressureStats struct {
 	// flatten, value-log GC) after deletions; ReclaimedBytes the bytes they
 	// gave back to the filesystem, ReclaimWritten the bytes they wrote
 	// (compactions, entries moved), ReclaimFiles the value-log files they
-	// deleted, and LastReclaimSeconds how long the last one took.
+	// deleted, ReclaimSeconds their total time and LastReclaimSeconds the
+	// last one's.
 	GCRuns             uint64  `json:"gc_runs"`
 	ReclaimedBytes     uint64  `json:"reclaimed_bytes"`
 	ReclaimWritten     uint64  `json:"reclaim_written_bytes"`
 	ReclaimFiles       uint64  `json:"reclaim_files"`
 	LastReclaimSeconds float64 `json:"last_reclaim_seconds"`
+	ReclaimSeconds     float64 `json:"reclaim_seconds"`
 	// RetainSkipped counts streams whose sinks' committed cuts were not
 	// ordered (no single cut at or before all of them): not truncated.
 	RetainSkipped uint64 `json:"retain_skipped"`
@@ -102,7 +104,15 @@ type Pressure struct {
 	stats   PressureStats
 	pending []pendingMarker
 	seq     uint64 // numbers pending markers' metadata keys
+
+	// Used by Check only.
+	unreclaimed bool      // retention deleted data not yet reclaimed
+	lastReclaim time.Time // when Reclaim last ran
 }
+
+// retainReclaimEvery is the longest that space deleted by retention
+// (above the shed level) waits for Reclaim.
+const retainReclaimEvery = time.Minute
 
 // NewPressure returns the disk-pressure handler of store. It starts nothing.
 func NewPressure(store *localstream.Store, cfg PressureConfig) (*Pressure, error) {
@@ -151,13 +161,15 @@ func (p *Pressure) Check(ctx context.Context) (State, error) {
 	if state == StateOK {
 		return state, nil
 	}
-	deleted := false
 	for _, st := range p.store.Streams() {
 		n, err := p.retain(st)
 		errs = append(errs, err)
-		deleted = deleted || n > 0
+		p.unreclaimed = p.unreclaimed || n > 0
 	}
-	if deleted {
+	// Above the shed level, what retention deleted is reclaimed at most
+	// every retainReclaimEvery: a reclaim flattens the LSM tree, and
+	// retention deletes a little at every check.
+	if p.unreclaimed && (state == StateShed || p.cfg.Now().Sub(p.lastReclaim) >= retainReclaimEvery) {
 		errs = append(errs, p.gc(ctx))
 	}
 	if state == StateShed {
@@ -219,6 +231,7 @@ func (p *Pressure) fail(err error) error {
 // filesystem (localstream's Reclaim).
 func (p *Pressure) gc(ctx context.Context) error {
 	res, err := p.store.Reclaim(ctx)
+	p.unreclaimed, p.lastReclaim = err != nil, p.cfg.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stats.GCRuns++
@@ -226,6 +239,7 @@ func (p *Pressure) gc(ctx context.Context) error {
 	p.stats.ReclaimFiles += uint64(res.Files)
 	p.stats.ReclaimWritten += uint64(res.Written)
 	p.stats.LastReclaimSeconds = res.Took.Seconds()
+	p.stats.ReclaimSeconds += res.Took.Seconds()
 	if err != nil {
 		return fmt.Errorf("devices: reclaim: %w", err)
 	}

@@ -3,8 +3,13 @@ package localstream
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // fillVideo appends n video chunks of size bytes (random: Badger cannot
@@ -94,7 +99,7 @@ func TestReclaimFreesShedAndTruncated(t *testing.T) {
 }
 
 // cutAfter returns the cut after the first n events from st's head.
-func cutAfter(t *testing.T, st *Stream, n int) StreamCut {
+func cutAfter(t testing.TB, st *Stream, n int) StreamCut {
 	t.Helper()
 	tail := st.TailCut()
 	r, err := st.NewReader(st.HeadCut(), &tail)
@@ -108,4 +113,123 @@ func cutAfter(t *testing.T, st *Stream, n int) StreamCut {
 		}
 	}
 	return r.Cut()
+}
+
+// countingHandler counts log records by level and message.
+type countingHandler struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n[r.Level.String()+" "+r.Message]++
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+func (h *countingHandler) count(prefix string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for k, v := range h.n {
+		if strings.HasPrefix(k, prefix) {
+			n += v
+		}
+	}
+	return n
+}
+
+// TestBelowFloorReported: a store refusing appends says so (BelowFloor,
+// Stats) and logs an error once per spell (repeated at most every 30 s),
+// and an info line when space is back: it was silent before.
+func TestBelowFloorReported(t *testing.T) {
+	var free atomic.Int64
+	free.Store(1 << 30)
+	h := &countingHandler{n: map[string]int{}}
+	s := openStore(t, t.TempDir(), Options{MinFreeBytes: 8 << 20, Logger: slog.New(h),
+		FreeSpace: func(string) (int64, error) { return free.Load(), nil }})
+	if s.BelowFloor() || s.Stats().BelowFloor {
+		t.Fatal("below the floor with 1 GiB free")
+	}
+	free.Store(1 << 20)
+	time.Sleep(time.Second) // four measurements below the floor
+	if !s.BelowFloor() || !s.Stats().BelowFloor || s.Stats().MinFreeBytes != 8<<20 {
+		t.Fatalf("not below the floor: %+v", s.Stats())
+	}
+	if n := h.count("ERROR localstream: free space below min_free_bytes"); n != 1 {
+		t.Fatalf("%d errors logged for one spell below the floor, want 1", n)
+	}
+	free.Store(1 << 30)
+	time.Sleep(600 * time.Millisecond)
+	if s.BelowFloor() || h.count("INFO localstream: free space back above min_free_bytes") != 1 {
+		t.Fatalf("back above the floor: below %v, logs %v", s.BelowFloor(), h.n)
+	}
+}
+
+// BenchmarkReclaim measures what giving shed space back costs in steady
+// state, with no other writes during the reclaim: 2 video drones (64 KiB
+// chunks) and telemetry (teleRatio small events per chunk) fill the store
+// to 48 MiB; then each round appends a tenth more, sheds the oldest tenth
+// of the video, and reclaims. Reported: bytes Reclaim writes per byte it
+// frees, bytes freed per byte shed, and the time of one reclaim.
+//
+//	go test -run '^$' -bench BenchmarkReclaim -benchtime 20x ./localstream
+func BenchmarkReclaim(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		teleRatio int
+	}{{"tele-1-per-chunk", 1}, {"tele-20-per-chunk", 20}} {
+		b.Run(c.name, func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			s, err := Open(b.TempDir(), Options{ValueLogFileSize: 4 << 20, MinFreeBytes: -1, Durability: DurabilityPeriodic})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			video, _ := s.CreateStream("video", StreamConfig{Scaling: ScalingPolicy{MinSegments: 2}})
+			tele, _ := s.CreateStream("telemetry", StreamConfig{})
+			fill := func(n int) {
+				for range c.teleRatio - 1 {
+					fillTele(b, tele, n)
+				}
+				fillVideo(b, video, tele, rng, n, 64<<10)
+			}
+			fill(768) // 48 MiB of video
+			var written, freed, shed int64
+			var took time.Duration
+			b.ResetTimer()
+			for range b.N {
+				b.StopTimer()
+				fill(77)
+				res, err := video.Shed(context.Background(), cutAfter(b, video, 77), "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				rr, err := s.Reclaim(context.Background())
+				if err != nil {
+					b.Fatal(err)
+				}
+				written, freed, shed, took = written+rr.Written, freed+rr.Freed(), shed+int64(res.Bytes), took+rr.Took
+			}
+			b.ReportMetric(float64(written)/float64(freed), "written/freed")
+			b.ReportMetric(float64(freed)/float64(shed), "freed/shed")
+			b.ReportMetric(took.Seconds()*1000/float64(b.N), "ms/reclaim")
+			b.Logf("%d rounds: shed %d MiB, freed %d MiB, wrote %d MiB; the store occupies %d MiB for 48 MiB of video",
+				b.N, shed>>20, freed>>20, written>>20, s.DiskUsage()>>20)
+		})
+	}
+}
+
+// fillTele appends n small telemetry events for two drones.
+func fillTele(t testing.TB, tele *Stream, n int) {
+	for i := range n {
+		drone := fmt.Sprintf("d%d", i%2)
+		if _, err := tele.Append(context.Background(), Event{RoutingKey: drone, Writer: "telemetry/" + drone, Payload: []byte(`{"alt":1,"lat":47.1,"lon":8.5}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
