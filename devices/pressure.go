@@ -68,9 +68,11 @@ type PressureStats struct {
 	Checks    uint64 `json:"checks"`
 	Errors    uint64 `json:"errors"`
 	LastError string `json:"last_error,omitempty"`
-	// GCRuns counts reclaims (localstream's Reclaim: memtable flush,
-	// flatten, value-log GC) after deletions; ReclaimedBytes the bytes they
-	// gave back to the filesystem, ReclaimWritten the bytes they wrote
+	// ReclaimedBytes is how much the store's files shrank across the
+	// checks that deleted data (payload files are deleted with the data;
+	// net of appends meanwhile). GCRuns counts reclaims after deletions
+	// (localstream's Reclaim: memtable flush, flatten, value-log GC),
+	// ReclaimWritten the bytes they wrote
 	// (compactions, entries moved), ReclaimFiles the value-log files they
 	// deleted, ReclaimSeconds their total time and LastReclaimSeconds the
 	// last one's.
@@ -161,6 +163,12 @@ func (p *Pressure) Check(ctx context.Context) (State, error) {
 	if state == StateOK {
 		return state, nil
 	}
+	usage := p.store.DiskUsage()
+	defer func() {
+		p.mu.Lock()
+		p.stats.ReclaimedBytes += uint64(max(0, usage-p.store.DiskUsage()))
+		p.mu.Unlock()
+	}()
 	for _, st := range p.store.Streams() {
 		n, err := p.retain(st)
 		errs = append(errs, err)
@@ -235,7 +243,6 @@ func (p *Pressure) gc(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stats.GCRuns++
-	p.stats.ReclaimedBytes += uint64(max(0, res.Freed()))
 	p.stats.ReclaimFiles += uint64(res.Files)
 	p.stats.ReclaimWritten += uint64(res.Written)
 	p.stats.LastReclaimSeconds = res.Took.Seconds()

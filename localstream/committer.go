@@ -25,7 +25,7 @@ func (s *Store) commitLoop() {
 				return
 			}
 			batch := []*appendReq{req}
-			bytes := len(req.rec)
+			bytes := len(req.rec) + len(req.payload)
 		drain:
 			for len(batch) < s.opts.MaxBatchEvents && bytes < s.opts.MaxBatchBytes {
 				select {
@@ -34,7 +34,7 @@ func (s *Store) commitLoop() {
 						break drain
 					}
 					batch = append(batch, r)
-					bytes += len(r.rec)
+					bytes += len(r.rec) + len(r.payload)
 				default:
 					break drain
 				}
@@ -67,6 +67,26 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	for _, st := range s.Streams() {
 		st.maybeAutoScale(now)
 	}
+	for i, r := range batch {
+		sg := r.st.route(r.hash)
+		b.pos[i] = Position{Segment: sg.ID, Offset: sg.assigned}
+		sg.assigned++
+		sg.winEvents++
+		sg.winBytes += uint64(r.size)
+	}
+	fail := func(err error) {
+		s.setSticky(err)
+		b.done <- err
+		b.txns = 1
+		s.inflight <- b
+	}
+	// Large payloads go to payload files first (fsync'd before the
+	// commit in DurabilityAlways); their index keys ride in the first commit.
+	index, err := s.payloads.write(batch, b.pos, s.opts.Durability == DurabilityAlways)
+	if err != nil {
+		fail(err)
+		return
+	}
 	txn := s.db.NewTransaction(true)
 	txnBytes := 0
 	commit := func() {
@@ -75,24 +95,23 @@ func (s *Store) writeBatch(batch []*appendReq) {
 		txn = s.db.NewTransaction(true)
 		txnBytes = 0
 	}
+	for k, v := range index {
+		if err := txn.Set(metaKey(k), v); err != nil {
+			txn.Discard()
+			fail(err)
+			return
+		}
+		txnBytes += len(k) + len(v)
+	}
 	for i, r := range batch {
-		sg := r.st.route(r.hash)
-		off := sg.assigned
-		sg.assigned++
-		sg.winEvents++
-		sg.winBytes += uint64(r.size)
-		b.pos[i] = Position{Segment: sg.ID, Offset: off}
 		if txnBytes > 0 && txnBytes+len(r.rec) > s.opts.MaxBatchBytes {
 			commit()
 		}
-		if err := s.setReq(txn, r, sg.ID, off); err != nil {
+		if err := s.setReq(txn, r, b.pos[i].Segment, b.pos[i].Offset); err != nil {
 			// Batches are bounded well below Badger's transaction limit
 			// (see Options.MaxBatchBytes), so any error here is a failed write.
 			txn.Discard()
-			s.setSticky(err)
-			b.done <- err
-			b.txns = 1
-			s.inflight <- b
+			fail(err)
 			return
 		}
 		txnBytes += len(r.rec)

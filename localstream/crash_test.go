@@ -20,10 +20,11 @@ import (
 const crashDirEnv = "EDGE_LOCALSTREAM_CRASH_DIR"
 
 // crashPayload is the deterministic payload of writer w's event seq: sizes
-// from a few bytes to past the value-log threshold.
+// from a few bytes to past the value-log threshold (1 KiB) and the
+// payload-file threshold (4 KiB).
 func crashPayload(w, seq uint64) []byte {
 	r := rand.New(rand.NewPCG(w, seq))
-	n := 8 + r.IntN(3000)
+	n := 8 + r.IntN(9000)
 	b := binary.BigEndian.AppendUint64(nil, seq)
 	for len(b) < n {
 		b = append(b, byte(r.Uint32()))

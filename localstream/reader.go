@@ -222,8 +222,8 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 			var ev Event
 			err := it.Item().Value(func(b []byte) error {
 				var err error
-				ev, err = decodeRecord(b)
-				bytes += len(b)
+				ev, err = st.s.decodeStored(st.name, b)
+				bytes += len(b) + len(ev.Payload)
 				return err
 			})
 			if err != nil {

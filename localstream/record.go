@@ -5,8 +5,13 @@ import (
 	"fmt"
 )
 
-// recordVersion is the version byte of the stored record layout (see doc.go).
-const recordVersion = 1
+// recordVersion is the version byte of the stored record layout (see
+// doc.go); recordVersionRef is the same layout with a payload file
+// reference instead of the payload.
+const (
+	recordVersion    = 1
+	recordVersionRef = 2
+)
 
 // recordFixed is the size of the fixed part: version, flags, event time, ingest time.
 const recordFixed = 1 + 2 + 8 + 8
@@ -33,7 +38,14 @@ func uvarintLen(n int) int {
 
 // appendRecord appends the encoded event to b.
 func appendRecord(b []byte, ev *Event) []byte {
-	b = append(b, recordVersion)
+	b = appendRecordHead(b, recordVersion, ev)
+	b = binary.AppendUvarint(b, uint64(len(ev.Payload)))
+	return append(b, ev.Payload...)
+}
+
+// appendRecordHead appends everything but the payload field.
+func appendRecordHead(b []byte, version byte, ev *Event) []byte {
+	b = append(b, version)
 	b = binary.BigEndian.AppendUint16(b, uint16(ev.Flags))
 	b = binary.BigEndian.AppendUint64(b, uint64(ev.EventTime))
 	b = binary.BigEndian.AppendUint64(b, uint64(ev.IngestTime))
@@ -45,8 +57,7 @@ func appendRecord(b []byte, ev *Event) []byte {
 		b = appendBytes(b, h.Key)
 		b = appendBytes(b, h.Value)
 	}
-	b = binary.AppendUvarint(b, uint64(len(ev.Payload)))
-	return append(b, ev.Payload...)
+	return b
 }
 
 func appendBytes[S string | []byte](b []byte, s S) []byte {
@@ -54,18 +65,28 @@ func appendBytes[S string | []byte](b []byte, s S) []byte {
 	return append(b, s...)
 }
 
-// decodeRecord decodes a stored record. The payload is copied, so the
-// result does not alias b.
+// decodeRecord decodes a stored record of version 1. The payload is
+// copied, so the result does not alias b.
 func decodeRecord(b []byte) (Event, error) {
+	ev, ref, err := decodeRecordRef(b)
+	if err == nil && ref != nil {
+		return Event{}, fmt.Errorf("%w: a payload file reference where the payload was expected", ErrCorruptRecord)
+	}
+	return ev, err
+}
+
+// decodeRecordRef decodes a stored record of version 1 (payload inline)
+// or 2 (payload in a payload file: ref, and no Payload).
+func decodeRecordRef(b []byte) (Event, *payloadRef, error) {
 	var ev Event
 	if len(b) < 1 {
-		return ev, fmt.Errorf("%w: empty", ErrCorruptRecord)
+		return ev, nil, fmt.Errorf("%w: empty", ErrCorruptRecord)
 	}
-	if b[0] != recordVersion {
-		return ev, fmt.Errorf("%w: %d, want %d", ErrUnsupportedVersion, b[0], recordVersion)
+	if b[0] != recordVersion && b[0] != recordVersionRef {
+		return ev, nil, fmt.Errorf("%w: %d, want %d or %d", ErrUnsupportedVersion, b[0], recordVersion, recordVersionRef)
 	}
 	if len(b) < recordFixed {
-		return ev, fmt.Errorf("%w: %d bytes < %d fixed", ErrCorruptRecord, len(b), recordFixed)
+		return ev, nil, fmt.Errorf("%w: %d bytes < %d fixed", ErrCorruptRecord, len(b), recordFixed)
 	}
 	ev.Flags = Flags(binary.BigEndian.Uint16(b[1:]))
 	ev.EventTime = int64(binary.BigEndian.Uint64(b[3:]))
@@ -83,15 +104,28 @@ func decodeRecord(b []byte) (Event, error) {
 		v := d.bytes("header value")
 		ev.Headers = append(ev.Headers, Header{Key: string(k), Value: string(v)})
 	}
-	p := d.bytes("payload")
+	var ref *payloadRef
+	if b[0] == recordVersionRef {
+		ref = &payloadRef{File: d.uvarint("payload file"), Offset: d.uvarint("payload offset"), Length: d.uvarint("payload length")}
+		if d.err == nil && len(d.b) < 4 {
+			d.err = fmt.Errorf("%w: payload checksum of %d bytes", ErrCorruptRecord, len(d.b))
+		}
+		if d.err == nil {
+			ref.CRC, d.b = binary.BigEndian.Uint32(d.b), d.b[4:]
+		}
+	} else {
+		ev.Payload = d.bytes("payload")
+	}
 	if d.err != nil {
-		return Event{}, d.err
+		return Event{}, nil, d.err
 	}
 	if len(d.b) != 0 {
-		return Event{}, fmt.Errorf("%w: %d trailing bytes", ErrCorruptRecord, len(d.b))
+		return Event{}, nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptRecord, len(d.b))
 	}
-	ev.Payload = append([]byte(nil), p...)
-	return ev, nil
+	if ref == nil {
+		ev.Payload = append([]byte(nil), ev.Payload...)
+	}
+	return ev, ref, nil
 }
 
 // decoder reads length-prefixed fields; the first error sticks.

@@ -22,8 +22,23 @@ func TestRecordRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, ev) {
 		t.Fatalf("got %+v\nwant %+v", got, ev)
 	}
-	if _, err := decodeRecord(append([]byte{2}, b[1:]...)); !errors.Is(err, ErrUnsupportedVersion) {
-		t.Fatalf("version 2: %v", err)
+	if _, err := decodeRecord(append([]byte{3}, b[1:]...)); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("version 3: %v", err)
+	}
+	// Version 2: the payload in a payload file, a reference in the record.
+	ref := payloadRef{File: 7, Offset: 1 << 33, Length: 300, CRC: 0xdeadbeef}
+	b2 := appendPayloadRef(appendRecordHead(nil, recordVersionRef, &ev), ref)
+	got2, gotRef, err := decodeRecordRef(b2)
+	if err != nil || gotRef == nil || *gotRef != ref || got2.Payload != nil || got2.RoutingKey != ev.RoutingKey || len(got2.Headers) != 2 {
+		t.Fatalf("version 2: %+v %+v %v", got2, gotRef, err)
+	}
+	if _, err := decodeRecord(b2); !errors.Is(err, ErrCorruptRecord) {
+		t.Fatalf("version 2 where an inline payload is expected: %v", err)
+	}
+	for n := range len(b2) {
+		if _, _, err := decodeRecordRef(b2[:n]); err == nil {
+			t.Fatalf("version 2 truncated to %d decoded", n)
+		}
 	}
 	for n := range len(b) {
 		if _, err := decodeRecord(b[:n]); err == nil {
@@ -40,16 +55,23 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(appendRecord(nil, &ev))
 	f.Add([]byte{1})
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add(appendPayloadRef(appendRecordHead(nil, recordVersionRef, &ev), payloadRef{File: 1, Offset: 2, Length: 3, CRC: 4}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ev, err := decodeRecord(b)
+		ev, ref, err := decodeRecordRef(b)
 		if err != nil {
 			if !errors.Is(err, ErrCorruptRecord) && !errors.Is(err, ErrUnsupportedVersion) {
 				t.Fatalf("unexpected error kind: %v", err)
 			}
 			return
 		}
-		again, err := decodeRecord(appendRecord(nil, &ev))
-		if err != nil || !reflect.DeepEqual(again, ev) {
+		var again Event
+		var againRef *payloadRef
+		if ref != nil {
+			again, againRef, err = decodeRecordRef(appendPayloadRef(appendRecordHead(nil, recordVersionRef, &ev), *ref))
+		} else {
+			again, err = decodeRecord(appendRecord(nil, &ev))
+		}
+		if err != nil || !reflect.DeepEqual(again, ev) || (ref != nil && *againRef != *ref) {
 			t.Fatalf("re-encode/decode differs: %v", err)
 		}
 	})

@@ -303,6 +303,9 @@ func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error
 		st.broadcast()
 		return err
 	})
+	if err == nil {
+		err = st.s.control(context.Background(), st.retirePayloads)
+	}
 	return res, err
 }
 
@@ -336,7 +339,17 @@ func (st *Stream) scanRange(topo Topology, id SegmentID, from, to uint64, commit
 				break
 			}
 			var ev Event
-			if err := it.Item().Value(func(b []byte) (err error) { ev, err = decodeRecord(b); return err }); err != nil {
+			var size uint64
+			err := it.Item().Value(func(b []byte) error {
+				var ref *payloadRef
+				var err error
+				ev, ref, err = decodeRecordRef(b)
+				if size = uint64(len(ev.Payload)); ref != nil {
+					size = ref.Length
+				}
+				return err
+			})
+			if err != nil {
 				return err
 			}
 			if ev.Flags.Has(FlagGap) {
@@ -351,11 +364,11 @@ func (st *Stream) scanRange(topo Topology, id SegmentID, from, to uint64, commit
 				res.Keys[ev.RoutingKey] = g
 			}
 			g.Events++
-			g.Bytes += uint64(len(ev.Payload))
+			g.Bytes += size
 			g.To = pos
 			g.LastTimeNs = ev.EventTime
 			res.Events++
-			res.Bytes += uint64(len(ev.Payload))
+			res.Bytes += size
 			unreplicated := len(committed) == 0
 			for _, cc := range committed {
 				if in, err := topo.Contains(cc, pos); err == nil && !in {

@@ -53,6 +53,9 @@ type Store struct {
 	// 0 while above it).
 	floorLogged atomic.Int64
 
+	// payloads holds the large payloads (see payload.go).
+	payloads *payloadStore
+
 	// gate is held for reading by every Badger write and for writing by
 	// Reclaim's memtable flush, which Badger refuses concurrent writes for.
 	gate stdsync.RWMutex
@@ -91,6 +94,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		stopSync: make(chan struct{}),
 	}
 	if err := s.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if s.payloads, err = openPayloads(dir, opts.ValueLogFileSize, db); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -292,8 +299,10 @@ func (s *Store) Close() error {
 		close(s.stopSync)
 		s.wg.Wait()
 		if s.opts.Durability == DurabilityPeriodic {
+			s.payloads.sync()
 			s.db.Sync()
 		}
+		s.payloads.close()
 		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
@@ -332,7 +341,9 @@ func (s *Store) syncLoop() {
 		case <-s.stopSync:
 			return
 		case <-t.C:
-			if err := s.db.Sync(); err != nil {
+			// Payloads first: a record durable before its payload would
+			// point at bytes a power cut can lose.
+			if err := errors.Join(s.payloads.sync(), s.db.Sync()); err != nil {
 				s.setSticky(err)
 			}
 		}

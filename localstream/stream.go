@@ -222,6 +222,9 @@ type appendReq struct {
 	cb    func(Position, error)
 	// belowFloor admits the append below Options.MinFreeBytes (gap markers).
 	belowFloor bool
+	// payload is a large payload that goes to a payload file; rec then
+	// lacks its reference until the committer writes it.
+	payload []byte
 }
 
 // Append appends ev and returns its position once it is durable (see
@@ -285,7 +288,13 @@ func (st *Stream) appendAsync(ctx context.Context, ev Event, force bool, cb func
 			return err
 		}
 	}
-	req.rec = appendRecord(make([]byte, 0, size), &ev)
+	if len(ev.Payload) >= payloadThreshold {
+		// To a payload file: the committer appends the reference.
+		req.payload = slices.Clone(ev.Payload)
+		req.rec = appendRecordHead(make([]byte, 0, size-len(ev.Payload)+32), recordVersionRef, &ev)
+	} else {
+		req.rec = appendRecord(make([]byte, 0, size), &ev)
+	}
 	s := st.s
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
