@@ -107,6 +107,13 @@ func (c *jsCentre) Drain(ctx context.Context, store *localstream.Store) error {
 				if cc, err = last.Record.StreamCut(); err != nil {
 					return err
 				}
+				// Central segment ids are the local ones shifted by the
+				// record's epoch base (a store that resumed after a loss).
+				local := map[localstream.SegmentID]uint64{}
+				for id, off := range cc.Positions {
+					local[localstream.NewSegmentID(id.Epoch()-last.Record.EpochBase, id.Number())] = off
+				}
+				cc.Positions = local
 			}
 			tail := st.TailCut()
 			le, _ := st.Topology().LessEq(tail, cc)
