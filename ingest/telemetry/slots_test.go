@@ -190,3 +190,36 @@ func (s *syncWriter) String() string {
 	defer s.mu.Unlock()
 	return fmt.Sprint(s.w)
 }
+
+// TestOfflineDroneGivesSlotBack: a drone that announces "offline" gives its
+// slot back at once, however short its silence.
+func TestOfflineDroneGivesSlotBack(t *testing.T) {
+	b := startBroker(t)
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	cfg := testConfig(b.URL(), "agent-offline-slot")
+	cfg.MaxDrones = 1
+	cfg.DroneIdleTimeout = time.Hour
+	in, stop := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	pub := publisher(t, b.URL())
+	send := func(topic, payload string) {
+		tok := pub.Publish(topic, 1, false, payload)
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	send("drones/a/telemetry", `{"drone":"a","seq":1}`)
+	send("drones/a/status", "offline")
+	waitFor(t, 10*time.Second, "a stored and closed", func() bool {
+		return in.Stats().Appended == 1 && in.Stats().WritersClosed == 1
+	})
+	send("drones/b/telemetry", `{"drone":"b","seq":1}`)
+	waitFor(t, 10*time.Second, "b stored", func() bool { return in.Stats().Appended == 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := in.Stats(); got.DronesReleased != 1 {
+		t.Fatalf("released %d, want 1", got.DronesReleased)
+	}
+}
