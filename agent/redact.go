@@ -49,7 +49,7 @@ func RedactURLs(s string) string {
 
 // redactor removes the configured secrets from text the agent shows: the
 // userinfo of every URL, and the literal values of the passwords read from
-// files and environment variables (also in their JSON-escaped and
+// files and environment variables and of NATS creds and nkey seed files (also in their JSON-escaped and
 // URL-escaped forms). It is immutable and safe for concurrent use.
 type redactor struct {
 	secrets []string
@@ -89,6 +89,25 @@ func newRedactor(c Config) *redactor {
 			}
 		}
 	}
+	// A creds file holds a JWT and an nkey seed, an nkey seed file the seed:
+	// each long line of them is a secret (comments and markers are short
+	// or start with '-').
+	readLines := func(path string) {
+		if path == "" {
+			return
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		for l := range strings.Lines(string(b)) {
+			if l = strings.TrimSpace(l); len(l) >= 20 && !strings.HasPrefix(l, "-") && !strings.HasPrefix(l, "*") {
+				add(l)
+			}
+		}
+	}
+	readLines(c.Central.CredsFile)
+	readLines(c.Central.NkeySeedFile)
 	urlSecrets(c.Telemetry.Broker)
 	urlSecrets(c.Central.URL)
 	readFile(c.Telemetry.PasswordFile)
