@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/edge-agent/edge-agent/agent"
@@ -100,6 +102,15 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageError{err}
 		}
 		return err
+	}
+	if path := os.Getenv("EDGE_AGENT_CPUPROFILE"); path != "" {
+		// Profiling a run (BENCHMARKS.md, CPU per event): written at
+		// a graceful stop.
+		if f, err := os.Create(path); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
 	}
 	if err := a.Run(ctx); err != nil {
 		if errors.Is(err, agent.ErrConfig) {
