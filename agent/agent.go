@@ -214,9 +214,6 @@ func (a *Agent) run(ctx context.Context) (err error) {
 	if a.video != nil {
 		a.video.Close()
 	}
-	if a.telem != nil {
-		a.telem.Close()
-	}
 	// 2. local flush: writer marks
 	for name, t := range a.trackers {
 		if err := t.Flush(); err != nil {

@@ -63,8 +63,9 @@ func storeConsumer(b testing.TB, url, client string) (*atomic.Uint64, func()) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- in.Run(context.Background()) }()
+	go func() { errc <- in.Run(ctx) }()
 	var n atomic.Uint64
 	quit := make(chan struct{})
 	go func() {
@@ -82,7 +83,7 @@ func storeConsumer(b testing.TB, url, client string) (*atomic.Uint64, func()) {
 	}
 	return &n, func() {
 		close(quit)
-		in.Close()
+		cancel()
 		if err := <-errc; err != nil {
 			b.Error(err)
 		}

@@ -18,8 +18,9 @@ var (
 	// ErrStore: the store failed an append; the ingester stops (restart it:
 	// the dedup entries on disk then make redeliveries safe).
 	ErrStore = errors.New("telemetry: store append failed")
-	// ErrClosed: the ingester was closed.
-	ErrClosed = errors.New("telemetry: closed")
+	// ErrClosed: Run was called again (an Ingester runs once; its ctx
+	// ending is the stop).
+	ErrClosed = errors.New("telemetry: ingester already ran")
 
 	// errStopping: the ingester is stopping; a message waiting for disk
 	// space was left unacknowledged.

@@ -110,12 +110,13 @@ func runIngester(t testing.TB, cfg Config, s *localstream.Store, st *localstream
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- in.Run(context.Background()) }()
+	go func() { errc <- in.Run(ctx) }()
 	var once sync.Once
 	var runErr error
 	stop := func() error {
-		once.Do(func() { in.Close(); runErr = <-errc })
+		once.Do(func() { cancel(); runErr = <-errc })
 		return runErr
 	}
 	t.Cleanup(func() { stop() })

@@ -17,8 +17,9 @@ import (
 
 // Ingester subscribes to drone telemetry and appends it to the telemetry
 // stream, acking each message only after its append is durable. New starts
-// nothing; Run connects and blocks; Close stops Run and joins everything.
-// Stats is safe for concurrent use.
+// nothing; Run connects and blocks until its ctx ends (or the store fails),
+// and returns once every goroutine it started has stopped: that is the one
+// way to stop it. An Ingester runs once. Stats is safe for concurrent use.
 type Ingester struct {
 	cfg      Config
 	sink     Sink
@@ -55,21 +56,14 @@ type Ingester struct {
 	fatal chan error
 	// inflight counts appends queued and not yet called back.
 	inflight sync.WaitGroup
-	// wg joins the dispatcher; ackWG the acker.
-	wg, ackWG sync.WaitGroup
 	// ackStop is closed to stop the acker once no more acks can come.
 	ackStop chan struct{}
+	// ran is set by the first Run.
+	ran atomic.Bool
 
 	// dropAcks (tests only) drops every PUBACK, as a crash between the
 	// append and the PUBACK would.
 	dropAcks atomic.Bool
-
-	// quit is closed by Close; done is closed when Run returns.
-	quit      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
-	runOnce   sync.Once
-	started   chan struct{}
 }
 
 // New checks cfg and returns an ingester; it starts nothing.
@@ -86,7 +80,6 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		cfg: cfg, sink: sink, dedup: new(dedupTable), lanes: map[string]*lane{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
-		quit: make(chan struct{}), done: make(chan struct{}), started: make(chan struct{}),
 		subscribed: make(chan struct{}), held: map[uint64]func(){},
 	}
 	for _, t := range cfg.Topics {
@@ -104,21 +97,17 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 }
 
 // Run loads the dedup entries, connects (retrying with capped backoff),
-// subscribes at QoS 1 and ingests until ctx ends, Close is called, or the
-// store fails (then it returns an error wrapping ErrStore). Messages not
-// yet acked when it stops are redelivered by the broker to the next run.
+// subscribes at QoS 1 and ingests until ctx ends (then it returns nil) or
+// the store fails (then it returns an error wrapping ErrStore). On its
+// return every goroutine it started has stopped, the appends it queued are
+// durable and acked, and messages not yet acked stay at the broker, which
+// redelivers them to the next run. A second Run returns ErrClosed.
 func (in *Ingester) Run(ctx context.Context) error {
-	first := false
-	in.runOnce.Do(func() { first = true })
-	if !first {
+	if !in.ran.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrClosed)
 	}
-	close(in.started)
-	defer close(in.done)
-	select {
-	case <-in.quit:
+	if ctx.Err() != nil {
 		return nil
-	default:
 	}
 	stored, err := in.sink.Meta.ScanMeta(DedupPrefix + in.cfg.ClientID + "/")
 	if err != nil {
@@ -131,20 +120,20 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	appendCtx, cancel := context.WithCancel(context.Background())
+	// The appends outlive ctx: queued ones become durable and are acked
+	// after it ends (unless the store failed).
+	appendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	in.wg.Add(2)
-	in.ackWG.Add(1)
-	go in.dispatch(appendCtx)
-	go in.reportDrops()
-	go in.ackLoop()
+	var wg, ackWG sync.WaitGroup // the dispatcher and drop reporter; the acker
+	wg.Go(func() { in.dispatch(appendCtx) })
+	wg.Go(in.reportDrops)
+	ackWG.Go(in.ackLoop)
 	client := paho.NewClient(opts)
 	client.Connect() // retries in the background (ConnectRetry) until Disconnect
 
 	var runErr error
 	select {
 	case <-ctx.Done():
-	case <-in.quit:
 	case runErr = <-in.fatal:
 	}
 	// Stop in pipeline order: no new appends; the queued ones become durable
@@ -154,10 +143,10 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if runErr != nil {
 		cancel() // the store failed: do not wait for it
 	}
-	in.wg.Wait()
+	wg.Wait()
 	waitTimeout(&in.inflight, 10*time.Second)
 	close(in.ackStop)
-	in.ackWG.Wait()
+	ackWG.Wait()
 	client.Disconnect(200)
 	cancel()
 	if runErr == nil {
@@ -177,17 +166,6 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 	case <-ch:
 	case <-time.After(d):
 	}
-}
-
-// Close stops Run and waits for it to return. Idempotent.
-func (in *Ingester) Close() error {
-	in.closeOnce.Do(func() { close(in.quit) })
-	select {
-	case <-in.started:
-		<-in.done
-	default:
-	}
-	return nil
 }
 
 // clientOptions builds the paho options: persistent session, manual acks,
@@ -542,7 +520,6 @@ func (in *Ingester) fail(err error) {
 // connection is gone is dropped by paho; the broker then redelivers the
 // message with DUP set and the dedup entry catches it.
 func (in *Ingester) ackLoop() {
-	defer in.ackWG.Done()
 	for {
 		select {
 		case a := <-in.acks:

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -91,5 +92,22 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	stop3()
 	if got := in3.Stats(); got.Received != 0 {
 		t.Fatalf("third run received %d: acks were not sent", got.Received)
+	}
+}
+
+// TestRunOnce: ctx is the one way to stop an ingester; Run on an ended
+// ctx returns at once, and an ingester that ran does not run again.
+func TestRunOnce(t *testing.T) {
+	in, err := New(testConfig("tcp://127.0.0.1:1", "once"), Sink{Stream: nilAppender{}, Meta: nilMeta{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := in.Run(ctx); err != nil {
+		t.Fatalf("Run on an ended ctx: %v", err)
+	}
+	if err := in.Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Run: %v, want ErrClosed", err)
 	}
 }

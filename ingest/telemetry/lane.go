@@ -178,7 +178,6 @@ const dispatchBurst = 32
 // dispatchBurst items each per round, so a burst from one drone queues
 // behind at most one burst of each other drone in the store's queue.
 func (in *Ingester) dispatch(ctx context.Context) {
-	defer in.wg.Done()
 	var ring []*lane
 	for {
 		in.lanesMu.RLock()

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -79,15 +80,14 @@ func TestBurstDoesNotStarveOtherDrones(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	in.wg.Add(1)
-	in.ackWG.Add(1)
-	go in.dispatch(ctx)
-	go in.ackLoop()
+	var wg, ackWG sync.WaitGroup
+	wg.Go(func() { in.dispatch(ctx) })
+	ackWG.Go(in.ackLoop)
 	waitFor(t, 20*time.Second, "all appended and acked", func() bool { return acked.Load() >= burst+few })
 	close(in.stopping)
-	in.wg.Wait()
+	wg.Wait()
 	close(in.ackStop)
-	in.ackWG.Wait()
+	ackWG.Wait()
 
 	if early.Load() != 0 {
 		t.Fatalf("%d PUBACKs before their event was durable", early.Load())

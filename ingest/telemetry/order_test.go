@@ -53,10 +53,11 @@ func TestOrderKeptWhileTheBrokerQueues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- in.Run(context.Background()) }()
-	stop := func() error { in.Close(); return <-errc }
-	defer in.Close()
+	go func() { errc <- in.Run(ctx) }()
+	stop := func() error { cancel(); return <-errc }
 	if err := <-simDone; err != nil {
 		t.Fatal(err)
 	}

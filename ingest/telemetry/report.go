@@ -23,7 +23,6 @@ func (in *Ingester) dropCounts() dropCounts {
 // reportDrops logs refused, dropped and mapped messages while they happen
 // (bounded as above), until the ingester stops.
 func (in *Ingester) reportDrops() {
-	defer in.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	var last dropCounts
