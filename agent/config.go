@@ -83,9 +83,10 @@ type StoreConfig struct {
 	// it cannot be turned off, and must be below the filesystem's size
 	// (checked at start).
 	MinFreeBytes int64 `yaml:"min_free_bytes"`
-	// ValueLogFileSize is the size of one value-log file, where event
-	// payloads live: deleted data goes back to the filesystem a whole file
-	// at a time, so up to twice this stays on disk after shedding. 0
+	// ValueLogFileSize is the size of one payload file (large payloads:
+	// video chunks) and of one Badger value-log file: deleted data goes
+	// back to the filesystem a whole file at a time, so up to two files per
+	// open segment stay on disk after shedding. 0
 	// (default): 1/16 of the filesystem, between 2 × max_event_bytes and
 	// 64 MiB.
 	ValueLogFileSize int64 `yaml:"value_log_file_size"`

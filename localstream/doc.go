@@ -32,6 +32,10 @@
 //	s | stream                                                   → stream metadata (JSON)
 //	c | len(stream) u8 | stream | sink                           → committed cut (binary StreamCut)
 //	x | key                                                      → PutMeta / WithMeta values
+//	z                                                            → written and dropped by Reclaim
+//
+// Among the x keys, "localstream/payload/<stream>/<seq>" is the index of a
+// payload file (see Payload files).
 //
 // One segment's events are one contiguous key range in offset order.
 // Open segments' lengths are not stored: they are recovered from the last
@@ -64,10 +68,41 @@
 // marker, 32 raw. A record must be consumed exactly; Badger checksums the
 // bytes, and its transactions make a record present whole or not at all.
 //
+// # Record, version 2: the payload in a payload file
+//
+// Payloads of 4 KiB and more go to a payload file; the record is version
+// 1's with version = 2 and, instead of the payload field, a reference:
+//
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	| ... as version 1, up to and including the headers ...         |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	| uvarint file seq | uvarint offset | uvarint length            |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|                 CRC-32C of the payload (u32 BE)               |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// # Payload files
+//
+// <dir>/payloads/<stream>.<seq, 10 digits> holds one segment's large
+// payloads back to back in offset order. A file is deleted once its
+// segment's head passes the last event it holds (payload.go has the
+// rules: index, durability, crash recovery). So shedding and truncation
+// give bytes back to the filesystem at once and rewrite nothing; Reclaim
+// (space.go) gives back what Badger holds (small events, tombstones).
+//
 // # Retention
 //
 // Truncate deletes before a cut only when every sink has committed past
 // it. Shed deletes by policy whatever it is told and appends one gap
 // marker per routing key that lost events (FlagGap, JSON Gap payload), so
-// the loss is replicated and visible at the centre.
+// the loss is replicated and visible at the centre. Both delete the
+// payload files that died; Reclaim then frees Badger's share.
+//
+// # Free space
+//
+// Below Options.MinFreeBytes (measured every 250 ms) appends fail with
+// ErrDiskFull and nothing is written; gap markers (Shed's, and carried
+// ones appended with BelowFloor) pass. BelowFloor reports the state; the
+// store logs an error when it starts (at most every 30 s while it lasts)
+// and an info line when it ends.
 package localstream

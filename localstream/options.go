@@ -61,7 +61,9 @@ type Options struct {
 	ValueThreshold int64
 	// MemTableSize is Badger's memtable size. Default 64 MiB.
 	MemTableSize int64
-	// ValueLogFileSize is the size of one Badger value-log file. Default 256 MiB.
+	// ValueLogFileSize is the size of one Badger value-log file and of one
+	// payload file: space comes back a whole file at a time, so up to two
+	// per open segment stay on disk after a deletion. Default 64 MiB.
 	ValueLogFileSize int64
 	// MinFreeBytes is the free space of the data directory's filesystem
 	// below which appends fail with ErrDiskFull (nothing written) instead
@@ -108,7 +110,7 @@ func (o Options) withDefaults() Options {
 	}
 	o.MaxEventBytes = min(o.MaxEventBytes, o.MaxBatchBytes)
 	if o.ValueLogFileSize <= 0 {
-		o.ValueLogFileSize = 256 << 20
+		o.ValueLogFileSize = 64 << 20
 	}
 	if o.MinFreeBytes == 0 {
 		o.MinFreeBytes = 128 << 20
