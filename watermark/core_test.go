@@ -234,3 +234,28 @@ func TestThinningKeepsBehindOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestCommittedAfterEveryResultLost: restored committed watermarks that
+// no longer fit the stream (its tail was lost) leave none to rewind to;
+// committedAt starts afresh instead of indexing an empty history (issue
+// 11: it panicked).
+func TestCommittedAfterEveryResultLost(t *testing.T) {
+	sim := newSimStream("video", 1)
+	c := newCore("video", coreConfig{})
+	p := sim.append("papa")
+	if err := c.note(sim.snapshot(), "w", 100, p, 1); err != nil {
+		t.Fatal(err)
+	}
+	topo := sim.snapshot()
+	beyond := topo.TailCut().Clone()
+	for id := range beyond.Positions {
+		beyond.Positions[id] += 10 // a result for events the store lost
+	}
+	c.restoreWatermarks(topo, nil, []Watermark{{LowerNs: 90, Cut: beyond}}, false)
+	if len(c.results) != 0 || !c.pruned {
+		t.Fatalf("restore kept %d results (pruned %v)", len(c.results), c.pruned)
+	}
+	if _, err := c.committedAt(topo, topo.TailCut(), 1); err != nil {
+		t.Fatal(err)
+	}
+}
