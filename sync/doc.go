@@ -29,6 +29,7 @@
 //
 //	body:   uvarint kind   1 = ends a transaction: commit record follows
 //	                       2 = a part: uvarint txn follows
+//	                       3 = as 1, the commit record with chain fields
 //	        [commit record | uvarint txn]
 //	        uvarint nstrings, nstrings × (uvarint len, bytes)   string table
 //	        uvarint nevents, nevents × event metadata
@@ -37,6 +38,10 @@
 //	commit record:  uvarint txn, string instance, varint committed_at_ns,
 //	                uvarint events, uvarint bytes (of the whole transaction),
 //	                cut, varint watermark lower_ns, varint upper_ns, cut
+//	                [kind 3: string store, uvarint epoch_base, u8 lost (0/1),
+//	                 lost = 1: string reason, string store, cut from,
+//	                 cut to (n = 0: unknown), uvarint central_seq,
+//	                 varint found_at_ns]
 //	cut:            uvarint n, n × (uvarint segment id, uvarint offset),
 //	                ascending segment ids
 //	string:         uvarint len, bytes
@@ -165,12 +170,21 @@
 // binary; the reader returns both as a CommitRecord):
 //
 //	{"agent":"a1","stream":"video","txn":42,"instance":"<random per run>",
+//	 "store":"<store identity>", "epoch_base":3,
 //	 "cut":{"0":120,"4294967297":3}, "cut_text":"video:0.0=120,1.1=3",
 //	 "watermark":{"lower_ns":…,"upper_ns":…,"cut":{…}},
-//	 "events":57,"bytes":81234,"committed_at_ns":…}
+//	 "events":57,"bytes":81234,"committed_at_ns":…,
+//	 "lost":{"reason":"local-tail-lost","store":"…","from":{…},"to":{…},
+//	         "central_seq":…,"found_at_ns":…}}
 //
 // "cut" maps decimal segment ids to offsets: every event before it is in
 // this or an earlier transaction of the agent, and no event after it is.
+// "store" names the local store the events come from (absent in records
+// written before store identities); "epoch_base" (absent: 0) is added to
+// the epoch of every segment id of the transaction (central segment id =
+// local + epoch_base<<32); "lost", when present, is a gap marker: the
+// central positions from "from" to "to" (absent: unknown end) will never
+// arrive. See resume.go and docs/sync.md, "Lost state".
 //
 // # Exactly once
 //
@@ -187,7 +201,12 @@
 // (which must expect the previous record's sequence) goes out only after
 // that ack; when a commit fails, the transaction behind it is abandoned.
 //
-// A failed expectation whose winner is a record of another agent instance
-// written after we started (or a second one during our start) means
-// another process uses this agent id: the stream stops with ErrFenced.
+// One chain per store identity at a time (resume.go): the decision after
+// every central read is Decide, a deterministic function of the local
+// store's state and the chain's last record. A record of another store,
+// or of a run this store never had, written while this run watched or
+// ran, means another live store uses this agent id: the stream stops
+// with ErrTwin or ErrFenced, naming both identities. A store that lost
+// data, or takes over a dead store's chain, continues under a new epoch
+// base and reports the loss in the next commit record.
 package sync
