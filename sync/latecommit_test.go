@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"log/slog"
+	"slices"
 	stdsync "sync"
 	"testing"
 	"time"
@@ -124,22 +125,34 @@ func TestLateCommitKeepsWatermarkMonotone(t *testing.T) {
 	sink := &memSink{}
 	var mu stdsync.Mutex
 	calls := 0
-	// A rewinding tracker: the lower is the time of the last event before
-	// the cut, except that every other call after the first commit
-	// answers as if rewound to an older result.
+	// A tracker rewound by a rebuilt, smaller transaction: right after a
+	// late commit landed, it answers from its older state (the watermark
+	// of a cut 8 events back), as watermark.Tracker does after the
+	// rebuilt transaction's smaller cut; otherwise the time of the last
+	// event before the cut.
 	events := map[localstream.Position]int64{}
+	seenLanded := 0
 	wmf := func(cut localstream.StreamCut) (Watermark, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
-		var lower int64
+		var times []int64
 		for p, et := range events {
 			if in, err := st.Topology().Contains(cut, p); err == nil && in {
-				lower = max(lower, et)
+				times = append(times, et)
 			}
 		}
-		if calls > 2 && calls%2 == 0 {
-			lower -= 1_000_000
+		slices.Sort(times)
+		sink.mu.Lock()
+		landed := sink.landed
+		sink.mu.Unlock()
+		back := 1
+		if landed > seenLanded {
+			seenLanded, back = landed, 8
+		}
+		var lower int64
+		if len(times) >= back {
+			lower = times[len(times)-back]
 		}
 		return Watermark{LowerNs: lower, UpperNs: lower, Cut: cut}, nil
 	}

@@ -166,9 +166,14 @@ func TestTwinRefused(t *testing.T) {
 	defer a.stop(t)
 	p.add(t, a.st, 10)
 	waitAllAt(t, nc, a, "agent-tw", p, 20*time.Second)
-	b := startNode(t, nc, t.TempDir(), "agent-tw", ReplicatorConfig{})
+	// The twin captured before it reached the centre: more than a's, so
+	// that a's cut fits its stream too.
+	dirB := t.TempDir()
+	sb0, stb := openStore(t, dirB)
+	q.add(t, stb, 60)
+	sb0.Close()
+	b := startNode(t, nc, dirB, "agent-tw", ReplicatorConfig{})
 	defer b.stop(t)
-	q.add(t, b.st, 40) // more than a's: a's cut would fit b's stream
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && b.rp.r.Stats().Stopped == "" {
 		p.add(t, a.st, 1)

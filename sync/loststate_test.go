@@ -59,7 +59,7 @@ func (p *producer) one(st *localstream.Stream) error {
 	p.n++
 	n := p.n
 	p.mu.Unlock()
-	d := fmt.Sprintf("%d-drone", n%3)
+	d := fmt.Sprintf("%d-drone", n%8)
 	ev := localstream.Event{RoutingKey: d, Writer: "telemetry/" + d, EventTime: p.base + int64(n)*1000,
 		IngestTime: time.Now().UnixNano(), ContentType: "text/plain", Payload: fmt.Appendf(nil, "%s-%d", p.tag, n)}
 	pos, err := st.Append(context.Background(), ev)
