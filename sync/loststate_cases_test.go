@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/edge-agent/edge-agent/central"
 )
 
@@ -18,20 +20,11 @@ import (
 // again) exactly once at new positions, and reports the loss from the
 // centre's cut, once; a second restart changes nothing.
 func TestLostLocalTail(t *testing.T) {
-	srv := startCentral(t, central.Config{})
-	nc := connect(t, srv.ClientURL())
-	dir := t.TempDir()
-	p := newProducer()
-	n := startNode(t, nc, dir, "agent-lt", ReplicatorConfig{})
-	p.add(t, n.st, 30)
-	waitAllAt(t, nc, n, "agent-lt", p, 20*time.Second)
-	n.rp.close()
-	p.add(t, n.st, 10) // never replicated
-	n.store.Close()
+	nc, dir, p, _ := replicatedThenStopped(t, "agent-lt")
 	if del := truncateLocalTail(t, dir, testStream, 12); del == 0 {
 		t.Fatal("the fault did not happen: nothing deleted")
 	}
-	n = startNode(t, nc, dir, "agent-lt", ReplicatorConfig{})
+	n := startNode(t, nc, dir, "agent-lt", ReplicatorConfig{})
 	p.add(t, n.st, 20) // offsets assigned again
 	waitAllAt(t, nc, n, "agent-lt", p, 20*time.Second)
 	s := n.rp.r.Stats()
@@ -52,28 +45,40 @@ func TestLostLocalTail(t *testing.T) {
 	t.Logf("%d events at the centre, %d lost inside %s", len(rep.events), lost, rep.lost[0].String())
 }
 
+// replicatedThenStopped runs an agent on a new central: 30 events reach
+// the centre, 10 more are captured after its replicator stopped, then
+// the store is closed. It returns the connection, the store directory,
+// the producer and the store identity.
+func replicatedThenStopped(t *testing.T, agent string) (*nats.Conn, string, *producer, string) {
+	t.Helper()
+	srv := startCentral(t, central.Config{})
+	nc := connect(t, srv.ClientURL())
+	dir := t.TempDir()
+	p := newProducer()
+	n := startNode(t, nc, dir, agent, ReplicatorConfig{})
+	p.add(t, n.st, 30)
+	waitAllAt(t, nc, n, agent, p, 20*time.Second)
+	n.rp.close()
+	p.add(t, n.st, 10) // never replicated
+	id := n.store.ID()
+	if err := n.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return nc, dir, p, id
+}
+
 // TestWipedStoreTakesOver (issue 11 case 1, replaced disk): the data
 // directory is deleted and the agent starts again with the same id. The
 // new store (a new identity) watches the chain, takes it over once it
 // stays still, sends all of its events beyond every old position, and
 // reports the old store's unsent events as lost.
 func TestWipedStoreTakesOver(t *testing.T) {
-	srv := startCentral(t, central.Config{})
-	nc := connect(t, srv.ClientURL())
-	dir := t.TempDir()
-	p := newProducer()
-	n := startNode(t, nc, dir, "agent-w", ReplicatorConfig{})
-	p.add(t, n.st, 30)
-	waitAllAt(t, nc, n, "agent-w", p, 20*time.Second)
-	n.rp.close()
-	p.add(t, n.st, 10) // lost with the directory
-	old := n.store.ID()
-	n.store.Close()
+	nc, dir, p, old := replicatedThenStopped(t, "agent-w")
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	n = startNode(t, nc, dir, "agent-w", ReplicatorConfig{})
+	n := startNode(t, nc, dir, "agent-w", ReplicatorConfig{})
 	if n.store.ID() == old {
 		t.Fatal("a wiped directory kept its store identity")
 	}
