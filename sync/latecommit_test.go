@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
 )
 
 // memSink is a Sink on an in-memory model of JetStream's rules: a
@@ -78,7 +79,7 @@ func (t *memTxn) Add(_ context.Context, rec localstream.Record) error {
 	return nil
 }
 
-func (t *memTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm Watermark, meta CommitMeta) (Committed, error) {
+func (t *memTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm watermark.Watermark, meta CommitMeta) (Committed, error) {
 	c := memCommit{expect: prev.Seq, rec: newCommitRecord("a1", t.stream, "i", t.number, cut, wm, meta, t.n, t.bytes, time.Now().UnixNano())}
 	s := t.sink
 	s.mu.Lock()
@@ -132,7 +133,7 @@ func TestLateCommitKeepsWatermarkMonotone(t *testing.T) {
 	// event before the cut.
 	events := map[localstream.Position]int64{}
 	seenLanded := 0
-	wmf := func(cut localstream.StreamCut) (Watermark, error) {
+	wmf := func(cut localstream.StreamCut) (watermark.Watermark, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		calls++
@@ -154,7 +155,7 @@ func TestLateCommitKeepsWatermarkMonotone(t *testing.T) {
 		if len(times) >= back {
 			lower = times[len(times)-back]
 		}
-		return Watermark{LowerNs: lower, UpperNs: lower, Cut: cut}, nil
+		return watermark.Watermark{LowerNs: lower, UpperNs: lower, Cut: cut}, nil
 	}
 	r := NewReplicator(st, sink, "i", ReplicatorConfig{CommitTimeout: 200 * time.Millisecond, IdleCommitInterval: 50 * time.Millisecond,
 		Watermark: wmf, Logger: slog.New(slog.DiscardHandler)})
