@@ -200,7 +200,7 @@ func fieldName(f reflect.StructField) string {
 
 // isLevel tells the uint64 fields that are levels, not counts since start.
 func isLevel(name string) bool {
-	for _, w := range []string{"backlog", "_last_", "queue", "free", "_length", "_len"} {
+	for _, w := range []string{"backlog", "_last_", "queue", "free", "_length", "_len", "epoch_base"} {
 		if strings.Contains(name, w) {
 			return true
 		}
