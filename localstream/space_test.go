@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,4 +240,94 @@ func fillTele(t testing.TB, tele *Stream, n int) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestPayloadFilesFollowSegments: large payloads live in payload files of
+// their segment; a sealed segment's files go once its head passes them,
+// a reopened store reads the old files and writes new ones, and files no
+// index key names (a batch that never committed) are removed at Open.
+func TestPayloadFilesFollowSegments(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{ValueLogFileSize: 1 << 20, MinFreeBytes: -1})
+	st := mustStream(t, s, "video", 1)
+	ctx := context.Background()
+	big := func(i int) []byte {
+		p := make([]byte, 64<<10)
+		copy(p, fmt.Sprintf("chunk %d\n", i))
+		return p
+	}
+	files := func() []string {
+		m, _ := filepath.Glob(filepath.Join(dir, payloadDir, "*"))
+		return m
+	}
+	for i := range 40 { // 2.5 MiB: three files of the first segment
+		if _, err := st.Append(ctx, Event{RoutingKey: fmt.Sprintf("d%d", i%4), Writer: "w", Payload: big(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(files()); n != 3 {
+		t.Fatalf("%d payload files after 2.5 MiB in 1 MiB files, want 3: %v", n, files())
+	}
+	if _, err := st.Split(st.Topology().Open()[0].ID, 2); err != nil {
+		t.Fatal(err)
+	}
+	for i := 40; i < 48; i++ {
+		if _, err := st.Append(ctx, Event{RoutingKey: fmt.Sprintf("d%d", i%4), Writer: "w", Payload: big(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Shed everything of the sealed segment: its files go, the successors' stay.
+	var sealed SegmentID
+	for _, sg := range st.Topology().Segments {
+		if sg.Sealed {
+			sealed = sg.ID
+		}
+	}
+	if _, err := st.Shed(ctx, cutAfter(t, st, 40), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if st.Topology().Segments[sealed].Start != 40 {
+		t.Fatalf("sealed segment not shed to its end: %+v", st.Topology().Segments[sealed])
+	}
+	left := files()
+	if len(left) != 2 {
+		t.Fatalf("after shedding the sealed segment: payload files %v, want the 2 of its successors", left)
+	}
+	os.WriteFile(filepath.Join(dir, payloadDir, "video.0000000099"), []byte("never committed"), 0o644)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := openStore(t, dir, Options{ValueLogFileSize: 1 << 20, MinFreeBytes: -1})
+	if got := files(); !slices.Equal(got, left) {
+		t.Fatalf("after reopen: payload files %v, want %v (the uncommitted one removed)", got, left)
+	}
+	st2, _ := s2.Stream("video")
+	if _, err := st2.Append(ctx, Event{RoutingKey: "d0", Writer: "w", Payload: big(48)}); err != nil {
+		t.Fatal(err)
+	}
+	recs := readAll(t, st2)
+	seen := map[string]bool{}
+	for _, r := range recs {
+		seen[payloadIDOf(r.Payload)] = true
+	}
+	for i := 40; i <= 48; i++ {
+		if !seen[fmt.Sprintf("chunk %d", i)] {
+			t.Fatalf("chunk %d lost after reopen (have %d records)", i, len(recs))
+		}
+	}
+	data := 0
+	for _, r := range recs {
+		if !r.Flags.Has(FlagGap) {
+			data++
+		}
+	}
+	if data != 9 { // 8 chunks of the successors and the new one
+		t.Fatalf("%d data records after reopen, want 9", data)
+	}
+}
+
+func payloadIDOf(p []byte) string {
+	s, _, _ := strings.Cut(string(p), "\n")
+	return s
 }
