@@ -60,7 +60,7 @@ let prev = null;
 const palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b"];
 const plots = {};
 
-function makePlot(id, series) {
+function makePlot(id, series, fmt) {
   const div = document.getElementById(id);
   div.textContent = "";
   const width = Math.max(300, div.clientWidth || 380);
@@ -69,7 +69,7 @@ function makePlot(id, series) {
     scales: { x: { time: true } },
     legend: { live: false },
     series: [{}].concat(series),
-    axes: [{}, { size: 60 }],
+    axes: [{}, { size: 70, values: fmt ? (u, vals) => vals.map(fmt) : undefined }],
   };
   const data = [[]].concat(series.map(() => []));
   return { u: new uPlot(opts, data, div), div, keys: series.map((s) => s.key) };
@@ -89,7 +89,7 @@ function ensurePlots(streams) {
   });
   plots.lag = makePlot("plot-lag", lag);
   plots.backlog = makePlot("plot-backlog", backlog);
-  plots.uplink = makePlot("plot-uplink", uplink);
+  plots.uplink = makePlot("plot-uplink", uplink, fmtBytes);
 }
 
 function streamKeys(streams) {
