@@ -20,13 +20,12 @@ func (s *Store) ensureID() error {
 	if err != nil {
 		return fmt.Errorf("localstream: read store identity: %w", err)
 	}
+	s.openID = randomID()
 	if ok && len(v) > 0 {
 		s.id = string(v)
 		return nil
 	}
-	b := make([]byte, 8)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
+	id := randomID()
 	if err := s.update(func(txn *badger.Txn) error { return txn.Set(metaKey(storeIDKey), []byte(id)) }); err != nil {
 		return fmt.Errorf("localstream: write store identity: %w", err)
 	}
@@ -36,6 +35,18 @@ func (s *Store) ensureID() error {
 	s.id = id
 	return nil
 }
+
+// randomID is 16 random hex digits.
+func randomID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// OpenID identifies this Open of the store: random, new at every Open.
+// Runs that see the same OpenID saw the same recovered tail and nothing
+// lost in between. Safe for concurrent use.
+func (s *Store) OpenID() string { return s.openID }
 
 // ID returns the store identity: random, made when the store was created
 // and kept in it. A wiped or replaced data directory gets a new one; a

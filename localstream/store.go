@@ -25,6 +25,8 @@ type Store struct {
 	log  *slog.Logger
 	// id is the store identity (see ID); set by Open.
 	id string
+	// openID is random per Open (see OpenID).
+	openID string
 
 	// mu guards streams.
 	mu      stdsync.Mutex

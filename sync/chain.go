@@ -106,6 +106,9 @@ func (r *Replicator) load() error {
 type openEntry struct {
 	Instance  string                `json:"instance"`
 	Recovered localstream.StreamCut `json:"recovered"`
+	// Open is the store's OpenID at the run (absent in entries kept
+	// before it existed): runs of one Open lost nothing in between.
+	Open string `json:"open,omitempty"`
 }
 
 // maxOpens bounds the kept Opens per stream.
@@ -126,7 +129,7 @@ func (r *Replicator) loadOpens() error {
 			return fmt.Errorf("%w: opens: %v", ErrCorruptRecord, err)
 		}
 	}
-	r.opens = append(r.opens, openEntry{Instance: r.instance, Recovered: r.recovered})
+	r.opens = append(r.opens, openEntry{Instance: r.instance, Recovered: r.recovered, Open: s.OpenID()})
 	if len(r.opens) > maxOpens {
 		r.opens = r.opens[len(r.opens)-maxOpens:]
 	}
@@ -137,25 +140,33 @@ func (r *Replicator) loadOpens() error {
 	return nil
 }
 
-// recoveredAfter is ResumeInput.RecoveredAfter over the kept Opens.
+// recoveredAfter is ResumeInput.RecoveredAfter over the kept Opens. Only
+// the runs of another Open of the store count: a run of the same Open (a
+// replicator restarted in one process) saw the same recovered tail, and
+// nothing was lost since; for a run of this very Open the bound is the
+// current tail.
 func (r *Replicator) recoveredAfter(instance string) (localstream.StreamCut, bool) {
-	start := 0
+	start, open := 0, ""
 	for i, o := range r.opens {
 		if o.Instance == instance {
-			start = i + 1
+			start, open = i+1, o.Open
 		}
-	}
-	if start >= len(r.opens) {
-		return localstream.StreamCut{}, false
 	}
 	topo := r.st.Topology()
-	low := r.opens[start].Recovered
-	for _, o := range r.opens[start+1:] {
-		if le, err := topo.LessEq(o.Recovered, low); err == nil && le {
-			low = o.Recovered
+	var low localstream.StreamCut
+	found := false
+	for _, o := range r.opens[start:] {
+		if open != "" && o.Open == open {
+			continue
+		}
+		if le, err := topo.LessEq(o.Recovered, low); !found || err == nil && le {
+			low, found = o.Recovered, true
 		}
 	}
-	return low, true
+	if !found && open != "" && open == r.st.Store().OpenID() {
+		return topo.TailCut(), true
+	}
+	return low, found
 }
 
 // knownInstance reports whether instance is a run of this store.

@@ -362,7 +362,7 @@ func (in ResumeInput) rebaseLostTail() ResumeAction {
 // floor is the tail below which the store's offsets are those it had
 // when the run instance wrote: the lowest tail an Open found since.
 func (in ResumeInput) floor(instance string) localstream.StreamCut {
-	if instance != "" && instance != in.Instance && in.RecoveredAfter != nil {
+	if instance != "" && in.RecoveredAfter != nil {
 		if c, ok := in.RecoveredAfter(instance); ok && in.Topo.Validate(c) == nil {
 			return c
 		}
