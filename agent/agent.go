@@ -52,7 +52,7 @@ type Agent struct {
 	central  *central.Server
 	nc       *nats.Conn
 	sink     *sync.JetStreamSink
-	repls    []*sync.Replicator
+	repl     *sync.Replication
 	video    *video.Ingest
 	telem    *telemetry.Ingester
 	devices  *deviceParts
@@ -180,17 +180,13 @@ func (a *Agent) run(ctx context.Context) (err error) {
 	}
 	cleanup = append(cleanup, a.stopCentral)
 
-	// Replication runs until the final commit after intake stopped.
+	// Replication runs until the final commit after intake stopped. A
+	// stream stopped by a permanent error is logged and shown in /status.
 	replCtx, stopRepl := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRepl()
 	var replWG stdsync.WaitGroup
-	for _, r := range a.repls {
-		replWG.Go(func() {
-			if err := r.Run(replCtx); err != nil && !errors.Is(err, context.Canceled) {
-				a.setErr("sync/"+r.Stream(), err)
-				a.log.Error("replication stopped", "stream", r.Stream(), "err", err)
-			}
-		})
+	if a.repl != nil {
+		replWG.Go(func() { a.repl.Run(replCtx) })
 	}
 	cleanup = append(cleanup, func() { stopRepl(); replWG.Wait() })
 
@@ -323,22 +319,14 @@ func (a *Agent) startCentral() error {
 	if err := a.checkIntakeLimits(sink.Limits()); err != nil {
 		return err
 	}
-	var uplink *sync.Uplink
-	if c.UplinkBytesPerSec > 0 {
-		uplink = sync.NewUplink(c.UplinkBytesPerSec)
-	}
-	for _, name := range slices.Sorted(maps.Keys(a.streams)) {
-		tr := a.trackers[name]
-		prio := sync.DefaultPriority(name)
-		if p, ok := c.Priorities[name]; ok {
-			prio = p
-		}
-		a.repls = append(a.repls, sync.NewReplicator(a.streams[name], sink, a.instance, sync.ReplicatorConfig{
-			Priority: &prio, MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
-			CommitInterval: c.CommitInterval, Uplink: uplink, Logger: a.log.With("stream", name),
-			Watermark: a.committedWatermark(name, tr), Takeover: c.Takeover,
-		}))
-	}
+	a.repl = sync.NewReplication(a.store, sink, sync.ReplicationConfig{
+		Instance: a.instance, Priorities: c.Priorities, UplinkBytesPerSec: c.UplinkBytesPerSec,
+		Template: sync.ReplicatorConfig{MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
+			CommitInterval: c.CommitInterval, Takeover: c.Takeover},
+		Streams:    slices.Sorted(maps.Keys(a.streams)),
+		Watermarks: func(name string) sync.CommittedWatermarkFunc { return a.committedWatermark(name, a.trackers[name]) },
+		Logger:     a.log,
+	})
 	return nil
 }
 
@@ -382,28 +370,17 @@ func (a *Agent) stopCentral() {
 	}
 }
 
-// finalCommit waits until every replicator has committed the whole local
+// finalCommit waits until every stream has committed its whole local
 // backlog, or the shutdown timeout.
 func (a *Agent) finalCommit() {
-	if len(a.repls) == 0 {
+	if a.repl == nil {
 		return
 	}
-	deadline := time.Now().Add(a.cfg.Central.ShutdownTimeout)
-	for time.Now().Before(deadline) {
-		behind := uint64(0)
-		for _, r := range a.repls {
-			s := r.Stats()
-			if s.State == sync.StateStopped {
-				continue
-			}
-			behind += s.BacklogEvents
-		}
-		if behind == 0 {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.Central.ShutdownTimeout)
+	defer cancel()
+	if err := a.repl.WaitCaughtUp(ctx); err != nil {
+		a.log.Warn("shutdown: final commit incomplete; the backlog replicates on the next start", "err", err)
 	}
-	a.log.Warn("shutdown: final commit incomplete; the backlog replicates on the next start")
 }
 
 func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {

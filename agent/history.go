@@ -127,8 +127,7 @@ func (a *Agent) streamSamples() map[string]streamSample {
 		}
 		row[name] = s
 	}
-	for _, r := range a.repls {
-		rs := r.Stats()
+	for _, rs := range a.replStats() {
 		s := row[rs.Stream]
 		if rs.WatermarkLowerNs != 0 {
 			s.committedLag = lagSeconds(now, rs.WatermarkLowerNs)

@@ -61,8 +61,7 @@ func (a *Agent) replicationProblems(now time.Time) []string {
 	nc := a.centralConn()
 	reachable := nc != nil && (nc.IsConnected() || nc.IsClosed())
 	var out []string
-	for _, r := range a.repls {
-		s := r.Stats()
+	for _, s := range a.replStats() {
 		if p := s.Problem(now, replicationStall); p != "" && (s.Stopped != "" || reachable) {
 			out = append(out, p)
 		}

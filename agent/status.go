@@ -84,8 +84,7 @@ func (a *Agent) Status() Status {
 		s.Errors["central"] = msg
 	}
 	repl := map[string]*sync.StreamStats{}
-	for _, r := range a.repls {
-		rs := r.Stats()
+	for _, rs := range a.replStats() {
 		repl[rs.Stream] = &rs
 		if rs.LastError != "" {
 			s.Errors["sync/"+rs.Stream] = rs.LastError
@@ -139,4 +138,12 @@ func (a *Agent) Status() Status {
 func lagSeconds(now time.Time, lowerNs int64) *float64 {
 	l := now.Sub(time.Unix(0, lowerNs)).Seconds()
 	return &l
+}
+
+// replStats are the streams' replication snapshots (none without central).
+func (a *Agent) replStats() []sync.StreamStats {
+	if a.repl == nil {
+		return nil
+	}
+	return a.repl.Stats()
 }

@@ -36,6 +36,9 @@ type ReplicationConfig struct {
 	// Watermarks gives a stream's committed-watermark function (nil or a
 	// nil result: no watermark).
 	Watermarks func(stream string) CommittedWatermarkFunc
+	// Streams names the streams to replicate. Default (nil): every
+	// stream of the store, including streams created later.
+	Streams []string
 	// DiscoverInterval is how often streams created later are picked up.
 	// Default 1 s.
 	DiscoverInterval time.Duration
@@ -45,20 +48,20 @@ type ReplicationConfig struct {
 
 // Replication runs one Replicator per local stream, sharing one uplink
 // cap in priority order. A stream stopped by a permanent error does not
-// stop the others. New starts nothing; Run blocks; Stats is safe for
-// concurrent use; Close is idempotent and joins the replicators.
+// stop the others. New starts nothing; Run blocks until its ctx ends and
+// has then joined every replicator (the one way to stop); Stats and
+// WaitCaughtUp are safe for concurrent use.
 type Replication struct {
 	store  *localstream.Store
 	sink   Sink
 	cfg    ReplicationConfig
 	uplink *Uplink
+	// discovered is closed once Run has started the streams there were.
+	discovered chan struct{}
 
 	mu stdsync.Mutex
 	// reps are the replicators by stream. Guarded by mu.
 	reps map[string]*Replicator
-	// cancel stops Run's replicators. Guarded by mu.
-	cancel context.CancelFunc
-	wg     stdsync.WaitGroup
 }
 
 // NewReplication returns the replication of store's streams into sink.
@@ -69,21 +72,26 @@ func NewReplication(store *localstream.Store, sink Sink, cfg ReplicationConfig) 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Replication{store: store, sink: sink, cfg: cfg, uplink: NewUplink(cfg.UplinkBytesPerSec), reps: map[string]*Replicator{}}
+	return &Replication{store: store, sink: sink, cfg: cfg, uplink: NewUplink(cfg.UplinkBytesPerSec),
+		reps: map[string]*Replicator{}, discovered: make(chan struct{})}
 }
 
-// Run replicates every stream (and streams created later) until ctx ends.
+// Run replicates every stream (and streams created later) until ctx ends,
+// then returns nil once every replicator has stopped.
 func (r *Replication) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	r.mu.Lock()
-	r.cancel = cancel
-	r.mu.Unlock()
-	defer r.wg.Wait()
-	defer cancel()
+	var wg stdsync.WaitGroup
+	defer wg.Wait()
 	t := time.NewTicker(r.cfg.DiscoverInterval)
 	defer t.Stop()
-	for {
-		r.discover(ctx)
+	for first := true; ; first = false {
+		r.discover(ctx, &wg)
+		if first {
+			select {
+			case <-r.discovered: // an earlier Run
+			default:
+				close(r.discovered)
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -93,12 +101,12 @@ func (r *Replication) Run(ctx context.Context) error {
 }
 
 // discover starts a replicator for every stream without one.
-func (r *Replication) discover(ctx context.Context) {
+func (r *Replication) discover(ctx context.Context, wg *stdsync.WaitGroup) {
 	for _, st := range r.store.Streams() {
 		r.mu.Lock()
 		_, have := r.reps[st.Name()]
 		r.mu.Unlock()
-		if have {
+		if have || r.cfg.Streams != nil && !slices.Contains(r.cfg.Streams, st.Name()) {
 			continue
 		}
 		cfg := r.cfg.Template
@@ -118,11 +126,9 @@ func (r *Replication) discover(ctx context.Context) {
 		r.mu.Lock()
 		r.reps[st.Name()] = rep
 		r.mu.Unlock()
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
-			rep.Run(ctx) // a permanent error is kept in rep.Stats
-		}()
+		wg.Go(func() {
+			rep.Run(ctx) // a permanent error is logged and kept in rep.Stats
+		})
 	}
 }
 
@@ -150,24 +156,17 @@ func (r *Replication) Stats() []StreamStats {
 	return out
 }
 
-// Close stops the replicators and waits for them.
-func (r *Replication) Close() error {
-	r.mu.Lock()
-	cancel := r.cancel
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	r.wg.Wait()
-	return nil
-}
-
 // WaitCaughtUp blocks until every replicating stream has committed what
 // was durable locally when it was called (the final commit of a graceful
 // shutdown: stop the intake, then WaitCaughtUp with a deadline, then
 // cancel Run), or ctx ends. Streams stopped by a permanent error are
-// skipped.
+// skipped. It waits for Run to have started the streams first.
 func (r *Replication) WaitCaughtUp(ctx context.Context) error {
+	select {
+	case <-r.discovered:
+	case <-ctx.Done():
+		return fmt.Errorf("sync: replication not started: %w", ctx.Err())
+	}
 	r.mu.Lock()
 	reps := make([]*Replicator, 0, len(r.reps))
 	for _, rep := range r.reps {
@@ -182,8 +181,9 @@ func (r *Replication) WaitCaughtUp(ctx context.Context) error {
 	return nil
 }
 
-// WaitCaughtUp blocks until the central cut covers the local tail as of
-// the call, the replicator stopped on a permanent error, or ctx ends.
+// WaitCaughtUp blocks until the central cut (before the first commit: the
+// head, as for the backlog in Stats) covers the local tail as of the call,
+// the replicator stopped on a permanent error, or ctx ends.
 func (r *Replicator) WaitCaughtUp(ctx context.Context) error {
 	tail := r.st.TailCut()
 	t := time.NewTicker(10 * time.Millisecond)
@@ -195,10 +195,12 @@ func (r *Replicator) WaitCaughtUp(ctx context.Context) error {
 		if stopped != nil {
 			return nil
 		}
-		if cut, ok := r.localCut(last); ok {
-			if le, err := r.st.Topology().LessEq(tail, cut); err == nil && le {
-				return nil
-			}
+		cut, ok := r.localCut(last)
+		if !ok {
+			cut = r.st.HeadCut()
+		}
+		if le, err := r.st.Topology().LessEq(tail, cut); err == nil && le {
+			return nil
 		}
 		select {
 		case <-ctx.Done():

@@ -71,7 +71,6 @@ func startCutAgent(t *testing.T, nc *nats.Conn, id string) *cutAgent {
 		once.Do(func() {
 			cancel()
 			<-a.done
-			a.repl.Close()
 		})
 	}
 	t.Cleanup(func() {

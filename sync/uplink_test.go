@@ -71,7 +71,7 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- rep.Run(rctx) }()
-	defer func() { cancel(); <-done; rep.Close() }()
+	defer func() { cancel(); <-done }()
 	waitFor(t, 10*time.Second, "video replication started", func() bool {
 		for _, s := range rep.Stats() {
 			if s.Stream == "video" && s.Txns > 0 {
