@@ -310,7 +310,7 @@ func (a *Agent) startCentral() error {
 		// Connect returns at once and keeps retrying: say so, with the URL.
 		a.log.Warn("central not reachable; capturing locally and retrying", "url", a.CentralURL())
 	}
-	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.Layout,
+	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.EffectiveLayout(),
 		Limits: c.serverLimits()})
 	if err != nil {
 		return err

@@ -192,7 +192,11 @@ type CentralConfig struct {
 	CommitInterval time.Duration `yaml:"commit_interval"`
 	// Layout is the central layout written: 2 (one message per
 	// transaction, packed and compressed) or 1 (one message per event).
-	// Both are read. Default 2.
+	// Both are read by the reader API, `read` and `export`. Default 0:
+	// 2 with the embedded central (new, self-contained), 1 with a central
+	// URL, where existing consumers may read the messages raw — a fleet
+	// moves to 2 by setting it, once its consumers read through the
+	// reader API or sync.DecodeMessage (docs/sync.md).
 	Layout int `yaml:"layout"`
 	// MaxTxnEvents bounds a transaction's events. Default 0 = the
 	// layout's bound (layout 2: 100,000, the max payload binds first;
@@ -223,6 +227,19 @@ type CentralConfig struct {
 	// (edge-agent run --takeover): left in a file, it would let a twin
 	// take over at every restart.
 	Takeover bool `yaml:"-"`
+}
+
+// EffectiveLayout is the layout written: Layout, or for 0 the default
+// (2 with the embedded central, 1 with a central URL).
+func (c CentralConfig) EffectiveLayout() int {
+	switch {
+	case c.Layout != 0:
+		return c.Layout
+	case c.URL == "embedded":
+		return 2
+	default:
+		return 1
+	}
 }
 
 // EmbeddedCentral configures an in-process JetStream server.
@@ -268,7 +285,7 @@ func NewDefaultConfig() Config {
 			BinaryContentType: "application/octet-stream", LaneDepth: 4096, MaxDrones: 1024, DroneIdleTimeout: time.Minute,
 			KeepAlive: 15 * time.Second, MaxReconnectInterval: 10 * time.Second},
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
-			CommitInterval: 100 * time.Millisecond, Layout: 2, MaxTxnBytes: 8 << 20,
+			CommitInterval: 100 * time.Millisecond, MaxTxnBytes: 8 << 20,
 			MaxBatchSize: 1000, MaxBatchInflight: 50, BatchTimeout: 10 * time.Second, MaxControlLine: 4096,
 			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
 		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second, MaxDrones: 1024,
@@ -480,10 +497,10 @@ func (c CentralConfig) validate() error {
 			return bad("central.embedded.listen", "%q: want HOST:PORT", c.Embedded.Listen)
 		}
 	}
-	if c.Layout != 1 && c.Layout != 2 {
-		return bad("central.layout", "%d: want 2 (packed, the default) or 1 (a message per event)", c.Layout)
+	if c.Layout < 0 || c.Layout > 2 {
+		return bad("central.layout", "%d: want 2 (packed), 1 (a message per event) or 0 (2 with the embedded central, 1 with a URL)", c.Layout)
 	}
-	if c.MaxTxnEvents < 0 || c.Layout == 1 && c.MaxTxnEvents > 999 || c.MaxTxnEvents > 100_000 {
+	if c.MaxTxnEvents < 0 || c.EffectiveLayout() == 1 && c.MaxTxnEvents > 999 || c.MaxTxnEvents > 100_000 {
 		return bad("central.max_txn_events", "%d: want 0 (the layout's bound) or 1..999 for layout 1 (the server's batch limit is 1000 with the commit record), 1..100000 for layout 2", c.MaxTxnEvents)
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
@@ -539,7 +556,7 @@ func (c CentralConfig) validateLimits() error {
 		return bad("central.batch_timeout", "%v: want a positive duration (the server's default is 10s)", c.BatchTimeout)
 	case c.MaxControlLine < 512:
 		return bad("central.max_control_line", "%d: want at least 512 (the server's default is 4096)", c.MaxControlLine)
-	case c.Layout == 1 && c.MaxTxnEvents >= c.MaxBatchSize:
+	case c.EffectiveLayout() == 1 && c.MaxTxnEvents >= c.MaxBatchSize:
 		return bad("central.max_txn_events", "%d: want at most central.max_batch_size − 1 = %d (the commit record is in the batch too)", c.MaxTxnEvents, c.MaxBatchSize-1)
 	case 2*c.CommitInterval >= c.BatchTimeout:
 		return bad("central.commit_interval", "%v: want below half of central.batch_timeout %v (the server drops a batch open that long)", c.CommitInterval, c.BatchTimeout)

@@ -7,9 +7,11 @@
 //
 // One JetStream stream per local stream, EDGE_<STREAM> (upper case),
 // subjects "edge.<stream>.>", file storage, allow_atomic: true, created by
-// the agent when missing. Two layouts share it; the agent writes layout 2
-// unless configured with layout 1 (JetStreamOptions.Layout, `central.layout`
-// in the YAML); the reader reads both, also mixed in one agent's history
+// the agent when missing. Two layouts share it; the agent writes the one
+// configured (JetStreamOptions.Layout; `central.layout` in the YAML, whose
+// default is 2 with the embedded central and 1 with a central URL, so that
+// upgraded agents do not change what existing raw consumers of a cluster
+// read); the reader reads both, also mixed in one agent's history
 // (an upgraded agent continues its commit chain on the same cut subject).
 //
 // # Layout 2 (default): one message per transaction
