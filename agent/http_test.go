@@ -22,20 +22,15 @@ func TestHTTPConnectionBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var open, peak atomic.Int64
+	// Connections are counted beneath the limit, where they are accepted
+	// and closed: the limit gives a slot back only after the close
+	// (counting in ConnState saw the next StateNew before the last
+	// StateClosed, 65 at once, on a loaded machine).
+	cl := &countingListener{Listener: ln}
+	open, peak := &cl.open, &cl.peak
 	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	srv.IdleTimeout = 300 * time.Millisecond
-	srv.ConnState = func(_ net.Conn, s http.ConnState) {
-		switch s {
-		case http.StateNew:
-			n := open.Add(1)
-			for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-			}
-		case http.StateClosed, http.StateHijacked:
-			open.Add(-1)
-		}
-	}
-	go srv.Serve(netutil.LimitListener(ln, maxHTTPConns))
+	go srv.Serve(netutil.LimitListener(cl, maxHTTPConns))
 	defer srv.Close()
 	const clients = 200
 	var wg sync.WaitGroup
@@ -81,4 +76,35 @@ func TestHTTPConnectionBounds(t *testing.T) {
 	if srv.MaxHeaderBytes != httpMaxHeaderBytes || srv.ReadHeaderTimeout == 0 {
 		t.Fatalf("server unbounded: %+v", srv)
 	}
+}
+
+// countingListener counts the connections it accepted that are not closed
+// yet, and their peak.
+type countingListener struct {
+	net.Listener
+	open, peak atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	n := l.open.Add(1)
+	for p := l.peak.Load(); n > p && !l.peak.CompareAndSwap(p, n); p = l.peak.Load() {
+	}
+	return &countedConn{Conn: c, l: l}, nil
+}
+
+// countedConn gives its count back once, at its first Close.
+type countedConn struct {
+	net.Conn
+	l    *countingListener
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.open.Add(-1) })
+	return err
 }
