@@ -37,7 +37,8 @@ type ReplicatorConfig struct {
 	// first event. Default 100 ms.
 	CommitInterval time.Duration
 	// IdleCommitInterval is how often an idle stream commits an empty
-	// transaction when its committed watermark moved. Default 1 s.
+	// transaction when its committed watermark moved (and checks the
+	// Heartbeat). Default 1 s.
 	IdleCommitInterval time.Duration
 	// CommitTimeout bounds the wait for a commit's ack; then the outcome
 	// is read from the central store. Default 3 s.
