@@ -113,9 +113,11 @@ func TestSIGKILLDuringAppends(t *testing.T) {
 			t.Fatal(err)
 		}
 		ready := make(chan struct{})
+		firstAck := make(chan struct{})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			acks := 0
 			sc := bufio.NewScanner(stdout)
 			for sc.Scan() {
 				line := sc.Text()
@@ -135,6 +137,9 @@ func TestSIGKILLDuringAppends(t *testing.T) {
 					acked[key] = map[uint64]Position{}
 				}
 				acked[key][seq] = Position{Segment: SegmentID(seg), Offset: off}
+				if acks++; acks == 1 {
+					close(firstAck)
+				}
 			}
 		}()
 		select {
@@ -142,6 +147,15 @@ func TestSIGKILLDuringAppends(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			cmd.Process.Kill()
 			t.Fatal("child never got ready")
+		}
+		// The kill lands while appends are in flight: after the first
+		// acknowledgement (on a loaded machine the child's first fsync
+		// can take longer than the random delay alone).
+		select {
+		case <-firstAck:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("child acknowledged no append in 30s")
 		}
 		time.Sleep(time.Duration(30+rng.IntN(300)) * time.Millisecond)
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
