@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test race bench fuzz lint build dist
+.PHONY: test race bench bench-peers fuzz lint build dist
 
 build:
 	$(GO) build -o bin/edge-agent ./cmd/edge-agent
@@ -19,6 +19,11 @@ race:
 # Benchmarks and side-by-side harnesses; figures go into BENCHMARKS.md.
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS)
+
+# The peers harness (../shared/bench-peers) with a consumer of both central
+# layouts; the agent on layout 2 (EDGE_CENTRAL_LAYOUT=1 for layout 1).
+bench-peers:
+	bench/peers.sh
 
 # Each fuzz target for FUZZTIME (default 20s).
 FUZZTIME ?= 20s
