@@ -243,7 +243,7 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	// fragment without start: dropped either way, never held.
 	if r.video.FramesTooLarge+r.video.MalformedPayload == 0 || r.video.Evicted == 0 || r.video.NotRTP == 0 || r.tel.Oversize == 0 ||
 		r.tel.DroneIDsMapped == 0 || r.tel.InvalidJSON == 0 || r.tel.DronesReleased == 0 {
-		tb.Fatalf("the hostile input did not happen as planned: video %+v\ntelemetry %+v", r.video.DroneStats, r.tel)
+		tb.Fatalf("the hostile input did not happen as planned: evicted %d, not RTP %d, video %+v\ntelemetry %+v", r.video.Evicted, r.video.NotRTP, r.video.DroneStats, r.tel)
 	}
 	tb.Logf("hostile run %s: RSS %d → peak %d → %d MiB after; heap in use %d → peak %d → %d MiB after (bound %d MiB)",
 		dur, r.rssBefore>>20, r.rssPeak>>20, r.rssAfter>>20, r.heapBefore>>20, r.heapPeak>>20, r.heapAfter>>20, hostileHeapBound>>20)
@@ -459,6 +459,14 @@ func sendSSRCFlood(g *gate, addr string, seed uint64, n int) int {
 	sr := make([]byte, 28)
 	sr[0], sr[1], sr[3] = 0x80, 200, 6
 	for s := 0; s < n; s++ {
+		if s == n/2 {
+			// A pause longer than video.evict_idle: the first half's
+			// drones are silent by now, so the second half must take
+			// their slots (evicted) rather than only be refused — on a
+			// fast machine the whole flood took less than evict_idle
+			// and nothing was ever evicted.
+			time.Sleep(video.NewDefaultConfig().EvictIdle + 500*time.Millisecond)
+		}
 		g.send(3)
 		ssrc := 0x7000_0000 + uint32(s)
 		binary.BigEndian.PutUint32(rtp[8:], ssrc)
