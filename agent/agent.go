@@ -415,21 +415,10 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 			return fmt.Errorf("%w: telemetry.enabled needs a streams.telemetry entry", ErrConfig)
 		}
 		t := a.cfg.Telemetry
-		unit, err := telemetry.ParseTimeUnit(t.TimeUnit)
-		if err != nil {
-			return fmt.Errorf("%w: telemetry.time_unit: %w", ErrConfig, err)
-		}
-		tc := telemetry.NewDefaultConfig()
-		tc.Broker, tc.ClientID, tc.Topics, tc.StatusTopic = t.Broker, t.ClientID, t.Topics, t.StatusTopic
+		tc := t.Config
 		if tc.ClientID == "" {
 			tc.ClientID = telemetry.ClientIDFor(a.id)
 		}
-		tc.TimeField, tc.TimeUnit, tc.MaxPayload = t.TimeField, unit, t.MaxPayload
-		tc.Username, tc.PasswordFile, tc.PasswordEnv = t.Username, t.PasswordFile, t.PasswordEnv
-		tc.CAFile, tc.CertFile, tc.KeyFile, tc.ServerName = t.CAFile, t.CertFile, t.KeyFile, t.ServerName
-		tc.BinaryContentType, tc.LaneDepth, tc.MaxDrones = t.BinaryContentType, t.LaneDepth, t.MaxDrones
-		tc.DroneIdleTimeout = t.DroneIdleTimeout
-		tc.KeepAlive, tc.MaxReconnectInterval = t.KeepAlive, t.MaxReconnectInterval
 		tc.Logger = a.log.With("part", "telemetry")
 		in, err := telemetry.New(tc, telemetry.Sink{Stream: d.telemetrySink(st), Meta: a.store,
 			Marks: d.telemetryMarks(tr)})

@@ -15,6 +15,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/edge-agent/edge-agent/devices"
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/sync"
@@ -125,47 +126,11 @@ type VideoConfig struct {
 type TelemetryConfig struct {
 	// Enabled turns telemetry capture on. Default true.
 	Enabled bool `yaml:"enabled"`
-	// Broker is the MQTT broker URL (tcp://, ssl://, ws://). Default tcp://127.0.0.1:1883.
-	Broker string `yaml:"broker"`
-	// ClientID is the MQTT client id; default derived from the agent id.
-	ClientID string `yaml:"client_id"`
-	// Topics are the subscriptions, with {drone} marking the drone id level.
-	Topics []string `yaml:"topics"`
-	// StatusTopic carries online/offline (and the drones' last will).
-	StatusTopic string `yaml:"status_topic"`
-	// TimeField is the JSON field holding the event time. Default timestamp.
-	TimeField string `yaml:"time_field"`
-	// TimeUnit of a numeric time field: auto, s, ms, us, ns. Default auto.
-	TimeUnit string `yaml:"time_unit"`
-	// MaxPayload: bigger messages are counted, dropped and acked. Default 64 KiB.
-	MaxPayload int `yaml:"max_payload"`
-	// Username, PasswordFile / PasswordEnv authenticate (never logged).
-	Username     string `yaml:"username"`
-	PasswordFile string `yaml:"password_file"`
-	PasswordEnv  string `yaml:"password_env"`
-	// CAFile, CertFile, KeyFile configure TLS; ServerName overrides the
-	// name verified in the broker's certificate.
-	CAFile     string `yaml:"ca_file"`
-	CertFile   string `yaml:"cert_file"`
-	KeyFile    string `yaml:"key_file"`
-	ServerName string `yaml:"server_name"`
-	// BinaryContentType is the content type of non-JSON payloads. Default application/octet-stream.
-	BinaryContentType string `yaml:"binary_content_type"`
-	// LaneDepth bounds the messages queued per drone; keep it at or above the
-	// broker's max_inflight_messages. Default 4096.
-	LaneDepth int `yaml:"lane_depth"`
-	// MaxDrones bounds the drones with a queue. When all are taken, a new
-	// drone takes the slot of one offline or idle for DroneIdleTimeout;
-	// else it waits, unacknowledged (never dropped). Default 1024.
-	MaxDrones int `yaml:"max_drones"`
-	// DroneIdleTimeout: a drone silent this long may give its slot to a
-	// new drone. Default 60s.
-	DroneIdleTimeout time.Duration `yaml:"drone_idle_timeout"`
-	// KeepAlive is the MQTT keep-alive (a silent dead link is found within
-	// 1.5× it). Default 15s.
-	KeepAlive time.Duration `yaml:"keep_alive"`
-	// MaxReconnectInterval caps the reconnect backoff. Default 10s.
-	MaxReconnectInterval time.Duration `yaml:"max_reconnect_interval"`
+	// Config is the telemetry package's configuration (broker, topics,
+	// time field, bounds, credentials, ...). The agent's defaults are the
+	// package's, with the broker tcp://127.0.0.1:1883; client_id defaults
+	// to one derived from the agent id.
+	telemetry.Config `yaml:",inline"`
 }
 
 // CentralConfig configures the central JetStream and replication.
@@ -278,12 +243,8 @@ func NewDefaultConfig() Config {
 		},
 		Watermark: WatermarkConfig{IdleTimeout: 30 * time.Second,
 			MaxClockSkew: watermark.DefaultMaxClockSkew, MaxClockBehind: watermark.DefaultMaxClockBehind},
-		Video: VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
-		Telemetry: TelemetryConfig{Enabled: true, Broker: "tcp://127.0.0.1:1883",
-			Topics: []string{"drones/{drone}/telemetry/#"}, StatusTopic: "drones/{drone}/status",
-			TimeField: "timestamp", TimeUnit: "auto", MaxPayload: 64 << 10,
-			BinaryContentType: "application/octet-stream", LaneDepth: 4096, MaxDrones: 1024, DroneIdleTimeout: time.Minute,
-			KeepAlive: 15 * time.Second, MaxReconnectInterval: 10 * time.Second},
+		Video:     VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
+		Telemetry: TelemetryConfig{Enabled: true, Config: defaultTelemetry()},
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
 			CommitInterval: 100 * time.Millisecond, MaxTxnBytes: 8 << 20,
 			MaxBatchSize: 1000, MaxBatchInflight: 50, BatchTimeout: 10 * time.Second, MaxControlLine: 4096,
@@ -291,6 +252,14 @@ func NewDefaultConfig() Config {
 		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second, MaxDrones: 1024,
 			Disk: devices.NewDefaultPressureConfig()},
 	}
+}
+
+// defaultTelemetry is the telemetry package's defaults with the agent's
+// broker.
+func defaultTelemetry() telemetry.Config {
+	c := telemetry.NewDefaultConfig()
+	c.Broker = "tcp://127.0.0.1:1883"
+	return c
 }
 
 // LoadConfig reads a YAML file over the defaults. Unknown keys are errors.

@@ -30,7 +30,7 @@ func (t TelemetryConfig) checkTopics() error {
 			return err
 		}
 	}
-	if _, err := telemetry.ParseTimeUnit(t.TimeUnit); err != nil {
+	if _, err := telemetry.ParseTimeUnit(string(t.TimeUnit)); err != nil {
 		return fmt.Errorf("%w: telemetry.time_unit: %q: want auto, s, ms, us or ns", ErrConfig, t.TimeUnit)
 	}
 	return nil

@@ -54,7 +54,8 @@ type Config struct {
 	// Default 20 s.
 	ReadyTimeout time.Duration
 	// Logger receives the server's notices and errors (debug and trace are
-	// off). Default: discard.
+	// off). Default: discard — the one exception to the packages' default
+	// of slog.Default(): nats-server's notices are many and routine.
 	Logger *slog.Logger
 }
 

@@ -105,7 +105,7 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 		return nil, err
 	}
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	maxWait := cfg.MaxReconnectWait
 	if maxWait <= 0 {

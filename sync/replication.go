@@ -42,7 +42,7 @@ type ReplicationConfig struct {
 	// DiscoverInterval is how often streams created later are picked up.
 	// Default 1 s.
 	DiscoverInterval time.Duration
-	// Logger logs state changes. Default discard.
+	// Logger logs state changes. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -70,7 +70,7 @@ func NewReplication(store *localstream.Store, sink Sink, cfg ReplicationConfig) 
 		cfg.DiscoverInterval = time.Second
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.Default()
 	}
 	return &Replication{store: store, sink: sink, cfg: cfg, uplink: NewUplink(cfg.UplinkBytesPerSec),
 		reps: map[string]*Replicator{}, discovered: make(chan struct{})}

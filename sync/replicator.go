@@ -70,7 +70,7 @@ type ReplicatorConfig struct {
 	TakeoverAfter time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// Logger logs state changes (never per event). Default discard.
+	// Logger logs state changes (never per event). Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -128,7 +128,7 @@ func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
 		c.Now = time.Now
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 }
 

@@ -8,73 +8,75 @@ import (
 	"time"
 )
 
-// Config configures an Ingester. Start from NewDefaultConfig.
+// Config configures an Ingester. Start from NewDefaultConfig. The yaml
+// names are the agent's telemetry section (agent.TelemetryConfig embeds it).
 type Config struct {
 	// Broker is the MQTT broker URL: tcp://host:port, or ssl:// / tls:// /
 	// mqtts:// for TLS. Required.
-	Broker string
+	Broker string `yaml:"broker"`
 	// ClientID is the MQTT client id. It must be stable across restarts (the
 	// persistent session and the dedup entries hang off it): use
 	// ClientIDFor(agentID). Required.
-	ClientID string
+	ClientID string `yaml:"client_id"`
 	// Topics are the telemetry topic patterns, each with a {drone} level.
 	// Default ["drones/{drone}/telemetry/#"].
-	Topics []string
+	Topics []string `yaml:"topics"`
 	// StatusTopic is the drone status / last-will pattern; a payload
 	// "offline" closes the drone's writer. "" disables. Default
 	// "drones/{drone}/status".
-	StatusTopic string
+	StatusTopic string `yaml:"status_topic"`
 	// TimeField is the JSON field (dotted path for nested objects) holding
 	// the event time. "" disables: every event gets the receive time,
 	// flagged estimated. Default "timestamp".
-	TimeField string
+	TimeField string `yaml:"time_field"`
 	// TimeUnit reads a numeric TimeField. Default TimeAuto.
-	TimeUnit TimeUnit
+	TimeUnit TimeUnit `yaml:"time_unit"`
 	// MaxPayload bounds one message's payload; a bigger one is counted
 	// (Stats.Oversize), dropped and acked. Default 64 KiB.
-	MaxPayload int
+	MaxPayload int `yaml:"max_payload"`
 	// BinaryContentType is the content type of payloads that are not JSON.
 	// Default "application/octet-stream".
-	BinaryContentType string
+	BinaryContentType string `yaml:"binary_content_type"`
 	// LaneDepth bounds the messages buffered between the MQTT client and
 	// the store, per drone and for all drones together. When it is reached,
 	// delivery waits (Stats.LaneFullWaits): keep it ≥ the broker's
 	// max_inflight_messages so that this never happens. Memory: at most
 	// LaneDepth × MaxPayload of payloads. Default 4096.
-	LaneDepth int
+	LaneDepth int `yaml:"lane_depth"`
 	// MaxDrones bounds the drones (lanes). When all are taken, a new drone
 	// takes the slot of a drone that is offline or silent for
 	// DroneIdleTimeout; if none is, it is refused (Stats.DronesOverLimit,
 	// logged) and delivery waits with its message unacknowledged until a
 	// slot frees. Default 1024.
-	MaxDrones int
+	MaxDrones int `yaml:"max_drones"`
 	// DroneIdleTimeout is the silence after which a drone's slot may be
 	// given to a new drone (its writer closed for watermarks). Default 60 s.
-	DroneIdleTimeout time.Duration
+	DroneIdleTimeout time.Duration `yaml:"drone_idle_timeout"`
 	// KeepAlive is the MQTT keep-alive. Default 15 s.
-	KeepAlive time.Duration
+	KeepAlive time.Duration `yaml:"keep_alive"`
 	// ConnectTimeout bounds one connection attempt. Default 10 s.
-	ConnectTimeout time.Duration
+	ConnectTimeout time.Duration `yaml:"connect_timeout"`
 	// MaxReconnectInterval caps the exponential reconnect backoff. Default 10 s.
-	MaxReconnectInterval time.Duration
+	MaxReconnectInterval time.Duration `yaml:"max_reconnect_interval"`
 	// Username for the broker; "" = none.
-	Username string
+	Username string `yaml:"username"`
 	// PasswordFile holds the password (trailing newline ignored).
-	PasswordFile string
+	PasswordFile string `yaml:"password_file"`
 	// PasswordEnv names an environment variable holding the password; used
 	// when PasswordFile is "".
-	PasswordEnv string
+	PasswordEnv string `yaml:"password_env"`
 	// CAFile is a PEM bundle of CAs to verify the broker; "" = system roots.
-	CAFile string
+	CAFile string `yaml:"ca_file"`
 	// CertFile and KeyFile are the client certificate and key (PEM) for mutual TLS.
-	CertFile, KeyFile string
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
 	// ServerName overrides the TLS server name.
-	ServerName string
+	ServerName string `yaml:"server_name"`
 	// Logger receives connection events (never per-message logs, never secrets).
-	// Default: discard.
-	Logger *slog.Logger
+	// Default slog.Default(), as in every package of the agent.
+	Logger *slog.Logger `yaml:"-"`
 	// Now is the clock for receive times. Default time.Now.
-	Now func() time.Time
+	Now func() time.Time `yaml:"-"`
 }
 
 // NewDefaultConfig returns the defaults; set Broker and ClientID.
@@ -129,7 +131,7 @@ func (c Config) withDefaults() Config {
 		c.MaxReconnectInterval = d.MaxReconnectInterval
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = slog.Default()
 	}
 	if c.Now == nil {
 		c.Now = time.Now
