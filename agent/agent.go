@@ -397,8 +397,8 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		}
 		vcfg := a.cfg.Video.Config
 		vcfg.MaxClockSkew = max(a.cfg.Watermark.MaxClockSkew, 0) // -1 (disabled) disables the SR check too
-		in, err := video.New(vcfg, d.videoSink(st), video.WithLogger(a.log.With("part", "video")),
-			video.WithMarks(tr))
+		vcfg.Logger = a.log.With("part", "video")
+		in, err := video.New(vcfg, video.Sink{Stream: d.videoSink(st), Marks: tr})
 		if err != nil {
 			return err
 		}

@@ -294,7 +294,7 @@ func benchOnce(b *testing.B, mode string, spec senderSpec) {
 	}
 	cfg := NewDefaultConfig()
 	cfg.Listen, cfg.RTCPListen, cfg.MaxDrones = "127.0.0.1:0", "mux", 128
-	in, err := New(cfg, st)
+	in, err := New(cfg, Sink{Stream: st})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package video
 
 import (
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"regexp"
@@ -10,7 +11,7 @@ import (
 )
 
 // Config configures the video ingest. Zero values take the defaults of
-// NewDefaultConfig when passed through WithDefaults.
+// NewDefaultConfig (New applies them).
 type Config struct {
 	// Listen is the RTP address, default "0.0.0.0:5004". RTCP muxed on the
 	// same port (RFC 5761) is always accepted.
@@ -87,6 +88,11 @@ type Config struct {
 	// (unknown payload types), defaults 64 KiB and 1s.
 	RawBatchBytes int           `yaml:"raw_batch_bytes"`
 	RawBatchAge   time.Duration `yaml:"raw_batch_age"`
+	// Logger receives drops and failures (never a line per packet).
+	// Default slog.Default(), as in every package of the agent.
+	Logger *slog.Logger `yaml:"-"`
+	// Now is the clock for arrival and ingest times. Default time.Now.
+	Now func() time.Time `yaml:"-"`
 }
 
 // DroneConfig maps RTP sources to a drone.
@@ -137,8 +143,8 @@ func NewDefaultConfig() Config {
 	}
 }
 
-// WithDefaults returns c with zero fields set to their defaults.
-func (c Config) WithDefaults() Config {
+// withDefaults returns c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
 	d := NewDefaultConfig()
 	set := func(p *int, v int) {
 		if *p == 0 {
@@ -176,12 +182,18 @@ func (c Config) WithDefaults() Config {
 	setD(&c.SessionTimeout, d.SessionTimeout)
 	setD(&c.EvictIdle, d.EvictIdle)
 	setD(&c.RawBatchAge, d.RawBatchAge)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c
 }
 
 var droneIDRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-// Validate checks c (after WithDefaults) and parses addresses and fmtp.
+// Validate checks c (after withDefaults) and parses addresses and fmtp.
 func (c *Config) Validate() error {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))

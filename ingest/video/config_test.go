@@ -31,7 +31,7 @@ reorder_max_wait: 80ms
 	if err := yaml.Unmarshal([]byte(src), &c); err != nil {
 		t.Fatal(err)
 	}
-	c = c.WithDefaults()
+	c = c.withDefaults()
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -45,36 +45,22 @@ type Ingest struct {
 	running   atomic.Bool
 }
 
-// Option configures an Ingest.
-type Option func(*Ingest)
-
-// WithLogger sets the logger (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(in *Ingest) { in.log = l } }
-
-// WithClock sets the clock for arrival and ingest times (default time.Now).
-func WithClock(now func() time.Time) Option { return func(in *Ingest) { in.now = now } }
-
-// WithMarks sets the watermark tracker notified after each durable chunk.
-func WithMarks(m Marks) Option { return func(in *Ingest) { in.marks = m } }
-
 // New checks cfg (defaults applied) and returns an Ingest that appends to sink.
-func New(cfg Config, sink Appender, opts ...Option) (*Ingest, error) {
-	cfg = cfg.WithDefaults()
+// It starts nothing.
+func New(cfg Config, sink Sink) (*Ingest, error) {
+	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if sink == nil {
-		return nil, fmt.Errorf("%w: nil sink", ErrConfig)
+	if sink.Stream == nil {
+		return nil, fmt.Errorf("%w: sink needs a stream", ErrConfig)
 	}
 	in := &Ingest{
-		cfg: cfg, sink: sink, log: slog.Default(), now: time.Now,
+		cfg: cfg, sink: sink.Stream, marks: sink.Marks, log: cfg.Logger, now: cfg.Now,
 		counters: map[string]*droneCounters{},
 		ready:    make(chan struct{}),
 		closed:   make(chan struct{}),
 		runDone:  make(chan struct{}),
-	}
-	for _, o := range opts {
-		o(in)
 	}
 	return in, nil
 }

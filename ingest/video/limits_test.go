@@ -180,7 +180,8 @@ func TestSSRCFloodEvictsIdleDrones(t *testing.T) {
 	sink := &recordSink{}
 	cfg := NewDefaultConfig()
 	cfg.RTCPListen = "mux"
-	in, addr := startIngest(t, cfg, sink, WithClock(clock))
+	cfg.Now = clock
+	in, addr := startIngest(t, cfg, Sink{Stream: sink})
 	conn, err := net.Dial("udp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +256,8 @@ func TestDropsLoggedWhileRunning(t *testing.T) {
 	var logs lockedBuffer
 	cfg := NewDefaultConfig()
 	cfg.RTCPListen = "mux"
-	in, addr := startIngest(t, cfg, &recordSink{}, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	in, addr := startIngest(t, cfg, Sink{Stream: &recordSink{}})
 	conn, err := net.Dial("udp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +318,7 @@ func TestQueueBytesBound(t *testing.T) {
 	cfg.RTCPListen = "mux"
 	cfg.QueueBytes = 1 << 20
 	cfg.Drones = []DroneConfig{{ID: "big", SSRC: 9}}
-	in, addr := startIngest(t, cfg, sink)
+	in, addr := startIngest(t, cfg, Sink{Stream: sink})
 	defer close(sink.release)
 	conn, err := net.Dial("udp", addr)
 	if err != nil {

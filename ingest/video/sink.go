@@ -7,6 +7,13 @@ import (
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
+// Sink is where an Ingest's chunks go: the stream, and the watermark
+// tracker of the stream notified after each durable chunk (nil: none).
+type Sink struct {
+	Stream Appender
+	Marks  Marks
+}
+
 // Appender is where chunks go: *localstream.Stream satisfies it. Append
 // must return only once the event is durable.
 type Appender interface {

@@ -34,7 +34,7 @@ func TestStoreEndToEnd(t *testing.T) {
 		{ID: "drone-265", SSRC: 0x265, Codec: CodecH265, PayloadType: 96, Fmtp: caps[1].fmtp},
 	}
 	marks := &recordMarks{}
-	in, addr := startIngest(t, cfg, st, WithMarks(marks))
+	in, addr := startIngest(t, cfg, Sink{Stream: st, Marks: marks})
 	var wg sync.WaitGroup
 	sent := 0
 	for i, c := range caps {

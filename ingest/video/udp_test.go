@@ -14,12 +14,12 @@ import (
 )
 
 // startIngest runs an Ingest on loopback until the test ends.
-func startIngest(t *testing.T, cfg Config, sink Appender, opts ...Option) (*Ingest, string) {
+func startIngest(t *testing.T, cfg Config, sink Sink) (*Ingest, string) {
 	t.Helper()
 	if cfg.Listen == "" || cfg.Listen == NewDefaultConfig().Listen {
 		cfg.Listen = "127.0.0.1:0"
 	}
-	in, err := New(cfg, sink, opts...)
+	in, err := New(cfg, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestUDPReplay(t *testing.T) {
 			cfg.PayloadTypes = map[uint8]Codec{96: tc.codec}
 			cfg.Drones = []DroneConfig{{ID: "d1", Addr: "127.0.0.1"}}
 			sink, marks := &recordSink{}, &recordMarks{}
-			in, addr := startIngest(t, cfg, sink, WithMarks(marks))
+			in, addr := startIngest(t, cfg, Sink{Stream: sink, Marks: marks})
 			sum, err := replay.SendPackets(context.Background(), c.pkts, c.port, addr, replay.Options{Mux: true, Speed: speed(t, in, 0)})
 			if err != nil || sum.Packets != len(c.pkts) || sum.RTCP != 2 {
 				t.Fatalf("%v: %+v", err, sum)
@@ -114,7 +114,7 @@ func TestUDPReplay(t *testing.T) {
 func TestUDPSeparateRTCPPort(t *testing.T) {
 	c := loadCapture(t, "h264", CodecH264)
 	sink := &recordSink{}
-	in, addr := startIngest(t, NewDefaultConfig(), sink)
+	in, addr := startIngest(t, NewDefaultConfig(), Sink{Stream: sink})
 	if in.RTCPAddr().(*net.UDPAddr).Port != in.Addr().(*net.UDPAddr).Port+1 {
 		t.Fatalf("rtcp %v rtp %v", in.RTCPAddr(), in.Addr())
 	}
@@ -176,7 +176,7 @@ func TestUDPManyDrones(t *testing.T) {
 	sink := &recordSink{}
 	cfg := NewDefaultConfig()
 	cfg.RTCPListen = "mux"
-	in, addr := startIngest(t, cfg, sink)
+	in, addr := startIngest(t, cfg, Sink{Stream: sink})
 	var wg sync.WaitGroup
 	for i := 1; i <= 4; i++ {
 		wg.Add(1)
@@ -228,7 +228,7 @@ func TestUDPGarbage(t *testing.T) {
 	sink := &recordSink{}
 	cfg := NewDefaultConfig()
 	cfg.RTCPListen = "mux"
-	in, addr := startIngest(t, cfg, sink)
+	in, addr := startIngest(t, cfg, Sink{Stream: sink})
 	rng := rand.New(rand.NewPCG(seed(t), 4))
 	conn, err := net.Dial("udp", addr)
 	if err != nil {
@@ -321,7 +321,7 @@ func TestUDPAllowlistAndAddress(t *testing.T) {
 	cfg.Allow = []string{"127.0.0.2/32"}
 	cfg.Drones = []DroneConfig{{ID: "alpha", Addr: "127.0.0.2"}}
 	cfg.SessionTimeout = 500 * time.Millisecond
-	in, addr := startIngest(t, cfg, sink, WithMarks(marks))
+	in, addr := startIngest(t, cfg, Sink{Stream: sink, Marks: marks})
 	// From 127.0.0.1: rejected.
 	if _, err := replay.SendPackets(context.Background(), c.pkts[:100], c.port, addr, replay.Options{Mux: true, Speed: speed(t, in, 0)}); err != nil {
 		t.Fatal(err)
