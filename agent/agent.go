@@ -207,9 +207,6 @@ func (a *Agent) run(ctx context.Context) (err error) {
 	<-gctx.Done()
 	// 1. intake
 	intakeErr := g.Wait()
-	if a.video != nil {
-		a.video.Close()
-	}
 	// 2. local flush: writer marks
 	for name, t := range a.trackers {
 		if err := t.Flush(); err != nil {

@@ -14,6 +14,6 @@ var (
 	ErrFragment = errors.New("video: fragment without start")
 	// ErrChunk reports a stored chunk whose headers do not match its payload.
 	ErrChunk = errors.New("video: malformed chunk")
-	// ErrClosed is returned by Run after Close.
+	// ErrClosed is returned by a second Run (an Ingest runs once).
 	ErrClosed = errors.New("video: ingest closed")
 )

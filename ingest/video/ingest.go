@@ -14,8 +14,8 @@ import (
 )
 
 // Ingest receives RTP/RTCP over UDP and appends each drone's video to the
-// sink as chunks. New starts nothing; Run listens and blocks; Close stops
-// Run and waits for every goroutine. Stats is safe for concurrent use.
+// sink as chunks. New starts nothing; Run listens and blocks until its ctx
+// ends. Stats is safe for concurrent use.
 type Ingest struct {
 	cfg   Config
 	sink  Appender
@@ -38,11 +38,8 @@ type Ingest struct {
 	sockBuf    atomic.Int64
 	dropsBySck [2]atomic.Int64
 
-	closeOnce sync.Once
-	closed    chan struct{}
-	runDone   chan struct{}  // closed when Run returns (if it started)
-	wg        sync.WaitGroup // drone goroutines
-	running   atomic.Bool
+	wg      sync.WaitGroup // drone goroutines
+	running atomic.Bool
 }
 
 // New checks cfg (defaults applied) and returns an Ingest that appends to sink.
@@ -59,8 +56,6 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 		cfg: cfg, sink: sink.Stream, marks: sink.Marks, log: cfg.Logger, now: cfg.Now,
 		counters: map[string]*droneCounters{},
 		ready:    make(chan struct{}),
-		closed:   make(chan struct{}),
-		runDone:  make(chan struct{}),
 	}
 	return in, nil
 }
@@ -74,17 +69,16 @@ func (in *Ingest) Addr() net.Addr { return in.rtpAddr }
 // RTCPAddr returns the bound RTCP address, nil when muxed only (after Ready).
 func (in *Ingest) RTCPAddr() net.Addr { return in.rtcpAddr }
 
-// Run binds the sockets, receives until ctx ends or Close, then flushes
-// every drone's complete frames (bounded by 5s) and returns.
+// Run binds the sockets, receives until ctx ends, then flushes every
+// drone's complete frames (bounded by 5s) and returns once every goroutine
+// it started has stopped: ctx is the one way to stop it. An Ingest runs
+// once.
 func (in *Ingest) Run(ctx context.Context) error {
 	if !in.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrClosed)
 	}
-	defer close(in.runDone)
-	select {
-	case <-in.closed:
-		return ErrClosed
-	default:
+	if ctx.Err() != nil {
+		return nil
 	}
 	rtpConn, rtcpConn, err := in.listen()
 	if err != nil {
@@ -114,17 +108,16 @@ func (in *Ingest) Run(ctx context.Context) error {
 		defer readers.Done()
 		in.reportDrops(stopReport)
 	}()
+	stopping := make(chan struct{})
 	for i, c := range conns {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
-			in.read(c, i)
+			in.read(c, i, stopping)
 		}()
 	}
-	select {
-	case <-ctx.Done():
-	case <-in.closed:
-	}
+	<-ctx.Done()
+	close(stopping)
 	for _, c := range conns {
 		c.Close()
 	}
@@ -132,16 +125,6 @@ func (in *Ingest) Run(ctx context.Context) error {
 	readers.Wait()
 	cancel() // drones flush and close
 	in.wg.Wait()
-	return nil
-}
-
-// Close stops Run and waits until it returned (readers stopped, every
-// drone flushed and closed). Idempotent; safe before Run.
-func (in *Ingest) Close() error {
-	in.closeOnce.Do(func() { close(in.closed) })
-	if in.running.Load() {
-		<-in.runDone
-	}
 	return nil
 }
 
@@ -181,7 +164,7 @@ func (in *Ingest) listen() (*net.UDPConn, *net.UDPConn, error) {
 }
 
 // read receives datagrams in batches and routes them. sock 0 = RTP, 1 = RTCP.
-func (in *Ingest) read(c *net.UDPConn, sock int) {
+func (in *Ingest) read(c *net.UDPConn, sock int, stopping <-chan struct{}) {
 	pc := ipv4.NewPacketConn(c)
 	msgs := make([]ipv4.Message, in.cfg.ReadBatch)
 	for i := range msgs {
@@ -195,7 +178,7 @@ func (in *Ingest) read(c *net.UDPConn, sock int) {
 				return
 			}
 			select {
-			case <-in.closed:
+			case <-stopping:
 				return
 			default:
 			}

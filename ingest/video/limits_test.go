@@ -219,7 +219,7 @@ func TestSSRCFloodEvictsIdleDrones(t *testing.T) {
 		st := in.Stats()
 		return st.PerDrone[id].Packets+st.PerDrone[id].RTCP >= uint64(len(c.pkts))-st.KernelDrops
 	})
-	in.Close()
+	stopIngest(in)
 	st = in.Stats()
 	t.Logf("drones started %d, evicted %d, refused %d, active %d", st.DronesStarted, st.Evicted, st.TooManyDrones, st.Drones)
 	if st.Evicted == 0 {

@@ -51,7 +51,7 @@ func TestStoreEndToEnd(t *testing.T) {
 	}
 	wg.Wait()
 	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sent) })
-	in.Close()
+	stopIngest(in)
 
 	tail := st.TailCut()
 	r, err := st.NewReader(st.HeadCut(), &tail)

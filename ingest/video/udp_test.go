@@ -3,6 +3,7 @@ package video
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -23,20 +24,37 @@ func startIngest(t *testing.T, cfg Config, sink Sink) (*Ingest, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- in.Run(context.Background()) }()
+	go func() { done <- in.Run(ctx) }()
 	select {
 	case <-in.Ready():
 	case err := <-done:
+		cancel()
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		in.Close()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	stops.Store(in, stop)
+	t.Cleanup(stop)
 	return in, in.Addr().String()
+}
+
+// stops holds the stop function of each Ingest startIngest runs.
+var stops sync.Map
+
+// stopIngest ends in's Run (its ctx) and waits until it returned: the
+// drones flushed and closed.
+func stopIngest(in *Ingest) {
+	f, _ := stops.Load(in)
+	f.(func())()
 }
 
 // speed returns the replay speed for a test: want, or the original timing
@@ -91,7 +109,7 @@ func TestUDPReplay(t *testing.T) {
 				t.Fatalf("%v: %+v", err, sum)
 			}
 			waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sum.Packets) })
-			in.Close()
+			stopIngest(in)
 			got := decodeAll(t, byDrone(sink.snapshot())["d1"])
 			checkFrames(t, c, got, expectedPTS(c.pkts))
 			st := in.Stats()
@@ -123,7 +141,7 @@ func TestUDPSeparateRTCPPort(t *testing.T) {
 		t.Fatalf("%v %+v", err, sum)
 	}
 	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sum.Packets) })
-	in.Close()
+	stopIngest(in)
 	evs := byDrone(sink.snapshot())
 	if len(evs) != 1 {
 		t.Fatalf("drones %v", len(evs))
@@ -189,7 +207,7 @@ func TestUDPManyDrones(t *testing.T) {
 	}
 	wg.Wait()
 	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(4*len(c.pkts)) })
-	in.Close()
+	stopIngest(in)
 	evs := byDrone(sink.snapshot())
 	if len(evs) != 4 {
 		t.Fatalf("%d drones", len(evs))
@@ -289,7 +307,7 @@ func TestUDPGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sum.Packets+sent)-in.Stats().KernelDrops })
-	in.Close()
+	stopIngest(in)
 	st := in.Stats()
 	t.Logf("garbage %d datagrams in %s: notRTP %d oversize %d unverified %d unknownRTCP %d kernelDrops %d",
 		sent, sum.Elapsed, st.NotRTP, st.Oversize, st.Unverified, st.UnknownRTCP, st.KernelDrops)
@@ -359,5 +377,24 @@ func TestUDPAllowlistAndAddress(t *testing.T) {
 	}
 	if len(flagged) != 2 || flagged[0] != 0 || flagged[1] != 6 {
 		t.Fatalf("discontinuities at %v", flagged)
+	}
+}
+
+// TestRunOnce: ctx is the one way to stop an Ingest; Run on an ended ctx
+// returns at once, and an Ingest that ran does not run again.
+func TestRunOnce(t *testing.T) {
+	cfg := NewDefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	in, err := New(cfg, Sink{Stream: &recordSink{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := in.Run(ctx); err != nil {
+		t.Fatalf("Run on an ended ctx: %v", err)
+	}
+	if err := in.Run(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Fatalf("second Run: %v, want ErrClosed", err)
 	}
 }
