@@ -150,7 +150,13 @@ func TestBadPayloadsStoredOrDroppedAsDocumented(t *testing.T) {
 		t.Fatalf("stored %d events for drone bad, want %d", len(bad), i)
 	}
 	g := in.Stats()
-	wantStats := Stats{Received: g.Received, Appended: 9, Oversize: 1, UnknownTopic: 1, RetainedSkipped: 1,
+	// The broker replays retained telemetry on every (re)subscribe — once
+	// here, but a loaded machine saw it twice — and each replay is skipped
+	// (never stored: checked above).
+	if g.RetainedSkipped < 1 {
+		t.Fatalf("retained telemetry not skipped: %+v", g)
+	}
+	wantStats := Stats{Received: g.Received, Appended: 9, Oversize: 1, UnknownTopic: 1, RetainedSkipped: g.RetainedSkipped,
 		InvalidJSON: 1, Binary: 2, TimeEstimated: 6, TimeInvalid: 2, StatusUnknown: 1,
 		Connects: g.Connects, DedupLoaded: 0}
 	if g != wantStats {
