@@ -3,7 +3,6 @@ package sync
 import (
 	"bytes"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -17,11 +16,7 @@ import (
 // T2, bytes exactly the chunks' payloads in order.
 func TestExportVideoStartsAtKeyframe(t *testing.T) {
 	srv := startCentral(t, central.Config{})
-	store, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openEmptyStore(t)
 	st, err := store.CreateStream("video", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

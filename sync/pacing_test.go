@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,11 +18,7 @@ import (
 func TestCommitIntervalUnderBacklog(t *testing.T) {
 	srv := startCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
-	store, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openEmptyStore(t)
 	st, err := store.CreateStream("telemetry", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

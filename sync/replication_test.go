@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -19,11 +18,7 @@ import (
 // is not configured is not replicated.
 func TestReplicationFinalCommit(t *testing.T) {
 	srv := startCentral(t, central.Config{})
-	store, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openEmptyStore(t)
 	ctx := testCtx(t, 60*time.Second)
 	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})
 	store.CreateStream("video", localstream.StreamConfig{})

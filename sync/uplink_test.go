@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
@@ -48,11 +47,7 @@ func TestUplinkServesPriorityFirst(t *testing.T) {
 // committed while video still has a backlog.
 func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 	srv := startCentral(t, central.Config{})
-	store, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openEmptyStore(t)
 	ctx := testCtx(t, 60*time.Second)
 	video, _ := store.CreateStream("video", localstream.StreamConfig{})
 	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})
