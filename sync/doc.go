@@ -14,7 +14,7 @@
 // read); the reader reads both, also mixed in one agent's history
 // (an upgraded agent continues its commit chain on the same cut subject).
 //
-// # Layout 2 (default): one message per transaction
+// # Layout 2: one message per transaction
 //
 //	edge.<stream>.<agent>.cut    one message per transaction: its events
 //	                             packed, then its commit record

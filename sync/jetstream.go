@@ -33,10 +33,11 @@ type JetStreamOptions struct {
 	// before sending the rest (early rejection, one more round trip).
 	// Default false.
 	AckFirst bool
-	// Layout is the central layout written: 2 (default: a transaction
-	// is one message packing its events and commit record) or 1 (one
-	// message per event, as before version 2; for consumers that read
-	// the subjects directly). Both are read back.
+	// Layout is the central layout written: 2 (default of this package:
+	// a transaction is one message packing its events and commit record)
+	// or 1 (one message per event, as before version 2; for consumers
+	// that read the subjects directly). Both are read back. The agent
+	// chooses per central (agent.CentralConfig.EffectiveLayout).
 	Layout int
 	// Limits are the server's limits as configured there; zero fields
 	// are nats-server's defaults (DefaultLimits). The max payload is
