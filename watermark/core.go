@@ -185,7 +185,15 @@ func (c *core) noteMark(topo localstream.Topology, id string, t int64, p localst
 	if !w.hasMark {
 		w.noted = noted
 		if w.base == nil {
+			// The floor bounds every event not yet committed, this one
+			// included: a mark speaks for the writer's later events only,
+			// and the event noting it may be earlier (a video chunk
+			// notes its last frame, its time is its first's), as may one
+			// still in flight. Admit kept the lowest admitted time.
 			w.floor = noted
+			if w.inflight {
+				w.floor = min(w.floor, w.inflightT)
+			}
 		}
 	}
 	w.noted = max(w.noted, noted)
@@ -381,7 +389,7 @@ func (c *core) committedAt(topo localstream.Topology, cut localstream.StreamCut,
 			// Its events after the base mark are at or after the base's time.
 			k.count(base.t)
 		case uncommitted:
-			// Nothing committed yet: its events are at or after its first mark.
+			// Nothing committed yet: its events are at or after its floor.
 			k.count(w.floor)
 		case w.inflight:
 			// First event in flight, not yet noted.

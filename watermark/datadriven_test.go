@@ -26,7 +26,9 @@ import (
 //	       [skew=DUR] [behind=DUR]                 with clock bounds (MaxClockSkew, MaxClockBehind)
 //	tick DUR                                       advance the clock
 //	append writer=W key=K t=NS [asked=1]           Admit at the clock (unless asked before), append,
-//	                                               NoteAdmitted (what ingest does); t may be now±DUR
+//	       [last=NS]                               NoteAdmitted (what ingest does); t may be now±DUR;
+//	                                               last is the event's latest time (a video chunk's
+//	                                               last frame), noted instead of t
 //	skew                                           clock-skew counters and behind writers
 //	note writer=W t=NS pos=E.N@OFF                 a raw Note
 //	late writer=W t=NS                             a raw Late
@@ -261,7 +263,11 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 		if adm.Skew != SkewNone {
 			out += " skew=" + adm.Skew.String()
 		}
-		if err := h.c.noteMark(h.sim.snapshot(), w, adm.Mark(tm), p, h.now, adm.Skew == SkewBehind); err != nil {
+		noted := tm
+		if _, ok := args["last"]; ok {
+			noted = num("last")
+		}
+		if err := h.c.noteMark(h.sim.snapshot(), w, adm.Mark(noted), p, h.now, adm.Skew == SkewBehind); err != nil {
 			out += " note: " + errName(err)
 		}
 		return out
@@ -325,6 +331,7 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 			return "error: " + errName(err)
 		}
 		h.checkClock(t, line, w)
+		h.checkPromise(t, line, w)
 		if ok, err := topo.LessEq(w.Cut, cut); w.IsZero() == false && (err != nil || !ok) {
 			t.Errorf("%s:%s: committed watermark cut %s passes the committed cut %s (%v)", line, "", w.Cut, cut, err)
 		}
@@ -378,6 +385,25 @@ func (h *ddHarness) checkClock(t *testing.T, line string, w Watermark) {
 	}
 	if limit := h.now + h.c.skewNs; w.LowerNs > limit || w.UpperNs > limit {
 		t.Errorf("%s: watermark %s is ahead of the receiving clock %d + skew %d", line, w, h.now, h.c.skewNs)
+	}
+}
+
+// checkPromise checks a watermark's promise on every watermark a file
+// prints: every appended event after its cut that is not flagged late has
+// a time of at least its lower bound.
+func (h *ddHarness) checkPromise(t *testing.T, line string, w Watermark) {
+	if w.IsZero() {
+		return
+	}
+	topo := h.sim.snapshot()
+	for _, e := range h.sim.events {
+		if e.late || e.t >= w.LowerNs {
+			continue
+		}
+		in, err := markInside(topo, w.Cut, mark{pos: []localstream.Position{e.pos}})
+		if err != nil || !in {
+			t.Errorf("%s: watermark %s passes the non-late event of %s at %s, time %d (%v)", line, h.wm(w), e.writer, e.pos, e.t, err)
+		}
 	}
 }
 

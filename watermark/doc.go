@@ -40,7 +40,8 @@
 //
 //	committed  per writer: base = its newest mark inside the committed cut
 //	           lower = min over counted writers of base time (or, with no
-//	                   base yet, its first mark's time / its event in flight)
+//	                   base yet, its floor: the lower of its first mark's
+//	                   time and its first event's / its event in flight)
 //	           cut   = Covering(committed cut, base positions) ≤ committed cut
 //	           (a cut before the last result's rewinds to the newest of the
 //	           last 32 results at or before it: a failed, rebuilt transaction)

@@ -44,7 +44,9 @@ type writer struct {
 	pos []localstream.Position
 	// floor bounds from below the time of every event of the writer that
 	// is not inside any committed cut yet, when it has no committed mark
-	// (base == nil): the time of its first mark.
+	// (base == nil): the lower of its first mark's time and the time
+	// admitted in flight before it (the first event's; a video chunk
+	// notes its last frame but is dated by its first).
 	floor int64
 	// base is the writer's newest mark inside every committed cut still
 	// accepted (the oldest kept result's cut); nil if none.
