@@ -364,16 +364,8 @@ func (d *packDecoder) uvarint() uint64 {
 }
 
 func (d *packDecoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, k := binary.Varint(d.b)
-	if k <= 0 {
-		d.fail("varint")
-		return 0
-	}
-	d.b = d.b[k:]
-	return v
+	u := d.uvarint() // zigzag, as binary.AppendVarint writes it
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 // count reads a count of items each at least min bytes long.
