@@ -1,11 +1,6 @@
 package telemetry
 
-import "time"
-
-// reportInterval bounds the drop reports: the first refusal or drop is
-// logged within a second, then at most one line per reportInterval, with
-// the counts since the last line — never a line per message.
-const reportInterval = 10 * time.Second
+import "github.com/edge-agent/edge-agent/ingest/droplog"
 
 // dropCounts are the counters reportDrops watches.
 type dropCounts struct {
@@ -21,27 +16,13 @@ func (in *Ingester) dropCounts() dropCounts {
 }
 
 // reportDrops logs refused, dropped and mapped messages while they happen
-// (bounded as above), until the ingester stops.
+// (droplog's bounds) until the ingester stops.
 func (in *Ingester) reportDrops() {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	var last dropCounts
-	var lastLog time.Time
-	for stop := false; !stop; {
-		select {
-		case <-t.C:
-		case <-in.stopping:
-			stop = true // a last report of what the previous one missed
-		}
-		now := in.dropCounts()
-		if now == last || (!stop && time.Since(lastLog) < reportInterval) {
-			continue
-		}
+	droplog.Run(in.stopping, in.dropCounts, func(now, last dropCounts) {
 		in.cfg.Logger.Warn("telemetry: messages refused, dropped or mapped since the last report",
 			"drones_refused", now.refused-last.refused, "max_drones", in.cfg.MaxDrones,
 			"oversize_dropped", now.oversize-last.oversize, "unknown_topic_dropped", now.unknownTopic-last.unknownTopic,
 			"retained_skipped", now.retained-last.retained, "drone_ids_mapped", now.mapped-last.mapped,
 			"lane_full_waits", now.laneFull-last.laneFull)
-		last, lastLog = now, time.Now()
-	}
+	})
 }

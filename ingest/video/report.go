@@ -1,11 +1,6 @@
 package video
 
-import "time"
-
-// reportInterval bounds the drop reports: the first drop is logged within a
-// second, then at most one line per reportInterval with the counts since
-// the last line — never a line per packet.
-const reportInterval = 10 * time.Second
+import "github.com/edge-agent/edge-agent/ingest/droplog"
 
 // dropCounts are the counters reportDrops watches.
 type dropCounts struct {
@@ -22,23 +17,10 @@ func dropsOf(s Stats) dropCounts {
 	}
 }
 
-// reportDrops logs dropped and refused input while it happens (bounded as
-// above) until stop is closed, then once more if anything is unreported.
+// reportDrops logs dropped and refused input while it happens (droplog's
+// bounds) until stop is closed, then once more if anything is unreported.
 func (in *Ingest) reportDrops(stop <-chan struct{}) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	var last dropCounts
-	var lastLog time.Time
-	for done := false; !done; {
-		select {
-		case <-t.C:
-		case <-stop:
-			done = true
-		}
-		now := dropsOf(in.Stats())
-		if now == last || (!done && time.Since(lastLog) < reportInterval) {
-			continue
-		}
+	droplog.Run(stop, func() dropCounts { return dropsOf(in.Stats()) }, func(now, last dropCounts) {
 		in.log.Warn("video: datagrams or frames dropped since the last report",
 			"not_rtp", now.notRTP-last.notRTP, "oversize", now.oversize-last.oversize,
 			"rejected", now.rejected-last.rejected, "unverified", now.unverified-last.unverified,
@@ -46,6 +28,5 @@ func (in *Ingest) reportDrops(stop <-chan struct{}) {
 			"unknown_rtcp", now.unknownRTCP-last.unknownRTCP, "queue_drops", now.queueDrops-last.queueDrops,
 			"malformed", now.malformed-last.malformed, "frames_too_large", now.framesTooLarge-last.framesTooLarge,
 			"frames_dropped", now.framesDropped-last.framesDropped, "append_errors", now.appendErrors-last.appendErrors)
-		last, lastLog = now, time.Now()
-	}
+	})
 }
