@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The agent's CPU per event in the peers harness: runs bench/peers.sh with
+# PEERS=agent SCENARIOS=up REPS_UP=1 (the rest of the environment as given:
+# N, DRONES, PAYLOAD, EDGE_MQTT_LISTEN, EDGE_CENTRAL_LAYOUT, OUT) and reads
+# the edge-agent process's user+system CPU from /proc/<pid>/stat every
+# 0.2 s until it exits; prints the last reading over N, and the same for the
+# edge Mosquitto and the harness's publisher/consumer process.
+#   DRONES=8 bench/agent-cpu.sh
+#   EDGE_MQTT_LISTEN=1 DRONES=8 bench/agent-cpu.sh
+set -euo pipefail
+MAIN=$(cd "$(dirname "$0")/.." && pwd)
+export OUT=${OUT:-/tmp/bench-agent-cpu} N=${N:-100000} PEERS=agent SCENARIOS=up REPS_UP=1
+log=$OUT/agent-cpu.log
+mkdir -p "$OUT"
+"$MAIN/bench/peers.sh" >"$log" 2>&1 &
+run=$!
+hz=$(getconf CLK_TCK)
+declare -A last
+sample() {
+  local p name
+  for p in $(pgrep -f "$OUT/bin/(edge-agent|peerbench)|mosquitto.*$OUT/scratch" || true); do
+    name=$(cat /proc/$p/comm 2>/dev/null) || continue
+    [ "$name" = peerbench ] && ! grep -q -- '-peer' /proc/$p/cmdline 2>/dev/null && continue
+    last[$name]=$(awk '{print $14+$15}' /proc/$p/stat 2>/dev/null || echo "${last[$name]:-0}")
+  done
+}
+while kill -0 $run 2>/dev/null; do sample; sleep 0.2; done
+wait $run || { cat "$log"; exit 1; }
+grep '^RESULT' "$log" | cut -c1-220
+for name in edge-agent mosquitto peerbench; do
+  t=${last[$name]:-0}
+  awk -v t="$t" -v hz="$hz" -v n="$N" -v name="$name" 'BEGIN { printf "%-10s CPU %.2f s, %.1f us per event\n", name, t/hz, t/hz/n*1e6 }'
+done
