@@ -140,6 +140,18 @@ func (a *Agent) VideoAddr() net.Addr {
 	return a.video.Addr()
 }
 
+// TelemetryListenAddr is the telemetry listener's address (nil when it is
+// off, or not yet bound).
+func (a *Agent) TelemetryListenAddr() net.Addr {
+	if a.telem == nil {
+		return nil
+	}
+	if addr := a.telem.ListenAddr(); addr != nil {
+		return addr
+	}
+	return nil
+}
+
 // Store returns the local store (after Ready).
 func (a *Agent) Store() *localstream.Store { return a.store }
 
@@ -202,7 +214,7 @@ func (a *Agent) run(ctx context.Context) (err error) {
 	g.Go(func() error { return a.sampleHistory(gctx) })
 	close(a.ready)
 	a.log.Info("agent running", "data_dir", a.cfg.DataDir, "central", a.CentralURL(), "http", a.httpAddr,
-		"video", a.VideoAddr(), "mqtt", a.cfg.Telemetry.Broker)
+		"video", a.VideoAddr(), "mqtt", a.cfg.Telemetry.Broker, "mqtt_listen", a.TelemetryListenAddr())
 
 	<-gctx.Done()
 	// 1. intake
@@ -386,6 +398,11 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		return err
 	}
 	a.devices = d
+	if a.cfg.Telemetry.Enabled {
+		if err := a.newTelemetry(d); err != nil {
+			return err
+		}
+	}
 	d.start(ctx, g)
 	if a.cfg.Video.Enabled {
 		st, tr := a.streams["video"], a.trackers["video"]
@@ -406,34 +423,47 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 		case <-ctx.Done():
 		}
 	}
-	if a.cfg.Telemetry.Enabled {
-		st, tr := a.streams["telemetry"], a.trackers["telemetry"]
-		if st == nil {
-			return fmt.Errorf("%w: telemetry.enabled needs a streams.telemetry entry", ErrConfig)
-		}
-		t := a.cfg.Telemetry
-		tc := t.Config
-		if tc.ClientID == "" {
-			tc.ClientID = telemetry.ClientIDFor(a.id)
-		}
-		tc.Logger = a.log.With("part", "telemetry")
-		in, err := telemetry.New(tc, telemetry.Sink{Stream: d.telemetrySink(st), Meta: a.store,
-			Marks: d.telemetryMarks(tr)})
-		if err != nil {
-			// The telemetry error names its part ("telemetry: invalid config: ...").
-			return fmt.Errorf("%w: %w", ErrConfig, err)
-		}
-		a.telem = in
+	if in := a.telem; in != nil {
 		g.Go(func() error { return in.Run(ctx) })
-		// Ready means subscribed: on a first start, messages published
-		// before the subscription exists are not kept for us by the broker.
+		// Ready means subscribed (or listening, without a broker): on a
+		// first start, messages published before the subscription exists
+		// are not kept for us by the broker.
 		select {
 		case <-in.Subscribed():
 		case <-ctx.Done():
-		case <-time.After(tc.ConnectTimeout):
-			a.log.Warn("telemetry: not subscribed yet; running on, the broker session keeps messages once it is", "broker", t.Broker)
+		case <-time.After(a.cfg.Telemetry.ConnectTimeout):
+			a.log.Warn("telemetry: not subscribed yet; running on, the broker session keeps messages once it is", "broker", a.cfg.Telemetry.Broker)
 		}
 	}
+	return nil
+}
+
+// newTelemetry builds the telemetry ingester and binds its listener (so
+// that an address in use is a config error before any part started).
+func (a *Agent) newTelemetry(d *deviceParts) error {
+	st, tr := a.streams["telemetry"], a.trackers["telemetry"]
+	if st == nil {
+		return fmt.Errorf("%w: telemetry.enabled needs a streams.telemetry entry", ErrConfig)
+	}
+	tc := a.cfg.Telemetry.Config
+	if tc.ClientID == "" {
+		tc.ClientID = telemetry.ClientIDFor(a.id)
+	}
+	tc.Logger = a.log.With("part", "telemetry")
+	in, err := telemetry.New(tc, telemetry.Sink{Stream: d.telemetrySink(st), Meta: a.store,
+		Marks: d.telemetryMarks(tr)})
+	if err != nil {
+		// The telemetry error names its part ("telemetry: invalid config: ...").
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := in.Bind(); err != nil {
+		var se *os.SyscallError
+		if errors.As(err, &se) {
+			return fmt.Errorf("%w: telemetry.listen: %s: %v (another server there?): choose another HOST:PORT", ErrConfig, tc.Listen, se)
+		}
+		return fmt.Errorf("%w: telemetry.listen: %w", ErrConfig, err)
+	}
+	a.telem = in
 	return nil
 }
 

@@ -126,10 +126,11 @@ type VideoConfig struct {
 type TelemetryConfig struct {
 	// Enabled turns telemetry capture on. Default true.
 	Enabled bool `yaml:"enabled"`
-	// Config is the telemetry package's configuration (broker, topics,
-	// time field, bounds, credentials, ...). The agent's defaults are the
-	// package's, with the broker tcp://127.0.0.1:1883; client_id defaults
-	// to one derived from the agent id.
+	// Config is the telemetry package's configuration (broker, listen,
+	// topics, time field, bounds, credentials, ...). The agent's defaults
+	// are the package's, with the broker tcp://127.0.0.1:1883 — unless
+	// listen is set: then the broker is off unless set too (in the file or
+	// by --mqtt-broker); client_id defaults to one derived from the agent id.
 	telemetry.Config `yaml:",inline"`
 }
 
@@ -274,7 +275,29 @@ func LoadConfig(path string) (Config, error) {
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
 	}
+	if cfg.Telemetry.Listen != "" && !brokerSet(b) {
+		cfg.Telemetry.Broker = "" // listen without a broker (see TelemetryConfig)
+	}
 	return cfg, nil
+}
+
+// brokerSet reports whether the YAML document sets telemetry.broker.
+func brokerSet(doc []byte) bool {
+	var v struct {
+		Telemetry struct {
+			Broker *string `yaml:"broker"`
+		} `yaml:"telemetry"`
+	}
+	return yaml.Unmarshal(doc, &v) == nil && v.Telemetry.Broker != nil
+}
+
+// ListenWithoutDefaultBroker applies --mqtt-listen: the listen address, and
+// the broker off unless set (brokerFlag, or a file that named one).
+func (c *Config) ListenWithoutDefaultBroker(listen string, brokerFlag bool) {
+	c.Telemetry.Listen = listen
+	if !brokerFlag && c.Telemetry.Broker == defaultTelemetry().Broker {
+		c.Telemetry.Broker = ""
+	}
 }
 
 // Validate reports the first invalid field, naming it and the fix.
@@ -333,9 +356,16 @@ func (c Config) Validate() error {
 		}
 	}
 	if c.Telemetry.Enabled {
-		u, err := url.Parse(c.Telemetry.Broker)
-		if err != nil || u.Host == "" {
-			return bad("telemetry.broker", "%q: want a URL such as tcp://127.0.0.1:1883", RedactURLs(c.Telemetry.Broker))
+		if c.Telemetry.Listen != "" {
+			if _, _, err := net.SplitHostPort(c.Telemetry.Listen); err != nil {
+				return bad("telemetry.listen", "%q: want HOST:PORT (e.g. 0.0.0.0:1883)", c.Telemetry.Listen)
+			}
+		}
+		if c.Telemetry.MaxConnections < 0 {
+			return bad("telemetry.max_connections", "%d is negative: use a count such as 256", c.Telemetry.MaxConnections)
+		}
+		if u, err := url.Parse(c.Telemetry.Broker); (c.Telemetry.Broker != "" || c.Telemetry.Listen == "") && (err != nil || u.Host == "") {
+			return bad("telemetry.broker", "%q: want a URL such as tcp://127.0.0.1:1883 (or set telemetry.listen)", RedactURLs(c.Telemetry.Broker))
 		}
 		if len(c.Telemetry.Topics) == 0 {
 			return bad("telemetry.topics", "at least one topic pattern such as drones/{drone}/telemetry/#")

@@ -269,6 +269,52 @@ func (s *Store) DeleteMeta(key string) error {
 	return s.update(func(txn *badger.Txn) error { return txn.Delete(metaKey(key)) })
 }
 
+// DeleteMetaPrefix removes every metadata value whose key starts with
+// prefix and returns how many it removed. The deletes are committed in
+// batches (a batch that would exceed Badger's transaction limit commits
+// and the next one goes on), each fsync'd in DurabilityAlways mode: after
+// an error some keys may be left.
+func (s *Store) DeleteMetaPrefix(prefix string) (int, error) {
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	var keys [][]byte
+	err := s.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: metaKey(prefix)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		return nil
+	})
+	if err != nil || len(keys) == 0 {
+		return 0, err
+	}
+	done := 0
+	for done < len(keys) {
+		start := done
+		err := s.update(func(txn *badger.Txn) error {
+			for _, k := range keys[done:] {
+				if err := txn.Delete(k); err != nil {
+					if errors.Is(err, badger.ErrTxnTooBig) {
+						return nil // commit this batch; the next goes on
+					}
+					return err
+				}
+				done++
+			}
+			return nil
+		})
+		if err == nil && done == start {
+			err = badger.ErrTxnTooBig // not one delete fits: cannot progress
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
 // ScanMeta returns every metadata value whose key starts with prefix.
 func (s *Store) ScanMeta(prefix string) (map[string][]byte, error) {
 	out := map[string][]byte{}

@@ -33,6 +33,8 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	agentID := fs.String("agent-id", "", "agent id (overrides agent_id)")
 	rtp := fs.String("rtp-listen", "", "RTP listen HOST:PORT, RTCP on the next port (overrides video.listen)")
 	broker := fs.String("mqtt-broker", "", "MQTT broker URL (overrides telemetry.broker)")
+	mqttListen := fs.String("mqtt-listen", "", "HOST:PORT of the MQTT server for drones publishing straight to the agent (overrides\n"+
+		"telemetry.listen); without --mqtt-broker (or a broker in the file) no broker is used")
 	var topics stringList
 	fs.Var(&topics, "mqtt-topic", "MQTT topic `PATTERN`, repeatable (overrides telemetry.topics): the drone id is the level\n"+
 		"written {drone}, or the single + level: drones/+/telemetry and drones/{drone}/telemetry/# both work;\n"+
@@ -67,6 +69,9 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	}
 	if set["mqtt-broker"] {
 		cfg.Telemetry.Broker = *broker
+	}
+	if set["mqtt-listen"] {
+		cfg.ListenWithoutDefaultBroker(*mqttListen, set["mqtt-broker"])
 	}
 	if len(topics) > 0 {
 		cfg.Telemetry.Topics = topics

@@ -3,6 +3,7 @@ package telemetry
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"regexp"
 	"time"
@@ -12,8 +13,16 @@ import (
 // names are the agent's telemetry section (agent.TelemetryConfig embeds it).
 type Config struct {
 	// Broker is the MQTT broker URL: tcp://host:port, or ssl:// / tls:// /
-	// mqtts:// for TLS. Required.
+	// mqtts:// for TLS. Required unless Listen is set; "" = no broker.
 	Broker string `yaml:"broker"`
+	// Listen is the HOST:PORT of the MQTT 3.1.1 server for publishers
+	// (drones publishing straight to the agent, no broker in between); ""
+	// (the default) = off. Broker and Listen may both be set: same lanes,
+	// same store, same counters. See listener.go for its protocol and bounds.
+	Listen string `yaml:"listen"`
+	// MaxConnections bounds the listener's connections; one more is
+	// accepted and closed at once (Stats.ListenerRefused). Default 256.
+	MaxConnections int `yaml:"max_connections"`
 	// ClientID is the MQTT client id. It must be stable across restarts (the
 	// persistent session and the dedup entries hang off it): use
 	// ClientIDFor(agentID). Required.
@@ -90,6 +99,7 @@ func NewDefaultConfig() Config {
 		BinaryContentType:    "application/octet-stream",
 		LaneDepth:            4096,
 		MaxDrones:            1024,
+		MaxConnections:       256,
 		DroneIdleTimeout:     time.Minute,
 		KeepAlive:            15 * time.Second,
 		ConnectTimeout:       10 * time.Second,
@@ -118,6 +128,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxDrones == 0 {
 		c.MaxDrones = d.MaxDrones
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = d.MaxConnections
+	}
 	if c.DroneIdleTimeout == 0 {
 		c.DroneIdleTimeout = d.DroneIdleTimeout
 	}
@@ -141,9 +154,20 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first invalid field, naming it and the fix.
 func (c Config) Validate() error {
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("%w: listen %q: want HOST:PORT such as 0.0.0.0:1883", ErrConfig, c.Listen)
+		}
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("%w: max connections %d must not be negative", ErrConfig, c.MaxConnections)
+	}
+	if c.Broker == "" && c.Listen != "" {
+		return c.validateIntake()
+	}
 	u, err := url.Parse(c.Broker)
 	if c.Broker == "" || err != nil || u.Host == "" {
-		return fmt.Errorf("%w: mqtt broker %q: want a URL such as tcp://127.0.0.1:1883", ErrConfig, c.Broker)
+		return fmt.Errorf("%w: mqtt broker %q: want a URL such as tcp://127.0.0.1:1883 (or set listen)", ErrConfig, c.Broker)
 	}
 	switch u.Scheme {
 	case "tcp", "mqtt", "ssl", "tls", "mqtts", "ws", "wss":
@@ -153,6 +177,12 @@ func (c Config) Validate() error {
 	if c.ClientID == "" || len(c.ClientID) > 65535 {
 		return fmt.Errorf("%w: client id is required (use ClientIDFor(agent id))", ErrConfig)
 	}
+	return c.validateIntake()
+}
+
+// validateIntake checks the fields common to the broker client and the
+// listener.
+func (c Config) validateIntake() error {
 	if len(c.Topics) == 0 {
 		return fmt.Errorf("%w: at least one mqtt topic pattern is required", ErrConfig)
 	}

@@ -37,6 +37,10 @@ type bufferedConn struct {
 	// wake nudges the flusher (capacity 1); done is closed when it exits.
 	wake chan struct{}
 	done chan struct{}
+	// server: Write never blocks; above maxPendingWrite unflushed bytes
+	// the peer is not reading, and the connection is failed with
+	// errSlowReader (the listener's writers must not wait on one peer).
+	server bool
 }
 
 // maxPendingWrite bounds the unflushed bytes; Write blocks above it.
@@ -49,11 +53,31 @@ func newBufferedConn(c net.Conn) *bufferedConn {
 	return b
 }
 
+// newServerConn wraps a listener's connection: a smaller read buffer (one
+// per publisher) and writes that never block.
+func newServerConn(c net.Conn) *bufferedConn {
+	b := &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 16<<10), wake: make(chan struct{}, 1), done: make(chan struct{}), server: true}
+	b.cond = sync.NewCond(&b.mu)
+	go b.flushLoop()
+	return b
+}
+
+// slow reports whether the connection failed with errSlowReader.
+func (b *bufferedConn) slow() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err == errSlowReader
+}
+
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // Write queues p for the flusher. It returns the first write error, if any.
 func (b *bufferedConn) Write(p []byte) (int, error) {
 	b.mu.Lock()
+	if b.server && b.err == nil && len(b.pending) > maxPendingWrite {
+		b.err = errSlowReader
+		b.Conn.Close() // the reader and the flusher fail; Close still joins the flusher
+	}
 	for b.err == nil && !b.closed && len(b.pending) > maxPendingWrite {
 		b.cond.Wait()
 	}

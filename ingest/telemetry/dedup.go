@@ -154,3 +154,33 @@ func (t *dedupTable) done(pid uint16, h msgHash) []func() {
 	e.pending, e.waiters = false, nil
 	return w
 }
+
+// dedupSource keeps the dedup entries of one MQTT session: the broker
+// client's (brokerDedup) or a listener client's (sessionDedup). check runs
+// on the dispatcher goroutine; begin before the append, done after it
+// (on the store's callback goroutine): implementations are safe for
+// concurrent use.
+type dedupSource interface {
+	// check decides for a DUP message (see dedupTable.check).
+	check(pid uint16, h msgHash, ack func()) (duplicate, deferred bool)
+	// begin records an append of (pid, h) about to be queued.
+	begin(pid uint16, h msgHash)
+	// done marks the append of (pid, h) durable and returns the waiting acks.
+	done(pid uint16, h msgHash) []func()
+	// key is the metadata key of pid's entry, written with the append.
+	key(pid uint16) string
+}
+
+// brokerDedup is the broker client's session: one client id, its entries
+// loaded at start into a table of every packet id.
+type brokerDedup struct {
+	table  *dedupTable
+	client string
+}
+
+func (b *brokerDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
+	return b.table.check(pid, h, ack)
+}
+func (b *brokerDedup) begin(pid uint16, h msgHash)         { b.table.begin(pid, h) }
+func (b *brokerDedup) done(pid uint16, h msgHash) []func() { return b.table.done(pid, h) }
+func (b *brokerDedup) key(pid uint16) string               { return dedupKey(b.client, pid) }

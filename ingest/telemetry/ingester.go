@@ -26,8 +26,10 @@ type Ingester struct {
 	patterns []Pattern
 	status   *Pattern
 	timePath []string
-	dedup    *dedupTable
-	c        counters
+	// brokerDedup holds the broker client's dedup entries (nil without a
+	// broker).
+	brokerDedup *brokerDedup
+	c           counters
 
 	// subscribed is closed after the first successful subscription.
 	subscribed     chan struct{}
@@ -45,11 +47,14 @@ type Ingester struct {
 	wake, space chan struct{}
 	// acks carries acks from the store's callbacks to the acker goroutine.
 	acks chan func()
-	// delivered numbers the messages in delivery order (paho's delivery
-	// goroutine only); nextAck is the number of the next PUBACK to send and
-	// held the acks ready before it (the acker goroutine only).
-	delivered, nextAck uint64
-	held               map[uint64]func()
+	// deliverMu serializes deliveries (paho's delivery goroutine and the
+	// listener's connections): lane lookup, slot release and enqueue
+	// assume one delivering goroutine at a time.
+	deliverMu sync.Mutex
+	// brokerOrder orders the broker client's PUBACKs (see ackOrder).
+	brokerOrder ackOrder
+	// listener is the MQTT server for publishers (nil without Listen).
+	listener *listener
 	// stopping is closed when Run begins to stop.
 	stopping chan struct{}
 	// fatal receives the first store error (capacity 1).
@@ -77,10 +82,20 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		return nil, fmt.Errorf("%w: sink needs a stream and a meta store", ErrConfig)
 	}
 	in := &Ingester{
-		cfg: cfg, sink: sink, dedup: new(dedupTable), lanes: map[string]*lane{},
+		cfg: cfg, sink: sink, lanes: map[string]*lane{},
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
-		subscribed: make(chan struct{}), held: map[uint64]func(){},
+		subscribed: make(chan struct{}),
+	}
+	if cfg.Broker != "" {
+		in.brokerDedup = &brokerDedup{table: new(dedupTable), client: cfg.ClientID}
+	}
+	if cfg.Listen != "" {
+		meta, ok := sink.Meta.(SessionMeta)
+		if !ok {
+			return nil, fmt.Errorf("%w: listen needs a meta store that reads and deletes keys (SessionMeta)", ErrConfig)
+		}
+		in.listener = newListener(in, meta)
 	}
 	for _, t := range cfg.Topics {
 		p, _ := ParsePattern(t)
@@ -96,12 +111,15 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 	return in, nil
 }
 
-// Run loads the dedup entries, connects (retrying with capped backoff),
-// subscribes at QoS 1 and ingests until ctx ends (then it returns nil) or
-// the store fails (then it returns an error wrapping ErrStore). On its
-// return every goroutine it started has stopped, the appends it queued are
-// durable and acked, and messages not yet acked stay at the broker, which
-// redelivers them to the next run. A second Run returns ErrClosed.
+// Run loads the dedup entries, connects to the broker (retrying with
+// capped backoff) and subscribes at QoS 1, and/or listens for publishers
+// (Config.Listen), and ingests until ctx ends (then it returns nil) or the
+// store fails (then it returns an error wrapping ErrStore). On its return
+// every goroutine it started has stopped, the appends it queued are
+// durable and acked, and messages not yet acked stay with their senders
+// (the broker, or a publisher's session), which send them again to the
+// next run. A second Run returns ErrClosed; a listen address that cannot
+// be bound returns an error wrapping ErrListen.
 func (in *Ingester) Run(ctx context.Context) error {
 	if !in.ran.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrClosed)
@@ -109,15 +127,20 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return nil
 	}
-	stored, err := in.sink.Meta.ScanMeta(DedupPrefix + in.cfg.ClientID + "/")
-	if err != nil {
-		return fmt.Errorf("%w: read dedup entries: %w", ErrStore, err)
+	var opts *paho.ClientOptions
+	if in.brokerDedup != nil {
+		stored, err := in.sink.Meta.ScanMeta(DedupPrefix + in.cfg.ClientID + "/")
+		if err != nil {
+			return fmt.Errorf("%w: read dedup entries: %w", ErrStore, err)
+		}
+		n, bad := in.brokerDedup.table.load(in.cfg.ClientID, stored)
+		in.c.dedupLoaded.Add(uint64(n))
+		in.c.dedupCorrupt.Add(uint64(bad))
+		if opts, err = in.clientOptions(); err != nil {
+			return err
+		}
 	}
-	n, bad := in.dedup.load(in.cfg.ClientID, stored)
-	in.c.dedupLoaded.Add(uint64(n))
-	in.c.dedupCorrupt.Add(uint64(bad))
-	opts, err := in.clientOptions()
-	if err != nil {
+	if err := in.Bind(); err != nil {
 		return err
 	}
 	// The appends outlive ctx: queued ones become durable and are acked
@@ -128,18 +151,31 @@ func (in *Ingester) Run(ctx context.Context) error {
 	wg.Go(func() { in.dispatch(appendCtx) })
 	wg.Go(in.reportDrops)
 	ackWG.Go(in.ackLoop)
-	client := paho.NewClient(opts)
-	client.Connect() // retries in the background (ConnectRetry) until Disconnect
+	if in.listener != nil {
+		in.listener.start()
+		if opts == nil {
+			in.subscribedOnce.Do(func() { close(in.subscribed) })
+		}
+	}
+	var client paho.Client
+	if opts != nil {
+		client = paho.NewClient(opts)
+		client.Connect() // retries in the background (ConnectRetry) until Disconnect
+	}
 
 	var runErr error
 	select {
 	case <-ctx.Done():
 	case runErr = <-in.fatal:
 	}
-	// Stop in pipeline order: no new appends; the queued ones become durable
-	// and their PUBACKs go out on the still open connection; then disconnect.
-	// Messages left in the lanes stay unacked: the broker keeps them.
+	// Stop in pipeline order: no new messages (the listener stops
+	// accepting and reading); the queued appends become durable and their
+	// PUBACKs go out on the still open connections; then the connections
+	// close. Messages left in the lanes stay unacked: their senders keep them.
 	close(in.stopping)
+	if in.listener != nil {
+		in.listener.stopReading()
+	}
 	if runErr != nil {
 		cancel() // the store failed: do not wait for it
 	}
@@ -147,7 +183,12 @@ func (in *Ingester) Run(ctx context.Context) error {
 	waitTimeout(&in.inflight, 10*time.Second)
 	close(in.ackStop)
 	ackWG.Wait()
-	client.Disconnect(200)
+	if in.listener != nil {
+		in.listener.closeAll()
+	}
+	if client != nil {
+		client.Disconnect(200)
+	}
 	cancel()
 	if runErr == nil {
 		select {
@@ -157,6 +198,17 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}
 	in.cfg.Logger.Info("telemetry: stopped", "stats", in.Stats())
 	return runErr
+}
+
+// Bind opens the listener's socket now (Run does it otherwise), so that a
+// caller can report an address in use before it starts anything else. A
+// no-op without Listen or when bound; the error wraps ErrListen and the
+// *net.OpError. Call it before Run, not concurrently with it.
+func (in *Ingester) Bind() error {
+	if in.listener == nil || in.listener.ln != nil {
+		return nil
+	}
+	return in.listener.bind()
 }
 
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
@@ -234,13 +286,23 @@ func (in *Ingester) onConnect(c paho.Client) {
 func (in *Ingester) Subscribed() <-chan struct{} { return in.subscribed }
 
 // onMessage runs on paho's single delivery goroutine, in delivery order.
-// It never touches the store: drops are acked here, everything else goes to
-// the drone's lane.
 func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
+	in.deliverMu.Lock()
+	defer in.deliverMu.Unlock()
+	in.deliver(m, in.brokerOrder.wrap(m.Ack), in.brokerDedup, true)
+}
+
+// deliver takes one message from the broker client or a listener
+// connection, with in.deliverMu held (one delivery at a time: laneFor and
+// enqueue rely on it). It never touches the store: drops are acked here,
+// everything else goes to the drone's lane, waiting while the lanes are
+// full. ack sends the message's PUBACK in its connection's order; d keeps
+// its dedup entry (nil: none, QoS 0 or a clean session). fromBroker: a
+// retained message is a broker's replay of one already stored.
+func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroker bool) {
 	in.c.received.Add(1)
 	recv := in.cfg.Now().UnixNano()
 	topic := m.Topic()
-	ack := in.ordered(m)
 	if in.status != nil {
 		if drone, ok := in.status.Match(topic); ok {
 			if l := in.waitForLane(in.droneID(drone), recv); l != nil {
@@ -261,7 +323,7 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 		in.c.unknownTopic.Add(1)
 		in.ack(ack)
 		return
-	case m.Retained():
+	case fromBroker && m.Retained():
 		in.c.retained.Add(1)
 		in.ack(ack)
 		return
@@ -271,37 +333,56 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 		return
 	}
 	if l := in.waitForLane(drone, recv); l != nil {
-		in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv})
+		in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv, dedup: d})
 	}
 }
 
-// ordered numbers m in delivery order and returns its ack: queued with
-// in.ack, it sends m's PUBACK once the PUBACKs of every message delivered
-// before m are sent. The store calls back in append order, which is not
-// delivery order (the lanes take turns), but MQTT 3.1.1 4.6.0-2 wants
-// PUBACKs in delivery order, and Mosquitto 2.0 needs it: PUBACKed out of
-// order, it let a newly published message overtake the ones it had queued
-// for us, and a drone's telemetry landed out of order. A message never
-// acked in this run (left unacked at a stop) holds back the PUBACKs of
-// later ones: the broker redelivers them to the next run with DUP set and
-// the dedup entries skip them. Called on paho's delivery goroutine only.
-func (in *Ingester) ordered(m paho.Message) func() {
-	n := in.delivered
-	in.delivered++
-	return func() { in.ackInOrder(n, m.Ack) }
+// ackOrder numbers one connection's messages in delivery order and sends
+// their PUBACKs in that order. The store calls back in append order, which
+// is not delivery order (the lanes take turns), but MQTT 3.1.1 4.6.0-2
+// wants PUBACKs in delivery order, and Mosquitto 2.0 needs it: PUBACKed
+// out of order, it let a newly published message overtake the ones it had
+// queued for us, and a drone's telemetry landed out of order. A message
+// never acked in this run (left unacked at a stop) holds back the PUBACKs
+// of later ones: the sender sends them again to the next run with DUP set
+// and the dedup entries skip them.
+type ackOrder struct {
+	// delivered numbers the messages (the delivering goroutine only, with
+	// Ingester.deliverMu held).
+	delivered uint64
+	// next is the number of the next PUBACK to send and held the acks
+	// ready before it (the acker goroutine only).
+	next uint64
+	held map[uint64]func()
 }
 
-// ackInOrder records that message n may be acked and sends every PUBACK
-// now due, in delivery order. Called on the acker goroutine only.
-func (in *Ingester) ackInOrder(n uint64, a func()) {
-	in.held[n] = a
+// wrap numbers a message and returns its ack: queued with Ingester.ack,
+// it runs a once the acks of every message numbered before it have run.
+func (o *ackOrder) wrap(a func()) func() {
+	n := o.delivered
+	o.delivered++
+	return func() { o.release(n, a) }
+}
+
+// release records that message n may be acked and runs every ack now due,
+// in order. Called on the acker goroutine only.
+func (o *ackOrder) release(n uint64, a func()) {
+	if n == o.next && len(o.held) == 0 {
+		o.next++
+		a()
+		return
+	}
+	if o.held == nil {
+		o.held = map[uint64]func(){}
+	}
+	o.held[n] = a
 	for {
-		a, ok := in.held[in.nextAck]
+		a, ok := o.held[o.next]
 		if !ok {
 			return
 		}
-		delete(in.held, in.nextAck)
-		in.nextAck++
+		delete(o.held, o.next)
+		o.next++
 		a()
 	}
 }
@@ -350,9 +431,13 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	m := it.msg
 	payload := m.Payload()
 	pid := m.MessageID()
-	h := hashMessage(it.topic, payload)
-	if m.Duplicate() {
-		if dup, deferred := in.dedup.check(pid, h, it.ack); dup {
+	d := it.dedup
+	var h msgHash
+	if d != nil {
+		h = hashMessage(it.topic, payload)
+	}
+	if d != nil && m.Duplicate() {
+		if dup, deferred := d.check(pid, h, it.ack); dup {
 			in.c.duplicates.Add(1)
 			if !deferred {
 				in.ack(it.ack)
@@ -372,13 +457,19 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 			in.c.clockSkew.Add(1)
 		}
 	}
-	in.dedup.begin(pid, h)
+	var opts []localstream.AppendOption
+	if d != nil {
+		d.begin(pid, h)
+		opts = append(opts, localstream.WithMeta(d.key(pid), encodeDedup(h)))
+	}
 	l.mu.Lock()
 	l.pending++
 	l.mu.Unlock()
 	in.inflight.Add(1)
-	cb := func(pos localstream.Position, err error) { in.appended(l, it.ack, pid, h, adm, ev.EventTime, pos, err) }
-	err := in.appendWaitingForSpace(ctx, ev, cb, localstream.WithMeta(dedupKey(in.cfg.ClientID, pid), encodeDedup(h)))
+	cb := func(pos localstream.Position, err error) {
+		in.appended(l, it.ack, d, pid, h, adm, ev.EventTime, pos, err)
+	}
+	err := in.appendWaitingForSpace(ctx, ev, cb, opts...)
 	if err == nil {
 		return true
 	}
@@ -386,7 +477,10 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	l.mu.Lock()
 	l.pending--
 	l.mu.Unlock()
-	waiters := in.dedup.done(pid, h)
+	var waiters []func()
+	if d != nil {
+		waiters = d.done(pid, h)
+	}
 	switch {
 	case errors.Is(err, localstream.ErrEventTooLarge):
 		in.c.oversize.Add(1)
@@ -432,13 +526,16 @@ func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Ev
 }
 
 // appended is the store's callback, in append order.
-func (in *Ingester) appended(l *lane, ack func(), pid uint16, h msgHash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
+func (in *Ingester) appended(l *lane, ack func(), d dedupSource, pid uint16, h msgHash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
 	defer in.inflight.Done()
 	if err != nil {
 		in.fail(err)
 		return
 	}
-	waiters := in.dedup.done(pid, h)
+	var waiters []func()
+	if d != nil {
+		waiters = d.done(pid, h)
+	}
 	in.c.appended.Add(1)
 	if in.sink.Marks != nil {
 		if err := in.sink.Marks.NoteAdmitted(l.writer, adm, t, pos); err != nil {

@@ -11,8 +11,10 @@ import (
 // item is one delivered message waiting in its drone's lane.
 type item struct {
 	msg paho.Message
-	// ack acknowledges msg in delivery order (see Ingester.ordered).
-	ack    func()
+	// ack acknowledges msg in its connection's delivery order (see ackOrder).
+	ack func()
+	// dedup keeps msg's dedup entry; nil: none (QoS 0, a clean session).
+	dedup  dedupSource
 	topic  string
 	recv   int64
 	status bool
@@ -101,8 +103,8 @@ func (l *lane) done() {
 // laneFor returns the drone's lane, creating it; when MaxDrones lanes
 // exist it first gives back the slot of a lane that is releasable (its
 // drone offline, or silent for DroneIdleTimeout); nil if there is none.
-// Called only from paho's delivery goroutine (with enqueue), so a lane
-// given back here cannot have an enqueue in progress.
+// Called only with in.deliverMu held (as enqueue is), so a lane given back
+// here cannot have an enqueue in progress.
 func (in *Ingester) laneFor(drone string, now int64) *lane {
 	in.lanesMu.RLock()
 	l := in.lanes[drone]

@@ -40,3 +40,13 @@ type Sink struct {
 	// Marks receives writer marks; nil disables them.
 	Marks Marks
 }
+
+// SessionMeta is what the listener needs of the store for its clients'
+// dedup entries; satisfied by *localstream.Store.
+type SessionMeta interface {
+	MetaScanner
+	// GetMeta reads one key.
+	GetMeta(key string) ([]byte, bool, error)
+	// DeleteMetaPrefix deletes every key starting with prefix.
+	DeleteMetaPrefix(prefix string) (int, error)
+}

@@ -60,6 +60,47 @@ type Stats struct {
 	// DiskFullWaits: messages held unacknowledged while the store refused
 	// appends for lack of disk space (retried until space returns).
 	DiskFullWaits uint64 `json:"disk_full_waits"`
+
+	// The listener (Config.Listen); all zero without it.
+	//
+	// ListenerConnections: connections open now.
+	ListenerConnections int64 `json:"listener_connections"`
+	// ListenerAccepted: connections accepted (within MaxConnections).
+	ListenerAccepted uint64 `json:"listener_accepted"`
+	// ListenerRefused: connections closed at once, MaxConnections being open.
+	ListenerRefused uint64 `json:"listener_refused"`
+	// ListenerConnects: CONNECTs accepted (CONNACK 0).
+	ListenerConnects uint64 `json:"listener_connects"`
+	// ListenerConnectRefused: CONNECTs refused with a CONNACK code (bad
+	// protocol level, client id empty with clean session off or over 256 bytes).
+	ListenerConnectRefused uint64 `json:"listener_connect_refused"`
+	// ListenerConnectTimeouts: connections closed without a CONNECT within ConnectTimeout.
+	ListenerConnectTimeouts uint64 `json:"listener_connect_timeouts"`
+	// ListenerKeepAliveTimeouts: clients silent for 1.5 × their keep-alive, disconnected.
+	ListenerKeepAliveTimeouts uint64 `json:"listener_keep_alive_timeouts"`
+	// ListenerProtocolErrors: connections closed for bytes that are not MQTT 3.1.1.
+	ListenerProtocolErrors uint64 `json:"listener_protocol_errors"`
+	// ListenerTooLarge: connections closed for a packet above MaxPayload +
+	// 64 KiB (refused before it was read).
+	ListenerTooLarge uint64 `json:"listener_too_large"`
+	// ListenerSlowReaders: connections closed because the client did not
+	// read its acks (1 MiB unread).
+	ListenerSlowReaders uint64 `json:"listener_slow_readers"`
+	// ListenerDisconnects: connections ended by the client's DISCONNECT.
+	ListenerDisconnects uint64 `json:"listener_disconnects"`
+	// ListenerLost: connections that ended without DISCONNECT (closed, reset).
+	ListenerLost uint64 `json:"listener_lost"`
+	// ListenerTakeovers: connections replaced by a newer one of the same client id.
+	ListenerTakeovers uint64 `json:"listener_takeovers"`
+	// ListenerWills: last wills delivered (a connection ended without DISCONNECT).
+	ListenerWills uint64 `json:"listener_wills"`
+	// ListenerSubscribeRefused: SUBSCRIBEs answered with failure (the agent is not a broker).
+	ListenerSubscribeRefused uint64 `json:"listener_subscribe_refused"`
+	// ListenerQoS2: QoS 2 messages received (PUBREC after the durable append).
+	ListenerQoS2 uint64 `json:"listener_qos2"`
+	// ListenerDedupErrors: dedup entries that could not be read (the
+	// message was stored: at worst a duplicate).
+	ListenerDedupErrors uint64 `json:"listener_dedup_errors"`
 }
 
 // counters are the live atomic counters behind Stats.
@@ -70,6 +111,14 @@ type counters struct {
 	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
 	diskFullWaits, clockSkew, dronesReleased, droneIDsMapped         atomic.Uint64
+
+	listenerOpen                                                        atomic.Int64
+	listenerAccepted, listenerRefused, listenerConnects                 atomic.Uint64
+	listenerConnectRefused, listenerConnectTimeouts                     atomic.Uint64
+	listenerKeepAliveTimeouts, listenerProtocolErrors, listenerTooLarge atomic.Uint64
+	listenerSlowReaders, listenerDisconnects, listenerLost              atomic.Uint64
+	listenerTakeovers, listenerWills, listenerSubscribeRefused          atomic.Uint64
+	listenerQoS2, listenerDedupErrors                                   atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
@@ -87,5 +136,15 @@ func (in *Ingester) Stats() Stats {
 		DedupLoaded: c.dedupLoaded.Load(), DedupCorrupt: c.dedupCorrupt.Load(),
 		DiskFullWaits: c.diskFullWaits.Load(), DronesReleased: c.dronesReleased.Load(),
 		DroneIDsMapped: c.droneIDsMapped.Load(),
+
+		ListenerConnections: c.listenerOpen.Load(), ListenerAccepted: c.listenerAccepted.Load(),
+		ListenerRefused: c.listenerRefused.Load(), ListenerConnects: c.listenerConnects.Load(),
+		ListenerConnectRefused: c.listenerConnectRefused.Load(), ListenerConnectTimeouts: c.listenerConnectTimeouts.Load(),
+		ListenerKeepAliveTimeouts: c.listenerKeepAliveTimeouts.Load(), ListenerProtocolErrors: c.listenerProtocolErrors.Load(),
+		ListenerTooLarge: c.listenerTooLarge.Load(), ListenerSlowReaders: c.listenerSlowReaders.Load(),
+		ListenerDisconnects: c.listenerDisconnects.Load(), ListenerLost: c.listenerLost.Load(),
+		ListenerTakeovers: c.listenerTakeovers.Load(), ListenerWills: c.listenerWills.Load(),
+		ListenerSubscribeRefused: c.listenerSubscribeRefused.Load(), ListenerQoS2: c.listenerQoS2.Load(),
+		ListenerDedupErrors: c.listenerDedupErrors.Load(),
 	}
 }

@@ -1,0 +1,498 @@
+package telemetry
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+// The listener is an MQTT 3.1.1 server for publishers only: drones connect
+// to the agent and publish their telemetry, with no broker in between. It
+// is not a broker: a SUBSCRIBE is answered with a SUBACK of failures
+// (0x80), nothing is ever sent to a client but acknowledgements.
+//
+//   - CONNECT must come within ConnectTimeout, else the connection closes
+//     (listener_connect_timeouts). A bad protocol name or level, a client id
+//     over maxClientID bytes, or an empty one with clean session off, is
+//     answered with the CONNACK refusal code and closed
+//     (listener_connect_refused). A client id already connected takes the
+//     session over: the older connection is closed (listener_takeovers),
+//     without its will.
+//   - Keep-alive: a client silent for 1.5 × its keep-alive is disconnected
+//     (listener_keepalive_timeouts) and its will delivered.
+//   - PUBLISH QoS 0: stored, nothing to ack. QoS 1: PUBACK once the event is
+//     durable. QoS 2: PUBREC once durable, PUBCOMP on PUBREL — the same
+//     exactly-once as QoS 1 (the dedup entry holds until the packet id is
+//     reused), not a second mechanism. Acknowledgements of one connection
+//     go out in the order its PUBLISHes came (MQTT 3.1.1 §4.6.0-2),
+//     coalesced: one write carries every ack ready.
+//   - Bounds: MaxConnections (one more is accepted and closed:
+//     listener_refused); a packet's remaining length above MaxPayload +
+//     maxTopicOverhead closes the connection before anything is allocated
+//     (listener_too_large); a payload above MaxPayload but within that is
+//     dropped and acked as from the broker (oversize). While the lanes are
+//     full a connection is not read: TCP pushes back on the publisher. A
+//     client that does not read its acks (maxPendingWrite unread bytes) is
+//     disconnected (listener_slow_readers).
+//   - Anything else that is not MQTT 3.1.1 (a second CONNECT, a packet a
+//     server never receives, a wildcard in a PUBLISH topic, garbage) closes
+//     the connection (listener_protocol_errors) and delivers the will.
+//   - Persistent sessions (clean session off) keep the dedup entries across
+//     reconnects (dedup_session.go): a QoS 1/2 message resent with DUP
+//     after a crash or a cut is acked, not stored twice. The CONNACK's
+//     session-present flag is always 0: the agent keeps no subscriptions or
+//     outgoing messages, and a client keeps (and resends) its own
+//     in-flight messages whatever the flag says.
+//   - The last will is delivered as a message when a connection ends
+//     without DISCONNECT (lost, keep-alive, protocol error), not when the
+//     agent stops or the session is taken over. On the status topic,
+//     "offline" closes the drone's writer as with a broker's will.
+//   - No authentication and no TLS: bind the listener to the drones' link
+//     (a private network) or put Mosquitto in front.
+
+// maxClientID bounds a client id (MQTT 3.1.1 servers must accept 23).
+const maxClientID = 256
+
+// maxTopicOverhead is what a PUBLISH or CONNECT holds beyond its payload:
+// a topic (at most 65,535 bytes, as MQTT strings are), its length, the
+// packet id.
+const maxTopicOverhead = 65535 + 2 + 2
+
+// listener accepts publishers' connections for an Ingester. bind, start,
+// stopReading and closeAll are called by Run, in that order.
+type listener struct {
+	in      *Ingester
+	meta    SessionMeta
+	pending *pendingDedup
+	// maxPacket bounds a packet's remaining length.
+	maxPacket int
+
+	// ln is set by bind; addr is its address (for ListenAddr).
+	ln   net.Listener
+	addr atomic.Pointer[net.TCPAddr]
+	// slots holds a token per open connection (capacity MaxConnections).
+	slots chan struct{}
+	// wg joins the accept loop and the connections' goroutines.
+	wg sync.WaitGroup
+
+	// mu guards conns and clients.
+	mu    sync.Mutex
+	conns map[*serverConn]struct{}
+	// clients maps a connected client id to its connection (takeover).
+	clients map[string]*serverConn
+	// anon numbers the client ids given to clients that sent none.
+	anon atomic.Uint64
+}
+
+func newListener(in *Ingester, meta SessionMeta) *listener {
+	return &listener{
+		in: in, meta: meta, pending: &pendingDedup{m: map[pendingKey]*dedupEntry{}},
+		maxPacket: in.cfg.MaxPayload + maxTopicOverhead,
+		slots:     make(chan struct{}, in.cfg.MaxConnections),
+		conns:     map[*serverConn]struct{}{}, clients: map[string]*serverConn{},
+	}
+}
+
+// bind opens the listening socket.
+func (l *listener) bind() error {
+	ln, err := net.Listen("tcp", l.in.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrListen, l.in.cfg.Listen, err)
+	}
+	l.ln = ln
+	if a, ok := ln.Addr().(*net.TCPAddr); ok {
+		l.addr.Store(a)
+	}
+	l.in.cfg.Logger.Info("telemetry: listening for publishers", "listen", ln.Addr().String())
+	return nil
+}
+
+// ListenAddr is the listener's bound address (nil without Listen, or
+// before Run bound it; Subscribed() is closed after that when there is no
+// broker). Safe for concurrent use.
+func (in *Ingester) ListenAddr() *net.TCPAddr {
+	if in.listener == nil {
+		return nil
+	}
+	return in.listener.addr.Load()
+}
+
+// start runs the accept loop.
+func (l *listener) start() { l.wg.Go(l.acceptLoop) }
+
+func (l *listener) acceptLoop() {
+	var delay time.Duration
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// EMFILE and the like: back off, as net/http does.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			l.in.cfg.Logger.Warn("telemetry: listener accept failed", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-l.in.stopping:
+				return
+			}
+			continue
+		}
+		delay = 0
+		select {
+		case l.slots <- struct{}{}:
+		default:
+			l.in.c.listenerRefused.Add(1)
+			nc.Close()
+			continue
+		}
+		c := &serverConn{l: l, bc: newServerConn(nc)}
+		l.mu.Lock()
+		l.conns[c] = struct{}{}
+		l.mu.Unlock()
+		l.in.c.listenerAccepted.Add(1)
+		l.in.c.listenerOpen.Add(1)
+		l.wg.Go(c.serve)
+	}
+}
+
+// stopReading stops accepting and reading, and waits for every
+// connection's goroutine to return; the connections stay open for their
+// last acks (closeAll closes them). in.stopping is closed.
+func (l *listener) stopReading() {
+	l.ln.Close()
+	l.mu.Lock()
+	for c := range l.conns {
+		c.bc.SetReadDeadline(time.Unix(1, 0))
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
+}
+
+// closeAll flushes and closes the connections still open (after the last
+// acks were queued), in parallel: each flush waits at most a second.
+func (l *listener) closeAll() {
+	l.mu.Lock()
+	conns := l.conns
+	l.conns = map[*serverConn]struct{}{}
+	l.mu.Unlock()
+	var wg sync.WaitGroup
+	for c := range conns {
+		wg.Go(func() { c.close() })
+	}
+	wg.Wait()
+}
+
+// register makes c the connection of its client id, closing (taking over)
+// an older one.
+func (l *listener) register(c *serverConn) {
+	l.mu.Lock()
+	old := l.clients[c.client]
+	l.clients[c.client] = c
+	l.mu.Unlock()
+	if old != nil {
+		l.in.c.listenerTakeovers.Add(1)
+		old.takenOver.Store(true)
+		old.bc.Conn.Close() // its goroutine ends and cleans up
+	}
+}
+
+// serverConn is one publisher's connection.
+type serverConn struct {
+	l  *listener
+	bc *bufferedConn
+	// buf is the reused packet body buffer (the connection's goroutine only).
+	buf []byte
+	// client, clean, will and dedup are set at CONNECT.
+	client string
+	clean  bool
+	will   *inMessage
+	dedup  dedupSource
+	// order orders the acks of this connection's messages.
+	order ackOrder
+	// disconnected: the client sent DISCONNECT (no will).
+	disconnected bool
+	// takenOver: a newer connection of the same client id replaced this one.
+	takenOver atomic.Bool
+	closeOnce sync.Once
+}
+
+// serve runs the connection until it ends or the listener stops reading.
+func (c *serverConn) serve() {
+	err := c.run()
+	l, in := c.l, c.l.in
+	if stopping(in) {
+		return // Run closes the connection after the last acks
+	}
+	c.count(err)
+	l.mu.Lock()
+	delete(l.conns, c)
+	if c.client != "" && l.clients[c.client] == c {
+		delete(l.clients, c.client)
+	}
+	l.mu.Unlock()
+	c.close()
+	if c.will != nil && !c.disconnected && !c.takenOver.Load() {
+		in.c.listenerWills.Add(1)
+		in.deliverMu.Lock()
+		in.deliver(c.will, noAck, nil, false)
+		in.deliverMu.Unlock()
+	}
+}
+
+// close flushes and closes the connection and gives its slot back, once.
+func (c *serverConn) close() {
+	c.closeOnce.Do(func() {
+		c.bc.Close()
+		if c.bc.slow() {
+			c.l.in.c.listenerSlowReaders.Add(1)
+		}
+		c.l.in.c.listenerOpen.Add(-1)
+		<-c.l.slots
+	})
+}
+
+// count records why a connection ended.
+func (c *serverConn) count(err error) {
+	cs := &c.l.in.c
+	var ne net.Error
+	switch {
+	case err == nil:
+		cs.listenerDisconnects.Add(1)
+	case errors.Is(err, errPacketTooLarge):
+		cs.listenerTooLarge.Add(1)
+	case errors.Is(err, errMalformed):
+		cs.listenerProtocolErrors.Add(1)
+	case errors.Is(err, errConnectTimeout):
+		cs.listenerConnectTimeouts.Add(1)
+	case errors.Is(err, errConnectRefused):
+		cs.listenerConnectRefused.Add(1)
+	case errors.As(err, &ne) && ne.Timeout():
+		cs.listenerKeepAliveTimeouts.Add(1)
+	default: // EOF, reset: the client went away without DISCONNECT
+		cs.listenerLost.Add(1)
+	}
+}
+
+var (
+	errConnectTimeout = errors.New("telemetry: no CONNECT in time")
+	errConnectRefused = errors.New("telemetry: CONNECT refused")
+)
+
+func stopping(in *Ingester) bool {
+	select {
+	case <-in.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// setDeadline sets the read deadline, unless the listener stopped reading
+// (stopReading's past deadline must win whichever call comes last).
+func (c *serverConn) setDeadline(t time.Time) {
+	c.bc.SetReadDeadline(t)
+	if stopping(c.l.in) {
+		c.bc.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// run reads the CONNECT and then packets until an error or DISCONNECT
+// (nil).
+func (c *serverConn) run() error {
+	in := c.l.in
+	c.setDeadline(time.Now().Add(in.cfg.ConnectTimeout))
+	cp, err := readPacket(c.bc.r, c.l.maxPacket, &c.buf)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return errConnectTimeout
+		}
+		return err
+	}
+	cc, ok := cp.(*packets.ConnectPacket)
+	if !ok {
+		return fmt.Errorf("%w: %s before CONNECT", errMalformed, fmt.Sprintf("%T", cp))
+	}
+	if err := c.connect(cc); err != nil {
+		return err
+	}
+	keepAlive := time.Duration(cc.Keepalive) * 1500 * time.Millisecond
+	for {
+		if keepAlive > 0 {
+			c.setDeadline(time.Now().Add(keepAlive))
+		}
+		cp, err := readPacket(c.bc.r, c.l.maxPacket, &c.buf)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return io.EOF
+			}
+			return err
+		}
+		switch p := cp.(type) {
+		case *packets.PublishPacket:
+			if err := c.publish(p); err != nil {
+				return err
+			}
+		case *packets.PubrelPacket:
+			ack := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
+			ack.MessageID = p.MessageID
+			c.write(ack)
+		case *packets.PingreqPacket:
+			c.write(packets.NewControlPacket(packets.Pingresp))
+		case *packets.SubscribePacket:
+			in.c.listenerSubscribeRefused.Add(1)
+			ack := packets.NewControlPacket(packets.Suback).(*packets.SubackPacket)
+			ack.MessageID = p.MessageID
+			for range p.Topics {
+				ack.ReturnCodes = append(ack.ReturnCodes, 0x80)
+			}
+			c.write(ack)
+		case *packets.UnsubscribePacket:
+			ack := packets.NewControlPacket(packets.Unsuback).(*packets.UnsubackPacket)
+			ack.MessageID = p.MessageID
+			c.write(ack)
+		case *packets.DisconnectPacket:
+			c.disconnected = true
+			return nil
+		default:
+			return fmt.Errorf("%w: %s from a client", errMalformed, fmt.Sprintf("%T", cp))
+		}
+	}
+}
+
+// connect answers a CONNECT: refuses it with its CONNACK code, or takes the
+// session (deleting a clean session's stored dedup entries) and accepts.
+func (c *serverConn) connect(cc *packets.ConnectPacket) error {
+	l := c.l
+	ack := packets.NewControlPacket(packets.Connack).(*packets.ConnackPacket)
+	ack.ReturnCode = cc.Validate()
+	if ack.ReturnCode == packets.Accepted && len(cc.ClientIdentifier) > maxClientID {
+		ack.ReturnCode = packets.ErrRefusedIDRejected
+	}
+	if ack.ReturnCode == packets.Accepted && cc.WillFlag && cc.WillQos == 3 {
+		ack.ReturnCode = packets.ErrProtocolViolation
+	}
+	if ack.ReturnCode != packets.Accepted {
+		c.write(ack)
+		return fmt.Errorf("%w: code %d", errConnectRefused, ack.ReturnCode)
+	}
+	c.client, c.clean = cc.ClientIdentifier, cc.CleanSession
+	if c.client == "" {
+		// Unique, and never a client's own id (MQTT strings are UTF-8: no 0xff).
+		c.client = "\xff" + strconv.FormatUint(l.anon.Add(1), 10)
+	}
+	l.register(c)
+	if c.clean {
+		if _, err := l.meta.DeleteMetaPrefix(listenDedupPrefix(c.client)); err != nil {
+			l.in.fail(err)
+			return err
+		}
+	} else {
+		c.dedup = &sessionDedup{pending: l.pending, meta: l.meta, client: c.client,
+			prefix: listenDedupPrefix(c.client), lookupErrors: func() { l.in.c.listenerDedupErrors.Add(1) }}
+	}
+	if cc.WillFlag {
+		c.will = &inMessage{topic: cc.WillTopic, payload: cc.WillMessage, qos: cc.WillQos, retained: cc.WillRetain}
+	}
+	l.in.c.listenerConnects.Add(1)
+	c.write(ack)
+	return nil
+}
+
+// publish delivers one PUBLISH into the pipeline, with its ack in this
+// connection's order.
+func (c *serverConn) publish(p *packets.PublishPacket) error {
+	if !validPublishTopic(p.TopicName) {
+		return fmt.Errorf("%w: publish topic %q", errMalformed, p.TopicName)
+	}
+	m := &inMessage{topic: p.TopicName, payload: p.Payload, qos: p.Qos, dup: p.Dup, retained: p.Retain, id: p.MessageID}
+	ack := noAck
+	var d dedupSource
+	in := c.l.in
+	in.deliverMu.Lock()
+	defer in.deliverMu.Unlock()
+	if p.Qos > 0 {
+		id, qos := p.MessageID, p.Qos
+		m.ack = func() { c.ackPublish(qos, id) }
+		ack = c.order.wrap(m.ack)
+		d = c.dedup
+	}
+	if p.Qos == 2 {
+		in.c.listenerQoS2.Add(1)
+	}
+	in.deliver(m, ack, d, false)
+	return nil
+}
+
+// ackPublish sends the PUBACK (QoS 1) or PUBREC (QoS 2) of packet id.
+// Called on the acker goroutine; the write never blocks.
+func (c *serverConn) ackPublish(qos byte, id uint16) {
+	if qos == 2 {
+		p := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
+		p.MessageID = id
+		c.write(p)
+		return
+	}
+	p := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
+	p.MessageID = id
+	c.write(p)
+}
+
+// write queues a packet; a failed connection drops it (the client resends
+// what it did not get an ack for).
+func (c *serverConn) write(p packets.ControlPacket) { _ = p.Write(c.bc) }
+
+// validPublishTopic: MQTT 3.1.1 §4.7.3, §3.3.2-2: a PUBLISH topic is not
+// empty and holds no wildcard.
+func validPublishTopic(t string) bool {
+	if t == "" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if t[i] == '+' || t[i] == '#' || t[i] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// noAck is the ack of a message that needs none (QoS 0, a will).
+func noAck() {}
+
+// inMessage is a PUBLISH (or a will) received by the listener, shaped as
+// paho's Message so that it takes the broker client's path.
+type inMessage struct {
+	topic    string
+	payload  []byte
+	qos      byte
+	dup      bool
+	retained bool
+	id       uint16
+	// ack sends its PUBACK/PUBREC at once (the pipeline uses the ordered
+	// ack it was delivered with instead).
+	ack  func()
+	once sync.Once
+}
+
+func (m *inMessage) Duplicate() bool   { return m.dup }
+func (m *inMessage) Qos() byte         { return m.qos }
+func (m *inMessage) Retained() bool    { return m.retained }
+func (m *inMessage) Topic() string     { return m.topic }
+func (m *inMessage) MessageID() uint16 { return m.id }
+func (m *inMessage) Payload() []byte   { return m.payload }
+
+// Ack sends the message's acknowledgement once (QoS 1 and 2; a no-op for
+// QoS 0 and wills).
+func (m *inMessage) Ack() {
+	if m.ack != nil {
+		m.once.Do(m.ack)
+	}
+}

@@ -1,0 +1,177 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// listenConfig is a listener-only configuration on a free port.
+func listenConfig() Config {
+	cfg := NewDefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.ConnectTimeout = 2 * time.Second
+	return cfg
+}
+
+// startListener runs a listener-only ingester over a real store and
+// returns it once it listens.
+func startListener(t testing.TB, cfg Config, s *localstream.Store, st Appender, marks Marks) (*Ingester, func() error) {
+	t.Helper()
+	in, err := New(cfg, Sink{Stream: st, Meta: s, Marks: marks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- in.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-errc })
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	select {
+	case <-in.Subscribed():
+	case err := <-errc:
+		t.Fatalf("run: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("not listening")
+	}
+	return in, stop
+}
+
+// durableLog wraps the stream and records each (drone, seq) when its
+// append is durable, before the ingester hears of it: a PUBACK that
+// arrives at a publisher before its message is recorded here was sent
+// before the append was durable.
+type durableLog struct {
+	st *localstream.Stream
+	mu sync.Mutex
+	// seen maps "drone/seq" to how often it became durable.
+	seen map[string]int
+}
+
+func (d *durableLog) AppendAsync(ctx context.Context, ev localstream.Event, cb func(localstream.Position, error), opts ...localstream.AppendOption) error {
+	return d.st.AppendAsync(ctx, ev, func(p localstream.Position, err error) {
+		if err == nil {
+			var m Telemetry
+			if json.Unmarshal(ev.Payload, &m) == nil {
+				d.mu.Lock()
+				d.seen[fmt.Sprintf("%s/%d", m.Drone, m.Seq)]++
+				d.mu.Unlock()
+			}
+		}
+		cb(p, err)
+	}, opts...)
+}
+
+func (d *durableLog) durable(drone string, seq uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.seen[fmt.Sprintf("%s/%d", drone, seq)] > 0
+}
+
+// listenPub is a real paho publisher for several drones on one connection:
+// persistent session (unless clean), QoS 1, each drone's messages in
+// order with one in flight (paho resends a persistent session's in-flight
+// messages after a reconnect, with DUP, in no particular order: one in
+// flight per drone keeps each drone's order).
+type listenPub struct {
+	c      paho.Client
+	drones []string
+}
+
+func newListenPub(t testing.TB, addr, client string, clean bool, drones ...string) *listenPub {
+	t.Helper()
+	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(client).SetCleanSession(clean).
+		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(100 * time.Millisecond).
+		SetMaxReconnectInterval(300 * time.Millisecond).SetKeepAlive(5 * time.Second).SetWriteTimeout(10 * time.Second)
+	c := paho.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect %s: %v", client, tok.Error())
+	}
+	t.Cleanup(func() { c.Disconnect(50) })
+	return &listenPub{c: c, drones: drones}
+}
+
+// publish sends seqs first..last for each drone, concurrently across
+// drones; acked is called after each PUBACK. It returns the first error.
+func (p *listenPub) publish(first, last uint64, acked func(drone string, seq uint64)) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(p.drones))
+	for _, d := range p.drones {
+		wg.Go(func() {
+			for seq := first; seq <= last; seq++ {
+				b, _ := json.Marshal(Telemetry{Drone: d, Seq: seq, Timestamp: time.Now().UnixMilli(), Mode: "AUTO"})
+				tok := p.c.Publish("drones/"+d+"/telemetry", 1, false, b)
+				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+					errs <- fmt.Errorf("%s seq %d: %v", d, seq, tok.Error())
+					return
+				}
+				if acked != nil {
+					acked(d, seq)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// TestListenerStoresEveryMessageOnce: real paho publishers, several drones
+// on one connection and several connections, straight into the listener
+// with a real Badger store: every message stored once, in order per drone,
+// and no PUBACK before the append is durable.
+func TestListenerStoresEveryMessageOnce(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	log := &durableLog{st: st, seen: map[string]int{}}
+	in, stop := startListener(t, listenConfig(), s, log, nil)
+	addr := in.ListenAddr().String()
+
+	const conns, perConn, n = 3, 2, 300
+	want := map[string]uint64{}
+	var early sync.Map
+	var wg sync.WaitGroup
+	for c := range conns {
+		var drones []string
+		for d := range perConn {
+			name := fmt.Sprintf("d%d-%d", c, d)
+			drones = append(drones, name)
+			want[name] = n
+		}
+		pub := newListenPub(t, addr, fmt.Sprintf("pub-%d", c), false, drones...)
+		wg.Go(func() {
+			err := pub.publish(1, n, func(d string, seq uint64) {
+				if !log.durable(d, seq) {
+					early.Store(fmt.Sprintf("%s/%d", d, seq), true)
+				}
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	early.Range(func(k, _ any) bool { t.Errorf("PUBACK before durable: %v", k); return true })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if msg := verifyExactlyOnce(readAll(t, st), want); msg != "" {
+		t.Fatal(msg)
+	}
+	stats := in.Stats()
+	if stats.Appended != conns*perConn*n || stats.ListenerConnects != conns {
+		t.Fatalf("stats: %+v", stats)
+	}
+}

@@ -1,0 +1,89 @@
+package telemetry
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+
+	"github.com/eclipse/paho.mqtt.golang/packets"
+)
+
+// The listener reads each packet's fixed header itself and hands the rest
+// to paho's packets (packets.ReadPacket would allocate whatever remaining
+// length the peer claims, up to 256 MB, before reading a byte of it):
+//
+//	 7 6 5 4 3 2 1 0
+//	+-------+-------+
+//	| type  | flags |   flags: DUP, QoS (2 bits), RETAIN for PUBLISH
+//	+-------+-------+
+//	| remaining length: 1 to 4 bytes, 7 bits each, low first,
+//	| bit 7 = more follows (MQTT 3.1.1 §2.2.3)
+//	+---------------
+//	| remaining length bytes: variable header and payload
+//
+// A remaining length above the bound is refused (errPacketTooLarge) before
+// anything is allocated; then the body is read into a buffer that the
+// connection reuses and unpacked by paho.
+
+// readPacket reads one packet of at most max remaining bytes. buf is the
+// connection's reusable body buffer (grown as needed up to max). Errors
+// wrap errPacketTooLarge, errMalformed or the reader's error.
+func readPacket(r *bufio.Reader, max int, buf *[]byte) (packets.ControlPacket, error) {
+	first, err := r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	n, err := readRemainingLength(r)
+	if err != nil {
+		return nil, err
+	}
+	if n > max {
+		return nil, fmt.Errorf("%w: remaining length %d > %d", errPacketTooLarge, n, max)
+	}
+	fh := packets.FixedHeader{
+		MessageType: first >> 4, Dup: first&0x08 != 0, Qos: (first >> 1) & 0x03, Retain: first&0x01 != 0,
+		RemainingLength: n,
+	}
+	if fh.MessageType == 0 || fh.MessageType == 15 {
+		return nil, fmt.Errorf("%w: packet type %d", errMalformed, fh.MessageType)
+	}
+	if fh.Qos == 3 {
+		return nil, fmt.Errorf("%w: qos 3", errMalformed)
+	}
+	cp, err := packets.NewControlPacketWithHeader(fh)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errMalformed, err)
+	}
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	body := (*buf)[:n]
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	// A bytes.Buffer, as packets.ReadPacket uses: its Read of an empty
+	// payload returns no error (a bytes.Reader's returns io.EOF). Unpack
+	// copies what it keeps (the payload, strings), so buf can be reused.
+	if err := cp.Unpack(bytes.NewBuffer(body)); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", errMalformed, packets.PacketNames[fh.MessageType], err)
+	}
+	return cp, nil
+}
+
+// readRemainingLength decodes the 1 to 4 byte remaining length.
+func readRemainingLength(r *bufio.Reader) (int, error) {
+	n, shift := 0, 0
+	for i := 0; i < 4; i++ {
+		b, err := r.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		n |= int(b&0x7f) << shift
+		if b&0x80 == 0 {
+			return n, nil
+		}
+		shift += 7
+	}
+	return 0, fmt.Errorf("%w: remaining length longer than 4 bytes", errMalformed)
+}
