@@ -1,0 +1,218 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// orderedStore is paho's memory store whose All lists the outbound
+// messages in packet id order. paho resends a persistent session's
+// in-flight messages after a reconnect in All's order — a map's, random,
+// for the memory store — and completes the original publish token at the
+// resend, so a drone may have two messages in flight after one reconnect
+// and see them resent swapped after the next. The ids are issued in
+// increasing order (this test never wraps them), so id order is publish order.
+type orderedStore struct{ *paho.MemoryStore }
+
+func (s orderedStore) All() []string {
+	keys := s.MemoryStore.All()
+	id := func(k string) int { n, _ := strconv.Atoi(k[strings.IndexByte(k, '.')+1:]); return n }
+	slices.SortFunc(keys, func(a, b string) int { return id(a) - id(b) })
+	return keys
+}
+
+// killPub publishes seqs 1..n for each of its drones on one persistent
+// session, one message in flight per drone at a time.
+type killPub struct {
+	c          paho.Client
+	drones     []string
+	sent, done atomic.Int64
+}
+
+func newKillPub(t *testing.T, addr, client string, drones ...string) *killPub {
+	o := paho.NewClientOptions().AddBroker("tcp://"+addr).SetClientID(client).SetCleanSession(false).
+		SetStore(orderedStore{paho.NewMemoryStore()}).SetAutoReconnect(true).SetConnectRetry(true).
+		SetConnectRetryInterval(100 * time.Millisecond).SetMaxReconnectInterval(200 * time.Millisecond).
+		SetKeepAlive(5 * time.Second).SetWriteTimeout(10 * time.Second)
+	p := &killPub{c: paho.NewClient(o), drones: drones}
+	p.c.Connect() // retries until the agent listens
+	t.Cleanup(func() { p.c.Disconnect(50) })
+	return p
+}
+
+func (p *killPub) run(n int) error {
+	var wg gosync.WaitGroup
+	errs := make(chan error, len(p.drones))
+	for _, d := range p.drones {
+		wg.Go(func() {
+			for seq := 1; seq <= n; seq++ {
+				b, _ := json.Marshal(telemetry.Telemetry{Drone: d, Seq: uint64(seq), Timestamp: time.Now().UnixMilli()})
+				p.sent.Add(1)
+				tok := p.c.Publish("drones/"+d+"/telemetry", 1, false, b)
+				if !tok.WaitTimeout(2*time.Minute) || tok.Error() != nil {
+					errs <- fmt.Errorf("%s seq %d: %v", d, seq, tok.Error())
+					return
+				}
+				p.done.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// TestRunListenKilledWhilePublishing: drones publish straight to
+// `edge-agent run --mqtt-listen` (no broker) on persistent sessions; the
+// agent is SIGKILLed mid-stream and restarted several times, the
+// publishers resend what was not acked (DUP); at the end every message is
+// stored exactly once, in order per drone.
+func TestRunListenKilledWhilePublishing(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	dir := t.TempDir()
+	httpPort, mqttPort := freePort(t), freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", mqttPort)
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: listen-kill
+data_dir: %s
+http: {listen: "127.0.0.1:%d"}
+log: {level: warn}
+video: {enabled: false}
+central: {url: ""}
+`, filepath.Join(dir, "agent"), httpPort)), 0o644)
+	start := func() *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "run", "--config", cfgPath, "--mqtt-listen", addr)
+		cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill() })
+		waitHealthy(t, cmd, httpPort)
+		return cmd
+	}
+
+	const n = 1500
+	cmd := start()
+	pubs := []*killPub{newKillPub(t, addr, "pub-a", "a1", "a2"), newKillPub(t, addr, "pub-b", "b1", "b2")}
+	want := map[string]int{"a1": n, "a2": n, "b1": n, "b2": n}
+	pubErr := make(chan error, len(pubs))
+	for _, p := range pubs {
+		go func() { pubErr <- p.run(n) }()
+	}
+	progress := func() (done, inFlight int64) {
+		for _, p := range pubs {
+			d := p.done.Load()
+			done += d
+			inFlight += p.sent.Load() - d
+		}
+		return done, inFlight
+	}
+	killedMidStream := 0
+	for kill := range 3 {
+		before, _ := progress()
+		deadline := time.Now().Add(30 * time.Second)
+		for d, _ := progress(); d < before+200; d, _ = progress() { // the agent is storing and acking
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: no progress", kill)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		_, inFlight := progress()
+		cmd.Wait()
+		if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+			t.Fatalf("kill %d: agent not killed: %v", kill, cmd.ProcessState)
+		}
+		done, _ := progress()
+		if inFlight > 0 && done < 4*n {
+			killedMidStream++
+		}
+		t.Logf("kill %d: %d of %d acked, %d in flight at the kill", kill, done, 4*n, inFlight)
+		cmd = start()
+	}
+	for range pubs {
+		if err := <-pubErr; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if killedMidStream < 2 {
+		t.Fatalf("only %d kills with messages in flight: the test proved too little", killedMidStream)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v (want exit status 0)", err)
+	}
+	s, err := localstream.Open(filepath.Join(dir, "agent", "store"), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Stream("telemetry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := map[string]int{}
+	for _, r := range recs {
+		var m telemetry.Telemetry
+		if err := json.Unmarshal(r.Payload, &m); err != nil {
+			t.Fatal(err)
+		}
+		if int(m.Seq) != next[m.Drone]+1 {
+			t.Fatalf("drone %s: seq %d after %d (duplicate, gap or reorder)", m.Drone, m.Seq, next[m.Drone])
+		}
+		next[m.Drone] = int(m.Seq)
+	}
+	for d, w := range want {
+		if next[d] != w {
+			t.Fatalf("drone %s: stored up to %d, want %d", d, next[d], w)
+		}
+	}
+	t.Logf("%d records, %d kills mid-stream", len(recs), killedMidStream)
+}
+
+// waitHealthy waits for the agent's /healthz.
+func waitHealthy(t *testing.T, cmd *exec.Cmd, httpPort int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("agent did not answer /healthz")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
