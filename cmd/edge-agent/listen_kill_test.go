@@ -49,7 +49,7 @@ type killPub struct {
 }
 
 func newKillPub(t *testing.T, addr, client string, drones ...string) *killPub {
-	o := paho.NewClientOptions().AddBroker("tcp://"+addr).SetClientID(client).SetCleanSession(false).
+	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(client).SetCleanSession(false).
 		SetStore(orderedStore{paho.NewMemoryStore()}).SetAutoReconnect(true).SetConnectRetry(true).
 		SetConnectRetryInterval(100 * time.Millisecond).SetMaxReconnectInterval(200 * time.Millisecond).
 		SetKeepAlive(5 * time.Second).SetWriteTimeout(10 * time.Second)
