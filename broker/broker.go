@@ -213,6 +213,17 @@ func (b *Broker) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // Port is the listening port.
 func (b *Broker) Port() int { return b.port }
 
+// Pid is the running mosquitto process's id (for measuring its CPU); 0
+// when embedded or stopped.
+func (b *Broker) Pid() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil || b.cmd.Process == nil {
+		return 0
+	}
+	return b.cmd.Process.Pid
+}
+
 // Dir is the directory holding the configuration, the log and the data.
 func (b *Broker) Dir() string { return b.dir }
 

@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("EDGE_TELEMETRY_CHILD") == "1" {
 		os.Exit(childMain())
 	}
+	if os.Getenv("EDGE_LISTEN_BENCH_PUB") == "1" {
+		os.Exit(benchPublisherMain())
+	}
 	os.Exit(m.Run())
 }
 
