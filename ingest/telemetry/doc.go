@@ -1,10 +1,12 @@
-// Package telemetry captures drone telemetry from an MQTT broker into the
-// local `telemetry` stream, and simulates drones for tests, demos and load.
+// Package telemetry captures drone telemetry from an MQTT broker, or from
+// drones publishing straight to its own MQTT 3.1.1 listener, into the local
+// `telemetry` stream, and simulates drones for tests, demos and load.
 //
 // # Data path
 //
-//	broker ──► paho (one delivery goroutine, in order)
-//	             │ onMessage: status? unknown topic? retained? too big? → ack, count
+//	broker ──► paho (one delivery goroutine, in order) ─┐
+//	drones ──► listener (a goroutine per connection) ──┤ deliver, one at a time (deliverMu)
+//	             │ status? unknown topic? retained (broker)? too big? → ack, count
 //	             ▼
 //	           lane per drone (bounded FIFO, Config.LaneDepth)
 //	             │ dispatcher: round-robin over lanes, ≤32 items per lane per round
@@ -13,7 +15,12 @@
 //	           Stream.AppendAsync(event, WithMeta(dedup entry))   (one goroutine: store order = delivery order)
 //	             │ callback after the fsync'd group commit, in append order
 //	             ▼
-//	           Marks.Note(writer, event time, position) → PUBACK
+//	           Marks.Note(writer, event time, position) → PUBACK, in each
+//	           connection's delivery order (ackOrder), from one acker goroutine
+//
+// The listener (listener.go: protocol, bounds, counters; packet.go: the
+// bounded packet reader; dedup_session.go: per-client dedup entries) is
+// documented in docs/telemetry.md; it is no broker: publishers only.
 //
 // The client uses a persistent session (clean session off, stable client id
 // from the agent id), QoS 1 subscriptions renewed on every connect, manual
