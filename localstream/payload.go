@@ -382,10 +382,11 @@ func (st *Stream) retirePayloads() error {
 	return ps.remove(dead)
 }
 
-// decodeStored decodes a stored record of stream, reading its payload
-// from its payload file when it has one.
-func (s *Store) decodeStored(stream string, b []byte) (Event, error) {
-	ev, ref, err := decodeRecordRef(b)
+// decodeStored decodes a stored record of stream into a (see
+// decodeRecordIn), reading its payload from its payload file when it has
+// one.
+func (s *Store) decodeStored(stream string, b []byte, a *readArena) (Event, error) {
+	ev, ref, err := decodeRecordIn(b, a)
 	if err != nil || ref == nil {
 		return ev, err
 	}

@@ -26,8 +26,13 @@ type Reader struct {
 	to        map[SegmentID]uint64 // nil: unbounded
 	order     []SegmentID          // round-robin order of the frontier
 	rr        int
-	buf       []Record // read ahead from one segment
-	maxBuf    int
+	// buf[head:] is read ahead from one segment; buf's array is reused
+	// by the next fill.
+	buf    []Record
+	head   int
+	maxBuf int
+	// arena holds the decoded records' strings and bytes (see readArena).
+	arena readArena
 }
 
 // NewReader returns a reader of the events after from and, when to is
@@ -67,7 +72,7 @@ func (r *Reader) Cut() StreamCut {
 }
 
 // Close releases the reader. It is idempotent.
-func (r *Reader) Close() error { r.buf = nil; return nil }
+func (r *Reader) Close() error { r.buf, r.head, r.arena = nil, 0, readArena{}; return nil }
 
 // Next returns the next durable record, waiting for one while the reader
 // is at the tail. It returns ErrEndOfCut when a bounded reader reached its
@@ -91,12 +96,14 @@ func (r *Reader) Next(ctx context.Context) (Record, error) {
 // there is none yet, ErrEndOfCut when a bounded reader reached its end.
 func (r *Reader) TryNext() (Record, error) {
 	for {
-		if len(r.buf) > 0 {
-			rec := r.buf[0]
-			r.buf = r.buf[1:]
+		if r.head < len(r.buf) {
+			rec := r.buf[r.head]
+			r.head++
 			r.frontier[rec.Segment] = rec.Offset + 1
 			return rec, nil
 		}
+		clear(r.buf) // the records returned are the callers'; drop their references here
+		r.buf, r.head = r.buf[:0], 0
 		progressed, bounded, err := r.fill()
 		if err != nil {
 			return Record{}, err
@@ -222,7 +229,7 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 			var ev Event
 			err := it.Item().Value(func(b []byte) error {
 				var err error
-				ev, err = st.s.decodeStored(st.name, b)
+				ev, err = st.s.decodeStored(st.name, b, &r.arena)
 				bytes += len(b) + len(ev.Payload)
 				return err
 			})

@@ -77,7 +77,12 @@ func decodeRecord(b []byte) (Event, error) {
 
 // decodeRecordRef decodes a stored record of version 1 (payload inline)
 // or 2 (payload in a payload file: ref, and no Payload).
-func decodeRecordRef(b []byte) (Event, *payloadRef, error) {
+func decodeRecordRef(b []byte) (Event, *payloadRef, error) { return decodeRecordIn(b, nil) }
+
+// decodeRecordIn is decodeRecordRef taking the strings, the header slice
+// and the payload copy from a (nil: fresh allocations). The result does
+// not alias b either way.
+func decodeRecordIn(b []byte, a *readArena) (Event, *payloadRef, error) {
 	var ev Event
 	if len(b) < 1 {
 		return ev, nil, fmt.Errorf("%w: empty", ErrCorruptRecord)
@@ -92,17 +97,20 @@ func decodeRecordRef(b []byte) (Event, *payloadRef, error) {
 	ev.EventTime = int64(binary.BigEndian.Uint64(b[3:]))
 	ev.IngestTime = int64(binary.BigEndian.Uint64(b[11:]))
 	d := decoder{b: b[recordFixed:]}
-	ev.RoutingKey = string(d.bytes("routing key"))
-	ev.Writer = string(d.bytes("writer"))
-	ev.ContentType = string(d.bytes("content type"))
+	ev.RoutingKey = a.str(d.bytes("routing key"))
+	ev.Writer = a.str(d.bytes("writer"))
+	ev.ContentType = a.str(d.bytes("content type"))
 	n := d.uvarint("header count")
 	if d.err == nil && n > uint64(len(d.b)/2) {
 		d.err = fmt.Errorf("%w: %d headers in %d bytes", ErrCorruptRecord, n, len(d.b))
 	}
+	if d.err == nil && n > 0 {
+		ev.Headers = a.headers(int(n))
+	}
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		k := d.bytes("header key")
 		v := d.bytes("header value")
-		ev.Headers = append(ev.Headers, Header{Key: string(k), Value: string(v)})
+		ev.Headers = append(ev.Headers, Header{Key: a.str(k), Value: a.str(v)})
 	}
 	var ref *payloadRef
 	if b[0] == recordVersionRef {
@@ -123,7 +131,7 @@ func decodeRecordRef(b []byte) (Event, *payloadRef, error) {
 		return Event{}, nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptRecord, len(d.b))
 	}
 	if ref == nil {
-		ev.Payload = append([]byte(nil), ev.Payload...)
+		ev.Payload = a.copy(ev.Payload)
 	}
 	return ev, ref, nil
 }

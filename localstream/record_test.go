@@ -74,5 +74,13 @@ func FuzzDecodeRecord(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(again, ev) || (ref != nil && *againRef != *ref) {
 			t.Fatalf("re-encode/decode differs: %v", err)
 		}
+		// A reader's arena decodes the same event, twice in a row.
+		var a readArena
+		for range 2 {
+			inArena, inRef, err := decodeRecordIn(b, &a)
+			if err != nil || !reflect.DeepEqual(inArena, ev) || (ref != nil && *inRef != *ref) {
+				t.Fatalf("arena decode differs: %v", err)
+			}
+		}
 	})
 }
