@@ -33,6 +33,9 @@ type Reader struct {
 	maxBuf int
 	// arena holds the decoded records' strings and bytes (see readArena).
 	arena readArena
+	// reshapes counts the frontier's changes not made by returning a
+	// record (see Reshapes).
+	reshapes uint64
 }
 
 // NewReader returns a reader of the events after from and, when to is
@@ -70,6 +73,14 @@ func (r *Reader) reorder() {
 func (r *Reader) Cut() StreamCut {
 	return StreamCut{Stream: r.st.name, Positions: maps.Clone(r.frontier)}
 }
+
+// Reshapes counts the changes of the reader's cut not made by returning
+// a record: a segment skipped to its end (holes left by shedding or
+// failed writes) or replaced by its successors. While it stays the same,
+// the cut after a record is the cut after the previous one (or the start
+// cut) with the record's segment at its offset + 1, so a caller that
+// needs the cut after every record can derive it instead of calling Cut.
+func (r *Reader) Reshapes() uint64 { return r.reshapes }
 
 // Close releases the reader. It is idempotent.
 func (r *Reader) Close() error { r.buf, r.head, r.arena = nil, 0, readArena{}; return nil }
@@ -155,6 +166,7 @@ func (r *Reader) fill() (progressed, bounded bool, err error) {
 				return true, false, nil
 			}
 			r.frontier[id] = limit // only holes (shed or failed writes) below limit
+			r.reshapes++
 			return true, false, nil
 		}
 		if v.sealed && v.length >= v.final && next >= v.final {
@@ -172,8 +184,10 @@ func (r *Reader) view(id SegmentID) segView {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	sg := st.segs[id]
-	v := segView{length: sg.Length, final: sg.final, sealed: sg.Sealed, succs: sg.Successors,
-		predsOf: map[SegmentID][]SegmentID{}}
+	v := segView{length: sg.Length, final: sg.final, sealed: sg.Sealed, succs: sg.Successors}
+	if len(sg.Successors) > 0 { // an open segment (the common case) allocates nothing here
+		v.predsOf = make(map[SegmentID][]SegmentID, len(sg.Successors))
+	}
 	for _, s := range sg.Successors {
 		v.predsOf[s] = st.segs[s].Predecessors
 	}
@@ -203,6 +217,7 @@ func (r *Reader) advance(id SegmentID, v segView) {
 		}
 		r.frontier[s] = 0
 	}
+	r.reshapes++
 	r.reorder()
 }
 

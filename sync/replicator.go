@@ -195,7 +195,6 @@ type Replicator struct {
 	lostNext    *LostRange // gap marker for the next commit record
 	lastCommit  time.Time  // when this run last committed (heartbeat)
 	prepared    bool
-	pending     *fetched               // a record read but not yet sent (txn was full)
 	localAt     time.Time              // when the committed cut was last recorded locally
 	localDirty  *localstream.StreamCut // a committed cut not yet recorded locally
 }
@@ -278,7 +277,6 @@ func (r *Replicator) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.pending = nil
 	r.lastCommit = r.cfg.Now()
 	rd, err := r.st.NewReader(cut, nil)
 	if err != nil {
@@ -388,13 +386,13 @@ func (r *Replicator) setLast(c Committed) {
 // collect adds events to txn, from cut on, until the transaction is full
 // or its time is up (CommitInterval after its first event; an empty one
 // waits IdleCommitInterval). It ends early when fl, the commit in flight,
-// fails. It returns the cut after the last added event.
+// fails. It returns the cut after the last added event. A record that
+// does not fit stays at the prefetcher's head for the next transaction.
 func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight) (localstream.StreamCut, []int64, error) {
 	var ingest []int64
-	lastCut := cut
+	lastCut, owned := cut, false
 	var closeAt time.Time
-	add := func(f fetched) error {
-		defer pf.release(f)
+	add := func(f *fetched) error {
 		if err := r.cfg.Uplink.Wait(ctx, *r.cfg.Priority, len(f.rec.Payload)+256); err != nil {
 			return err
 		}
@@ -408,18 +406,11 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 		if txn.Len() == 1 {
 			closeAt = r.cfg.Now().Add(r.cfg.CommitInterval)
 		}
-		lastCut = f.cutAfter
+		lastCut, owned = advanceCut(lastCut, owned, f)
 		if r.cfg.OnCommit != nil {
 			ingest = append(ingest, f.rec.IngestTime)
 		}
 		return nil
-	}
-	if r.pending != nil {
-		f := *r.pending
-		r.pending = nil
-		if err := add(f); err != nil {
-			return cut, nil, err
-		}
 	}
 	var flDone chan struct{}
 	if fl != nil {
@@ -428,6 +419,7 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 	timer := time.NewTimer(r.cfg.IdleCommitInterval)
 	defer timer.Stop()
 	maxEvents := r.txnEvents()
+	fitter, _ := txn.(txnFitter)
 	for txn.Len() < maxEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
 		// The commit interval holds under a backlog too: with events
 		// always ready (and each add paced by the uplink), only this check
@@ -435,47 +427,50 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 		if txn.Len() > 0 && !r.cfg.Now().Before(closeAt) {
 			return lastCut, ingest, nil
 		}
-		var f fetched
-		var ok bool
-		select {
-		case f, ok = <-pf.ch: // what is there already, without arming a timer
-		default:
-			wait := r.cfg.IdleCommitInterval
-			if txn.Len() > 0 {
-				if wait = closeAt.Sub(r.cfg.Now()); wait <= 0 {
+		f, ok := pf.head()
+		if !ok {
+			var b prefetchBatch
+			select {
+			case b, ok = <-pf.ch: // what is there already, without arming a timer
+			default:
+				wait := r.cfg.IdleCommitInterval
+				if txn.Len() > 0 {
+					if wait = closeAt.Sub(r.cfg.Now()); wait <= 0 {
+						return lastCut, ingest, nil
+					}
+				}
+				timer.Reset(wait)
+				select {
+				case b, ok = <-pf.ch:
+				case <-timer.C:
 					return lastCut, ingest, nil
+				case <-flDone:
+					if fl.err != nil {
+						return cut, nil, fl.err
+					}
+					flDone = nil
+					continue
+				case <-ctx.Done():
+					return cut, nil, ctx.Err()
 				}
 			}
-			timer.Reset(wait)
-			select {
-			case f, ok = <-pf.ch:
-			case <-timer.C:
-				return lastCut, ingest, nil
-			case <-flDone:
-				if fl.err != nil {
-					return cut, nil, fl.err
-				}
-				flDone = nil
-				continue
-			case <-ctx.Done():
+			if !ok {
 				return cut, nil, ctx.Err()
 			}
-		}
-		if !ok {
-			return cut, nil, ctx.Err()
+			pf.put(b)
+			continue
 		}
 		if f.err != nil {
 			return cut, nil, f.err
 		}
 		if txn.Len() > 0 && txn.Bytes()+int64(len(f.rec.Payload)) > r.cfg.MaxTxnBytes {
-			r.pending = &f
 			break
 		}
-		if ft, ok := txn.(txnFitter); ok && !ft.fits(&f.rec) {
-			r.pending = &f
+		if fitter != nil && !fitter.fits(&f.rec) {
 			break
 		}
-		if err := add(f); err != nil {
+		pf.pop()
+		if err := add(&f); err != nil {
 			return cut, nil, err
 		}
 	}
