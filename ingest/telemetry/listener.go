@@ -325,6 +325,9 @@ func (c *serverConn) run() error {
 		return err
 	}
 	keepAlive := time.Duration(cc.Keepalive) * 1500 * time.Millisecond
+	if keepAlive == 0 {
+		c.setDeadline(time.Time{}) // none: not even the CONNECT's
+	}
 	for {
 		if keepAlive > 0 {
 			c.setDeadline(time.Now().Add(keepAlive))

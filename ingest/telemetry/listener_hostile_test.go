@@ -91,9 +91,15 @@ func TestListenerHostileClients(t *testing.T) {
 			c.Write(junk)
 			closedByServer(t, c, 5*time.Second)
 		}
-		waitFor(t, 5*time.Second, "protocol errors counted", func() bool { return in.Stats().ListenerProtocolErrors >= 5 })
+		// Type 15 is malformed, unless the random length bytes after it
+		// are already over the bound: refused as too large first.
+		waitFor(t, 5*time.Second, "protocol errors counted", func() bool {
+			st := in.Stats()
+			return st.ListenerProtocolErrors+st.ListenerTooLarge == 5
+		})
 	})
 	t.Run("huge remaining length", func(t *testing.T) {
+		large0 := in.Stats().ListenerTooLarge
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		c := dialRaw(t, addr)
@@ -109,7 +115,7 @@ func TestListenerHostileClients(t *testing.T) {
 		c2 := dialRaw(t, addr) // before CONNECT too
 		c2.Write([]byte{0x10, 0xff, 0xff, 0xff, 0x7f})
 		closedByServer(t, c2, 5*time.Second)
-		waitFor(t, 5*time.Second, "too large counted", func() bool { return in.Stats().ListenerTooLarge == 2 })
+		waitFor(t, 5*time.Second, "too large counted", func() bool { return in.Stats().ListenerTooLarge == large0+2 })
 	})
 	t.Run("no connect", func(t *testing.T) {
 		c := dialRaw(t, addr)
@@ -163,6 +169,25 @@ func TestListenerHostileClients(t *testing.T) {
 			st := in.Stats()
 			return st.Oversize == 1 && st.ListenerSubscribeRefused == 1 && st.ListenerQoS2 == 1
 		})
+	})
+	t.Run("keep-alive 0", func(t *testing.T) {
+		// No keep-alive: no deadline, past the CONNECT's either.
+		c := dialRaw(t, addr)
+		if rawConnect(t, c, "no-keepalive", true, 0, nil) != packets.Accepted {
+			t.Fatal("refused")
+		}
+		time.Sleep(3 * cfg.ConnectTimeout)
+		if err := packets.NewControlPacket(packets.Pingreq).Write(c); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		p, err := packets.ReadPacket(c)
+		if err != nil {
+			t.Fatalf("closed: %v", err)
+		}
+		if _, ok := p.(*packets.PingrespPacket); !ok {
+			t.Fatalf("got %v", p)
+		}
 	})
 	t.Run("silent client", func(t *testing.T) {
 		c := dialRaw(t, addr)
@@ -241,4 +266,65 @@ func filterDrone(recs []localstream.Record, drone string) []localstream.Record {
 		}
 	}
 	return out
+}
+
+// TestListenerSessions: a persistent client's DUP resend of a message
+// already stored — on a new connection that takes the session over — is
+// acked and not stored again (the entry read back from the store); a
+// clean-session CONNECT deletes the client's entries.
+func TestListenerSessions(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	in, _ := startListener(t, listenConfig(), s, st, nil)
+	addr := in.ListenAddr().String()
+	pub := func(c net.Conn, id uint16, dup bool, payload string) {
+		t.Helper()
+		p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+		p.TopicName, p.Qos, p.MessageID, p.Dup, p.Payload = "drones/s/telemetry", 1, id, dup, []byte(payload)
+		p.Write(c)
+		ack, err := packets.ReadPacket(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a, ok := ack.(*packets.PubackPacket); !ok || a.MessageID != id {
+			t.Fatalf("got %v, want PUBACK %d", ack, id)
+		}
+	}
+	c1 := dialRaw(t, addr)
+	if rawConnect(t, c1, "sess", false, 30, nil) != packets.Accepted {
+		t.Fatal("refused")
+	}
+	pub(c1, 7, false, `{"seq":1}`)
+	pub(c1, 8, false, `{"seq":2}`)
+	if keys, _ := s.ScanMeta(ListenDedupPrefix + "sess/"); len(keys) != 2 {
+		t.Fatalf("dedup entries %v", keys)
+	}
+	c2 := dialRaw(t, addr) // takes the session over; c1 is closed
+	if rawConnect(t, c2, "sess", false, 30, nil) != packets.Accepted {
+		t.Fatal("refused")
+	}
+	closedByServer(t, c1, 5*time.Second)
+	pub(c2, 7, true, `{"seq":1}`) // a resend: skipped
+	pub(c2, 8, true, `{"seq":3}`) // same id, other content: stored
+	if got := in.Stats(); got.DuplicatesSkipped != 1 || got.Appended != 3 || got.ListenerTakeovers != 1 || got.ListenerWills != 0 {
+		t.Fatalf("stats %+v", got)
+	}
+	c3 := dialRaw(t, addr)
+	if rawConnect(t, c3, "sess", true, 30, nil) != packets.Accepted {
+		t.Fatal("refused")
+	}
+	if keys, _ := s.ScanMeta(ListenDedupPrefix + "sess/"); len(keys) != 0 {
+		t.Fatalf("a clean session left entries %v", keys)
+	}
+	pub(c3, 9, false, `{"seq":4}`)
+	if keys, _ := s.ScanMeta(ListenDedupPrefix + "sess/"); len(keys) != 0 {
+		t.Fatalf("a clean session wrote entries %v", keys)
+	}
+	var seqs []string
+	for _, r := range readAll(t, st) {
+		seqs = append(seqs, string(r.Payload))
+	}
+	if strings.Join(seqs, ",") != `{"seq":1},{"seq":2},{"seq":3},{"seq":4}` {
+		t.Fatalf("stored %v", seqs)
+	}
 }

@@ -26,6 +26,9 @@ import (
 // anything is allocated; then the body is read into a buffer that the
 // connection reuses and unpacked by paho.
 
+// keepBuffer is the largest body buffer a connection keeps between packets.
+const keepBuffer = 16 << 10
+
 // readPacket reads one packet of at most max remaining bytes. buf is the
 // connection's reusable body buffer (grown as needed up to max). Errors
 // wrap errPacketTooLarge, errMalformed or the reader's error.
@@ -65,6 +68,9 @@ func readPacket(r *bufio.Reader, max int, buf *[]byte) (packets.ControlPacket, e
 	// A bytes.Buffer, as packets.ReadPacket uses: its Read of an empty
 	// payload returns no error (a bytes.Reader's returns io.EOF). Unpack
 	// copies what it keeps (the payload, strings), so buf can be reused.
+	if cap(*buf) > keepBuffer {
+		*buf = nil // a rare large packet: do not hold its buffer for the connection's life
+	}
 	if err := cp.Unpack(bytes.NewBuffer(body)); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", errMalformed, packets.PacketNames[fh.MessageType], err)
 	}
