@@ -402,7 +402,9 @@ func (in *Ingester) droneID(level string) string {
 // reportDrops — and delivery waits, the message unacknowledged, until a
 // slot frees (a drone goes offline or idle) or the ingester stops (nil:
 // the broker keeps the message and delivers it to the next run). A
-// refused message is never acknowledged and dropped.
+// refused message is never acknowledged and dropped. It waits with
+// in.deliverMu held: every delivery, from the broker or any listener
+// connection, waits with it (as one broker session would).
 func (in *Ingester) waitForLane(drone string, recv int64) *lane {
 	if l := in.laneFor(drone, recv); l != nil {
 		return l
