@@ -124,6 +124,12 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if !in.ran.CompareAndSwap(false, true) {
 		return fmt.Errorf("%w: Run called twice", ErrClosed)
 	}
+	started := false
+	defer func() {
+		if !started && in.listener != nil && in.listener.ln != nil {
+			in.listener.ln.Close() // bound by Bind, never served
+		}
+	}()
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -143,6 +149,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if err := in.Bind(); err != nil {
 		return err
 	}
+	started = true
 	// The appends outlive ctx: queued ones become durable and are acked
 	// after it ends (unless the store failed).
 	appendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

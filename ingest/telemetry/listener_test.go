@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -174,4 +175,29 @@ func TestListenerStoresEveryMessageOnce(t *testing.T) {
 	if stats.Appended != conns*perConn*n || stats.ListenerConnects != conns {
 		t.Fatalf("stats: %+v", stats)
 	}
+}
+
+// TestListenerBoundNotRun: a listener bound (Bind) whose Run returns at
+// once (ctx already done) releases its port.
+func TestListenerBoundNotRun(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	in, err := New(listenConfig(), Sink{Stream: st, Meta: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Bind(); err != nil {
+		t.Fatal(err)
+	}
+	addr := in.ListenAddr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := in.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("port still held: %v", err)
+	}
+	ln.Close()
 }
