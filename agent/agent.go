@@ -243,10 +243,14 @@ func (a *Agent) run(ctx context.Context) (err error) {
 
 func (a *Agent) openStore() error {
 	dur, _ := localstream.ParseDurability(a.cfg.Store.Durability)
+	window := a.cfg.Store.GroupCommitWindow
+	if window == 0 {
+		window = -1 // off in the config; 0 is the store's default
+	}
 	s, err := localstream.Open(filepath.Join(a.cfg.DataDir, "store"), localstream.Options{
-		Durability: dur, SyncInterval: a.cfg.Store.SyncInterval, MaxEventBytes: a.cfg.Store.MaxEventBytes,
-		QueueDepth: a.cfg.Store.QueueDepth, MinFreeBytes: a.cfg.Store.MinFreeBytes, Logger: a.log,
-		ValueLogFileSize: a.vlogFileSize,
+		Durability: dur, SyncInterval: a.cfg.Store.SyncInterval, GroupCommitWindow: window,
+		MaxEventBytes: a.cfg.Store.MaxEventBytes, QueueDepth: a.cfg.Store.QueueDepth,
+		MinFreeBytes: a.cfg.Store.MinFreeBytes, Logger: a.log, ValueLogFileSize: a.vlogFileSize,
 	})
 	if err != nil {
 		return err

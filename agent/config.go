@@ -76,6 +76,11 @@ type StoreConfig struct {
 	Durability string `yaml:"durability"`
 	// SyncInterval is the fsync period in periodic mode. Default 1s.
 	SyncInterval time.Duration `yaml:"sync_interval"`
+	// GroupCommitWindow is how long the store may hold a commit open for
+	// more appends while others are in flight: fewer fsyncs per event
+	// under load, at most this much added latency; a lone writer is never
+	// held (see localstream.Options.GroupCommitWindow). Default 1ms; 0 off.
+	GroupCommitWindow time.Duration `yaml:"group_commit_window"`
 	// MaxEventBytes bounds one event. Default 4 MiB.
 	MaxEventBytes int `yaml:"max_event_bytes"`
 	// QueueDepth bounds the append queue. Default 8192.
@@ -235,8 +240,8 @@ func NewDefaultConfig() Config {
 		DataDir: "/var/lib/edge-agent",
 		Log:     LogConfig{Level: "info", Format: "text"},
 		HTTP:    HTTPConfig{Listen: "127.0.0.1:9464"},
-		Store: StoreConfig{Durability: "always", SyncInterval: time.Second, MaxEventBytes: 4 << 20,
-			QueueDepth: 8192, MinFreeBytes: 128 << 20},
+		Store: StoreConfig{Durability: "always", SyncInterval: time.Second, GroupCommitWindow: time.Millisecond,
+			MaxEventBytes: 4 << 20, QueueDepth: 8192, MinFreeBytes: 128 << 20},
 		Streams: map[string]StreamConfig{
 			"video":     {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByDataRate, MinSegments: 1, TargetRate: 4 << 20}},
 			"telemetry": {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByEventRate, MinSegments: 1, TargetRate: 2000}},
@@ -407,6 +412,8 @@ func (c StoreConfig) validate() error {
 		return bad("queue_depth", "%d is negative: use a count such as 8192, or 0 for the default", c.QueueDepth)
 	case c.SyncInterval < 0:
 		return bad("sync_interval", "%v is negative: use a duration such as 1s", c.SyncInterval)
+	case c.GroupCommitWindow < 0 || c.GroupCommitWindow > time.Second:
+		return bad("group_commit_window", "%v: want 0 (off) to 1s, such as 1ms", c.GroupCommitWindow)
 	case c.MinFreeBytes < 0:
 		return bad("min_free_bytes", "%d is negative: the floor cannot be turned off; use a size such as 134217728 (128 MiB), below the filesystem's size", c.MinFreeBytes)
 	case c.ValueLogFileSize < 0:

@@ -102,6 +102,7 @@ func TestConfigErrors(t *testing.T) {
 		{"store: {max_event_bytes: -5}", "store.max_event_bytes: -5 is negative"},
 		{"store: {queue_depth: -1}", "store.queue_depth: -1 is negative"},
 		{"store: {sync_interval: -1s}", "store.sync_interval: -1s is negative"},
+		{"store: {group_commit_window: -1ms}", "store.group_commit_window: -1ms: want 0 (off) to 1s"},
 		{"store: {value_log_file_size: -1}", "store.value_log_file_size: -1 is negative"},
 		{"store: {value_log_file_size: 1048576}", "store.value_log_file_size: 1048576: want at least 2 × max_event_bytes (8388608)"},
 		{"devices: {offline_after: -1s}", "devices: health_interval, offline_after and max_drones must not be negative"},

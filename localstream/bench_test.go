@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	stdsync "sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,14 +30,21 @@ func BenchmarkDurableAppend(b *testing.B) {
 					payload[i] = byte(i * 7)
 				}
 				raw := benchRaw(b, b.N, writers, payload)
-				batched := benchBatched(b, b.N, payload)
-				store := benchStore(b, b.N, writers, payload)
+				batched, batchedCPU := benchBatched(b, b.N, payload)
+				nowin, nowinCPU, nowinCommits := benchStore(b, b.N, writers, payload, Options{GroupCommitWindow: -1})
+				store, storeCPU, commits := benchStore(b, b.N, writers, payload, Options{})
 				b.ReportMetric(float64(b.N)/store.Seconds(), "store-ev/s")
 				b.ReportMetric(float64(b.N)/raw.Seconds(), "raw-ev/s")
 				b.ReportMetric(raw.Seconds()/store.Seconds(), "ratio")
 				b.ReportMetric(float64(b.N)/batched.Seconds(), "batched-ev/s")
 				b.ReportMetric(batched.Seconds()/store.Seconds(), "ratio-batched")
 				b.ReportMetric(float64(b.N*size)/store.Seconds()/1e6, "store-MB/s")
+				b.ReportMetric(float64(commits)/float64(b.N), "syncs/ev")
+				b.ReportMetric(float64(storeCPU.Microseconds())/float64(b.N), "cpu-us/ev")
+				b.ReportMetric(float64(batchedCPU.Microseconds())/float64(b.N), "batched-cpu-us/ev")
+				b.ReportMetric(float64(b.N)/nowin.Seconds(), "nowindow-ev/s")
+				b.ReportMetric(float64(nowinCommits)/float64(b.N), "nowindow-syncs/ev")
+				b.ReportMetric(float64(nowinCPU.Microseconds())/float64(b.N), "nowindow-cpu-us/ev")
 				b.SetBytes(int64(size))
 			})
 		}
@@ -92,14 +100,24 @@ func benchRaw(b *testing.B, n, writers int, payload []byte) time.Duration {
 	return d
 }
 
+// cpuTime returns the process's CPU time so far (user + system).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // benchBatched writes n events through one Badger WriteBatch (sync
-// writes) and flushes it: Badger's own batched write path.
-func benchBatched(b *testing.B, n int, payload []byte) time.Duration {
+// writes) and flushes it: Badger's own batched write path. It returns the
+// elapsed and the CPU time.
+func benchBatched(b *testing.B, n int, payload []byte) (time.Duration, time.Duration) {
 	b.StopTimer()
 	db := openRaw(b)
 	defer db.Close()
 	b.StartTimer()
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	wb := db.NewWriteBatch()
 	for i := range n {
 		if err := wb.Set(dataKey("bench", 0, uint64(i)), payload); err != nil {
@@ -109,14 +127,17 @@ func benchBatched(b *testing.B, n int, payload []byte) time.Duration {
 	if err := wb.Flush(); err != nil {
 		b.Fatal(err)
 	}
-	d := time.Since(start)
+	d, cpu := time.Since(start), cpuTime()-cpu
 	b.StopTimer()
-	return d
+	return d, cpu
 }
 
-func benchStore(b *testing.B, n, writers int, payload []byte) time.Duration {
+// benchStore appends n events from w goroutines and returns the elapsed
+// time, the CPU time and the number of Badger commits.
+func benchStore(b *testing.B, n, writers int, payload []byte, opts Options) (time.Duration, time.Duration, uint64) {
 	b.StopTimer()
-	s, err := Open(b.TempDir(), Options{Logger: slog.New(slog.DiscardHandler)})
+	opts.Logger = slog.New(slog.DiscardHandler)
+	s, err := Open(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -126,12 +147,15 @@ func benchStore(b *testing.B, n, writers int, payload []byte) time.Duration {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	commits := s.Stats().Commits
 	b.StartTimer()
+	cpu := cpuTime()
 	d := spread(n, writers, func(i int) {
 		if _, err := st.Append(ctx, Event{RoutingKey: "drone", Writer: "w", Payload: payload}); err != nil {
 			b.Error(err)
 		}
 	})
+	cpu = cpuTime() - cpu
 	b.StopTimer()
-	return d
+	return d, cpu, s.Stats().Commits - commits
 }

@@ -24,31 +24,89 @@ func (s *Store) commitLoop() {
 			if !ok {
 				return
 			}
-			batch := []*appendReq{req}
-			bytes := len(req.rec) + len(req.payload)
-		drain:
-			for len(batch) < s.opts.MaxBatchEvents && bytes < s.opts.MaxBatchBytes {
-				select {
-				case r, ok := <-s.queue:
-					if !ok {
-						break drain
-					}
-					batch = append(batch, r)
-					bytes += len(r.rec) + len(r.payload)
-				default:
-					break drain
-				}
-			}
+			batch, closed, c := s.gather(req)
 			s.gate.RLock()
 			s.writeBatch(batch)
 			s.gate.RUnlock()
+			s.taken += uint64(len(batch))
+			// The appends not yet acknowledged now (this batch, those in
+			// flight, those queued) are the appenders expected in the
+			// next batch: a writer waiting for its ack appends again.
+			s.expect = int(s.taken-s.acked.Load()) + len(s.queue)
+			if c != nil {
+				s.runCtrl(*c)
+			}
+			if closed {
+				return
+			}
 		case c := <-s.ctrl:
-			s.gate.RLock() // control functions write: scales, deletions
-			err := c.fn()
-			s.gate.RUnlock()
-			c.reply <- err
+			s.runCtrl(c)
 		}
 	}
+}
+
+// runCtrl runs a control function between two batches.
+func (s *Store) runCtrl(c ctrlReq) {
+	s.gate.RLock() // control functions write: scales, deletions
+	err := c.fn()
+	s.gate.RUnlock()
+	c.reply <- err
+}
+
+// gather builds a batch starting with first. It takes what is queued and,
+// while more appends are expected, holds the batch open for them — the
+// group commit (Options.GroupCommitWindow) — until one of:
+//
+//   - the batch is full (MaxBatchEvents, MaxBatchBytes);
+//   - it holds as many appends as were unacknowledged after the last
+//     commit (writers waiting for an ack append again once acked);
+//   - the window has passed since first was taken and no commit is in
+//     flight (a commit sent while another syncs waits in Badger anyway);
+//   - a control request arrives (returned in c, to run after the batch),
+//     or the queue is closed (Close; closed is true).
+//
+// A lone writer, one append unacknowledged at a time, is never held.
+func (s *Store) gather(first *appendReq) (batch []*appendReq, closed bool, c *ctrlReq) {
+	batch = []*appendReq{first}
+	bytes := len(first.rec) + len(first.payload)
+	full := func() bool { return len(batch) >= s.opts.MaxBatchEvents || bytes >= s.opts.MaxBatchBytes }
+	take := func(r *appendReq) {
+		batch = append(batch, r)
+		bytes += len(r.rec) + len(r.payload)
+	}
+	// What is queued already, without waiting.
+	for queued := true; queued && !full(); {
+		select {
+		case r, ok := <-s.queue:
+			if !ok {
+				return batch, true, nil
+			}
+			take(r)
+		default:
+			queued = false
+		}
+	}
+	if s.opts.GroupCommitWindow < 0 || full() || len(batch) >= s.expect {
+		return batch, false, nil
+	}
+	s.holdTimer.Reset(s.opts.GroupCommitWindow)
+	defer s.holdTimer.Stop()
+	expired := false
+	for !full() && len(batch) < s.expect && !(expired && s.acked.Load() == s.taken) {
+		select {
+		case r, ok := <-s.queue:
+			if !ok {
+				return batch, true, nil
+			}
+			take(r)
+		case req := <-s.ctrl:
+			return batch, false, &req
+		case <-s.holdTimer.C:
+			expired = true
+		case <-s.completed:
+		}
+	}
+	return batch, false, nil
 }
 
 // writeBatch assigns offsets and starts the Badger commits of one batch.
@@ -91,6 +149,7 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	txnBytes := 0
 	commit := func() {
 		b.txns++
+		s.commits.Add(1)
 		txn.CommitWith(func(err error) { b.done <- err })
 		txn = s.db.NewTransaction(true)
 		txnBytes = 0
@@ -161,6 +220,11 @@ func (s *Store) completeLoop() {
 			if e := <-b.done; e != nil && err == nil {
 				err = e
 			}
+		}
+		s.acked.Add(uint64(len(b.reqs)))
+		select {
+		case s.completed <- struct{}{}: // wakes a held batch
+		default:
 		}
 		if err != nil {
 			s.setSticky(err)

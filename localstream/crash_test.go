@@ -17,7 +17,11 @@ import (
 	"time"
 )
 
-const crashDirEnv = "EDGE_LOCALSTREAM_CRASH_DIR"
+const (
+	crashDirEnv = "EDGE_LOCALSTREAM_CRASH_DIR"
+	// crashWindowEnv is the child's group commit window (default if empty).
+	crashWindowEnv = "EDGE_LOCALSTREAM_CRASH_WINDOW"
+)
 
 // crashPayload is the deterministic payload of writer w's event seq: sizes
 // from a few bytes to past the value-log threshold (1 KiB) and the
@@ -40,7 +44,8 @@ func TestCrashChildProcess(t *testing.T) {
 	if dir == "" {
 		return // only meaningful as the subprocess
 	}
-	s, err := Open(dir, Options{Logger: slog.New(slog.DiscardHandler)})
+	window, _ := time.ParseDuration(os.Getenv(crashWindowEnv))
+	s, err := Open(dir, Options{Logger: slog.New(slog.DiscardHandler), GroupCommitWindow: window})
 	if err != nil {
 		fmt.Println("ERR", err)
 		os.Exit(3)
@@ -94,7 +99,9 @@ func TestCrashChildProcess(t *testing.T) {
 // many rounds, and checks after each reopen that every acknowledged event is
 // present once with the same bytes at its acknowledged position, that each
 // key's events are a gap-free, duplicate-free sequence in order, and that
-// nothing partial exists (every record decodes).
+// nothing partial exists (every record decodes). Odd rounds give the child a
+// long group commit window (20 ms), so that the kill often lands while a
+// batch is held open.
 func TestSIGKILLDuringAppends(t *testing.T) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
@@ -104,6 +111,9 @@ func TestSIGKILLDuringAppends(t *testing.T) {
 		acked := map[string]map[uint64]Position{}
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChildProcess$", "-test.v=false")
 		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+		if round%2 == 1 {
+			cmd.Env = append(cmd.Env, crashWindowEnv+"=20ms")
+		}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -18,9 +18,13 @@
 // Every append of every stream goes through one queue (bounded: back-
 // pressure) to one committer goroutine, which assigns offsets in queue
 // order and writes batches (bounded by events and bytes) as Badger
-// transactions without waiting for them; Badger groups concurrent commits
-// into one fsync'd write (DurabilityAlways), and a completer acknowledges
-// batches in order once durable. Scales and truncations run in the
+// transactions without waiting for them, and a completer acknowledges
+// batches in order once durable. Badger syncs its WAL once per
+// transaction (DurabilityAlways), so the committer makes few, large ones:
+// while other appends are in flight it holds a batch open for the
+// appenders it expects (those the last commit left unacknowledged), at
+// most the group commit window (Options.GroupCommitWindow) beyond the
+// sync in flight; a lone writer is never held (docs/localstream.md). Scales and truncations run in the
 // committer between batches, so no event lands in a sealed segment and a
 // seal is never durable before the data of the segment it seals. After a
 // failed write every later write fails with the same error (sticky); the

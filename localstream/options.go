@@ -54,6 +54,12 @@ type Options struct {
 	MaxBatchBytes int
 	// MaxBatchEvents bounds the events of one Badger commit. Default 4096.
 	MaxBatchEvents int
+	// GroupCommitWindow is how long a batch may be held open for more
+	// appends while other appends are in flight (see gather): fewer, larger
+	// commits, so fewer WAL syncs per event under load. A lone writer is
+	// never held. Default 1ms; negative disables (a batch is whatever is
+	// queued when the committer takes it).
+	GroupCommitWindow time.Duration
 	// MaxInflight bounds commits written but not yet fsync'd. Default 8.
 	MaxInflight int
 	// ValueThreshold: values at least this large go to Badger's value log
@@ -101,6 +107,9 @@ func (o Options) withDefaults() Options {
 	o.MaxBatchBytes = min(o.MaxBatchBytes, int(o.MemTableSize/10))
 	if o.MaxBatchEvents <= 0 {
 		o.MaxBatchEvents = 4096
+	}
+	if o.GroupCommitWindow == 0 {
+		o.GroupCommitWindow = time.Millisecond
 	}
 	if o.MaxInflight <= 0 {
 		o.MaxInflight = 8

@@ -51,6 +51,20 @@ type Store struct {
 	free, pending atomic.Int64
 	// diskFull counts appends refused with ErrDiskFull.
 	diskFull atomic.Uint64
+	// acked counts the appends the completer has finished (acknowledged
+	// or failed); completed wakes a batch held open when it advances.
+	acked     atomic.Uint64
+	completed chan struct{}
+	// taken counts the appends written by the committer, expect is how
+	// many the next batch may hold open for, holdTimer is its window.
+	// Committer goroutine only.
+	taken     uint64
+	expect    int
+	holdTimer *time.Timer
+
+	// commits counts the Badger commits of appends: each is one WAL sync
+	// in DurabilityAlways (Badger syncs the WAL per transaction).
+	commits atomic.Uint64
 	// floorLogged is when the free-space floor was last reported (Unix ns;
 	// 0 while above it).
 	floorLogged atomic.Int64
@@ -94,7 +108,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		ctrl:     make(chan ctrlReq),
 		inflight: make(chan *inflightBatch, opts.MaxInflight),
 		stopSync: make(chan struct{}),
+
+		completed: make(chan struct{}, 1),
+		holdTimer: time.NewTimer(time.Hour),
 	}
+	s.holdTimer.Stop()
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err
@@ -462,12 +480,16 @@ type StoreStats struct {
 	// are refused (ErrDiskFull). MinFreeBytes is the floor.
 	BelowFloor   bool  `json:"below_floor"`
 	MinFreeBytes int64 `json:"min_free_bytes"`
+	// Commits counts the Badger commits that appends were grouped into
+	// (each one WAL sync in the default durability): appended events ÷
+	// commits is the group commit's batch size.
+	Commits uint64 `json:"commits"`
 }
 
 // Stats returns store-wide counters.
 func (s *Store) Stats() StoreStats {
 	return StoreStats{DiskFullRejects: s.diskFull.Load(), FreeBytes: s.free.Load(), QueueLen: len(s.queue),
-		BelowFloor: s.BelowFloor(), MinFreeBytes: s.opts.MinFreeBytes}
+		BelowFloor: s.BelowFloor(), MinFreeBytes: s.opts.MinFreeBytes, Commits: s.commits.Load()}
 }
 
 // Dir returns the store's directory.
