@@ -5,14 +5,18 @@
 # the edge-agent process's user+system CPU from /proc/<pid>/stat every
 # 0.2 s until it exits; prints the last reading over N, and the same for the
 # edge Mosquitto and the harness's publisher/consumer process.
+# RUNNER runs another harness (the unmodified shared one, for an older
+# agent checkout given as MAIN).
 #   DRONES=8 bench/agent-cpu.sh
 #   EDGE_MQTT_LISTEN=1 DRONES=8 bench/agent-cpu.sh
+#   MAIN=/path/to/old/checkout RUNNER=../shared/bench-peers/run.sh bench/agent-cpu.sh
 set -euo pipefail
-MAIN=$(cd "$(dirname "$0")/.." && pwd)
+export MAIN=${MAIN:-$(cd "$(dirname "$0")/.." && pwd)}
+RUNNER=${RUNNER:-$MAIN/bench/peers.sh}
 export OUT=${OUT:-/tmp/bench-agent-cpu} N=${N:-100000} PEERS=agent SCENARIOS=up REPS_UP=1
 log=$OUT/agent-cpu.log
 mkdir -p "$OUT"
-"$MAIN/bench/peers.sh" >"$log" 2>&1 &
+(cd "$MAIN" && "$RUNNER") >"$log" 2>&1 &
 run=$!
 hz=$(getconf CLK_TCK)
 declare -A last
