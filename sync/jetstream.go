@@ -313,7 +313,7 @@ func (s *JetStreamSink) Begin(stream string, number uint64) Txn {
 	if s.opts.Layout == 1 {
 		return &jsTxn{sink: s, stream: stream, number: number, limits: s.Limits()}
 	}
-	return &packTxn{sink: s, stream: stream, number: number, w: newPackWriter()}
+	return &packTxn{sink: s, stream: stream, number: number, w: newPackWriter(), maxPayload: s.Limits().MaxPayload}
 }
 
 // MaxTxnEvents is the most events one transaction may hold: for layout 1

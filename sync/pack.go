@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	stdsync "sync"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -33,6 +34,12 @@ const (
 	// a writer compresses only bodies that fit its max payload raw.
 	maxPackBody = 64 << 20
 )
+
+// packBodies holds encode's scratch bodies (each is copied, compressed
+// or not, into the message); bodies above maxPooledBody are let go.
+var packBodies = stdsync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBody = 8 << 20
 
 // zstdEnc and zstdDec are shared: EncodeAll and DecodeAll are safe for
 // concurrent use.
@@ -197,7 +204,14 @@ func uvarintLen(x uint64) int {
 // record ends transaction commit.Txn; one without is a part of
 // transaction txn.
 func (w *packWriter) encode(commit *packCommit, txn uint64) []byte {
-	body := make([]byte, 0, w.size()+256)
+	bp := packBodies.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBody {
+			packBodies.Put(bp)
+		}
+	}()
+	body := slices.Grow((*bp)[:0], w.size()+256)
+	defer func() { *bp = body[:0] }()
 	if commit != nil {
 		flag := byte(packFlagCommit)
 		if commit.hasChain() {
@@ -216,7 +230,9 @@ func (w *packWriter) encode(commit *packCommit, txn uint64) []byte {
 	for _, p := range w.payload {
 		body = append(body, p...)
 	}
-	out := make([]byte, 2, len(body)/2+64)
+	// Room for the body as it is: an incompressible body's frame (a
+	// little larger) is kept or dropped without growing out.
+	out := make([]byte, 2, len(body)+len(body)/128+64)
 	out[0] = packMagic
 	if len(body) >= 64 {
 		out[1] = packCodecZstd

@@ -28,9 +28,12 @@ type packTxn struct {
 	stream string
 	number uint64
 	w      *packWriter
-	n      int
-	bytes  int64
-	closed bool
+	// maxPayload is the central max payload when the transaction began
+	// (Add's bounds; Commit reads it again).
+	maxPayload int64
+	n          int
+	bytes      int64
+	closed     bool
 }
 
 func (t *packTxn) Len() int       { return t.n }
@@ -39,7 +42,7 @@ func (t *packTxn) Number() uint64 { return t.number }
 
 // limit is the largest pack body of one message.
 func (t *packTxn) limit() int {
-	return max(int(t.sink.Limits().MaxPayload)-packReserve, 1024)
+	return max(int(t.maxPayload)-packReserve, 1024)
 }
 
 // fits reports whether rec still fits the transaction's one message. The
@@ -56,7 +59,7 @@ func (t *packTxn) Add(ctx context.Context, rec localstream.Record) error {
 	if t.n > 0 && !t.fits(&rec) {
 		return fmt.Errorf("%w: event %s does not fit transaction %d", errTxnFull, rec.Position, t.number)
 	}
-	if mp := t.sink.Limits().MaxPayload; int64(t.w.sizeWith(&rec)-t.w.size()+64) > mp {
+	if mp := t.maxPayload; int64(t.w.sizeWith(&rec)-t.w.size()+64) > mp {
 		return fmt.Errorf("%w: event %s of %d bytes (payload %d) over the central max payload %d", ErrMessageTooLarge, rec.Position, t.w.sizeWith(&rec)-t.w.size()+64, len(rec.Payload), mp)
 	}
 	t.w.add(&rec)
@@ -72,7 +75,7 @@ func (t *packTxn) AddMarker(ctx context.Context, rec localstream.Record, reason 
 		return ErrTxnClosed
 	}
 	m := packMarker(rec, reason, false)
-	if int64(t.w.sizeWith(&m)-t.w.size()+64) > t.sink.Limits().MaxPayload {
+	if int64(t.w.sizeWith(&m)-t.w.size()+64) > t.maxPayload {
 		m = packMarker(rec, reason, true)
 	}
 	t.w.add(&m)
