@@ -148,3 +148,35 @@ func BenchmarkPressureCheck(b *testing.B) {
 		}
 	})
 }
+
+// instantAppender completes every append at once (the observer's own cost).
+type instantAppender struct{ n uint64 }
+
+func (a *instantAppender) AppendAsync(_ context.Context, _ localstream.Event, cb func(localstream.Position, error), _ ...localstream.AppendOption) error {
+	a.n++
+	cb(localstream.Position{Offset: a.n}, nil)
+	return nil
+}
+
+// BenchmarkObserveAsync: what the registry's observer adds to one
+// telemetry append (the wrapper, its callback and the sighting), with an
+// appender that completes at once.
+func BenchmarkObserveAsync(b *testing.B) {
+	r, _ := NewRegistry(RegistryConfig{})
+	app := r.ObserveAsync(&instantAppender{})
+	evs := make([]localstream.Event, 8)
+	for i := range evs {
+		d := fmt.Sprintf("drone-%d", i)
+		evs[i] = localstream.Event{RoutingKey: d, Writer: "telemetry/" + d, IngestTime: time.Now().UnixNano(),
+			Headers: []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + d + "/telemetry"}}, Payload: make([]byte, 200)}
+	}
+	done := func(localstream.Position, error) {}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if err := app.AppendAsync(context.Background(), evs[i%len(evs)], done); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -32,15 +32,27 @@ func SourceMQTT(topic string) string { return "mqtt:" + topic }
 
 // SourceOf names the source of an event from its headers: the MQTT topic
 // of a telemetry event, the SSRC of a video chunk, else "writer:<writer>".
-func SourceOf(ev *localstream.Event) string {
+func SourceOf(ev *localstream.Event) string { return sourceOf(ev).String() }
+
+// source is a source name in two parts, so that a sighting of a known
+// source builds no string (see Registry.seen).
+type source struct{ kind, name string }
+
+func sourceOf(ev *localstream.Event) source {
 	if t, ok := ev.Header(headerMQTTTopic); ok {
-		return SourceMQTT(t)
+		return source{"mqtt:", t}
 	}
 	if s, ok := ev.Header(headerSSRC); ok {
-		return "rtp:ssrc=" + s
+		return source{"rtp:ssrc=", s}
 	}
-	return "writer:" + ev.Writer
+	return source{"writer:", ev.Writer}
 }
+
+// String is the source's id.
+func (s source) String() string { return s.kind + s.name }
+
+// appendTo appends the source's id to b.
+func (s source) appendTo(b []byte) []byte { return append(append(b, s.kind...), s.name...) }
 
 // Appender is the synchronous append of a stream (the video ingest's
 // sink, the health sampler); satisfied by *localstream.Stream.
@@ -82,30 +94,50 @@ type observedAsync struct {
 }
 
 func (o observedAsync) AppendAsync(ctx context.Context, ev localstream.Event, cb func(localstream.Position, error), opts ...localstream.AppendOption) error {
+	s := sightingOf(&ev) // the callback keeps this, not a copy of the event
 	err := o.a.AppendAsync(ctx, ev, func(p localstream.Position, err error) {
-		o.r.note(&ev, err)
+		o.r.noteSighting(s, err)
 		cb(p, err)
 	}, opts...)
 	if err != nil {
-		o.r.note(&ev, err)
+		o.r.noteSighting(s, err)
 	}
 	return err
 }
 
+// sighting is what the registry records of one append.
+type sighting struct {
+	drone  string
+	src    source
+	bytes  int
+	ingest int64
+	gap    bool
+}
+
+func sightingOf(ev *localstream.Event) sighting {
+	return sighting{drone: ev.RoutingKey, src: sourceOf(ev), bytes: len(ev.Payload), ingest: ev.IngestTime,
+		gap: ev.Flags.Has(localstream.FlagGap)}
+}
+
 // note records the outcome of one append.
-func (r *Registry) note(ev *localstream.Event, err error) {
-	if ev.Flags.Has(localstream.FlagGap) {
+func (r *Registry) note(ev *localstream.Event, err error) { r.noteSighting(sightingOf(ev), err) }
+
+func (r *Registry) noteSighting(s sighting, err error) {
+	if s.gap {
 		return
 	}
 	if err != nil {
-		r.Drop(ev.RoutingKey, DropReason(err))
+		r.Drop(s.drone, DropReason(err))
 		return
 	}
-	now := r.cfg.Now()
-	if ev.IngestTime > 0 {
-		now = time.Unix(0, ev.IngestTime)
+	var now time.Time
+	if s.ingest > 0 {
+		now = time.Unix(0, s.ingest)
+	} else {
+		now = r.cfg.Now() // only here: a clock read costs more than the rest of a sighting
 	}
-	r.Seen(ev.RoutingKey, SourceOf(ev), len(ev.Payload), now)
+	var buf [128]byte
+	r.seen(s.drone, s.src.appendTo(buf[:0]), s.bytes, now)
 }
 
 // DropReason is the drop-counter reason of an append error.

@@ -241,6 +241,12 @@ func (r *Registry) setOnlineLocked(d *drone, online bool, reason string, now tim
 // carrying bytes at time now. A drone seen is online, whatever it said
 // before. An empty source counts the activity without a source entry.
 func (r *Registry) Seen(droneID, source string, bytes int, now time.Time) {
+	r.seen(droneID, []byte(source), bytes, now)
+}
+
+// seen is Seen with the source's id as bytes: a known source is found
+// without building its string.
+func (r *Registry) seen(droneID string, source []byte, bytes int, now time.Time) {
 	var ts []transition
 	r.mu.Lock()
 	d := r.entry(droneID, now, &ts)
@@ -251,13 +257,14 @@ func (r *Registry) Seen(droneID, source string, bytes int, now time.Time) {
 		d.Events++
 		d.Bytes += uint64(max(bytes, 0))
 		r.setOnlineLocked(d, true, "", now, &ts)
-		if source != "" {
-			s, ok := d.sources[source]
+		if len(source) > 0 {
+			s, ok := d.sources[string(source)] // no allocation for the lookup
 			switch {
 			case ok:
 			case len(d.sources) < r.cfg.MaxSources:
-				s = &Source{ID: source, FirstSeen: now}
-				d.sources[source] = s
+				id := string(source)
+				s = &Source{ID: id, FirstSeen: now}
+				d.sources[id] = s
 			default:
 				d.SourcesDropped++
 			}
