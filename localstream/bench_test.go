@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	stdsync "sync"
 	"sync/atomic"
 	"syscall"
@@ -158,4 +159,83 @@ func benchStore(b *testing.B, n, writers int, payload []byte, opts Options) (tim
 	cpu = cpuTime() - cpu
 	b.StopTimer()
 	return d, cpu, s.Stats().Commits - commits
+}
+
+// BenchmarkGroupCommitWindow measures the group commit window's choices
+// (off, 0.5, 1, 2, 5 ms) under the two load shapes of the agent: W
+// writers each waiting for its ack (video drones, Append), and one
+// producer keeping up to 1000 appends unacknowledged (telemetry: one
+// goroutine calling AppendAsync, the broker's in-flight window). 200 B
+// events, durability always. Metrics: ev/s, syncs/ev (Badger commits per
+// event), cpu-us/ev (process CPU per event), p50-us and p99-us (append to
+// acknowledgement).
+func BenchmarkGroupCommitWindow(b *testing.B) {
+	payload := make([]byte, 200)
+	for _, load := range []string{"writers=1", "writers=8", "writers=64", "async=1000"} {
+		for _, w := range []time.Duration{-1, 500 * time.Microsecond, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond} {
+			name := "window=off"
+			if w > 0 {
+				name = "window=" + w.String()
+			}
+			b.Run(load+"/"+name, func(b *testing.B) {
+				var writers, inflight int
+				if _, err := fmt.Sscanf(load, "writers=%d", &writers); err != nil {
+					fmt.Sscanf(load, "async=%d", &inflight)
+				}
+				b.StopTimer()
+				s, err := Open(b.TempDir(), Options{Logger: slog.New(slog.DiscardHandler), GroupCommitWindow: w})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				st, err := s.CreateStream("bench", StreamConfig{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat := make([]time.Duration, b.N)
+				ev := Event{RoutingKey: "drone", Writer: "w", Payload: payload}
+				ctx := context.Background()
+				commits := s.Stats().Commits
+				b.StartTimer()
+				cpu, start := cpuTime(), time.Now()
+				if writers > 0 {
+					spread(b.N, writers, func(i int) {
+						t := time.Now()
+						if _, err := st.Append(ctx, ev); err != nil {
+							b.Error(err)
+						}
+						lat[i] = time.Since(t)
+					})
+				} else {
+					sem := make(chan struct{}, inflight)
+					var wg stdsync.WaitGroup
+					for i := range b.N {
+						sem <- struct{}{}
+						wg.Add(1)
+						t := time.Now()
+						err := st.AppendAsync(ctx, ev, func(_ Position, err error) {
+							if err != nil {
+								b.Error(err)
+							}
+							lat[i] = time.Since(t)
+							<-sem
+							wg.Done()
+						})
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					wg.Wait()
+				}
+				d, cpu := time.Since(start), cpuTime()-cpu
+				b.StopTimer()
+				slices.Sort(lat)
+				b.ReportMetric(float64(b.N)/d.Seconds(), "ev/s")
+				b.ReportMetric(float64(s.Stats().Commits-commits)/float64(b.N), "syncs/ev")
+				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/ev")
+				b.ReportMetric(float64(lat[b.N/2].Microseconds()), "p50-us")
+				b.ReportMetric(float64(lat[b.N*99/100].Microseconds()), "p99-us")
+			})
+		}
+	}
 }
