@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -200,4 +202,41 @@ func TestListenerBoundNotRun(t *testing.T) {
 		t.Fatalf("port still held: %v", err)
 	}
 	ln.Close()
+}
+
+// TestListenerAcksInPublishOrder: the lanes take turns (32 per drone per
+// round), so appends complete out of the connection's order; its PUBACKs
+// still go out in the order its PUBLISHes came (MQTT 3.1.1 §4.6.0-2).
+func TestListenerAcksInPublishOrder(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	in, _ := startListener(t, listenConfig(), s, slowAppender{st, 300 * time.Microsecond}, nil)
+	c := dialRaw(t, in.ListenAddr().String())
+	if rawConnect(t, c, "order", false, 30, nil) != packets.Accepted {
+		t.Fatal("refused")
+	}
+	var buf bytes.Buffer
+	var sent []uint16
+	id := uint16(0)
+	for _, drone := range []string{"a", "b", "a", "b", "c"} {
+		for range 50 {
+			id++
+			p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+			p.TopicName, p.Qos, p.MessageID = "drones/"+drone+"/telemetry", 1, id
+			p.Payload = fmt.Appendf(nil, `{"drone":%q,"id":%d}`, drone, id)
+			p.Write(&buf)
+			sent = append(sent, id)
+		}
+	}
+	c.Write(buf.Bytes()) // all at once: the lanes fill before the store drains them
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	for i, want := range sent {
+		p, err := packets.ReadPacket(c)
+		if err != nil {
+			t.Fatalf("ack %d: %v", i, err)
+		}
+		if got := p.(*packets.PubackPacket).MessageID; got != want {
+			t.Fatalf("ack %d is for %d, want %d (publish order)", i, got, want)
+		}
+	}
 }
