@@ -240,3 +240,50 @@ func TestListenerAcksInPublishOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestListenerStopAcksWhatIsStored: stopped while appends are queued, the
+// listener stops reading, lets the queued appends become durable, sends
+// their PUBACKs and only then closes: the publisher holds a PUBACK for
+// exactly the messages stored (one drone: they are a prefix), none for the
+// rest, which it will resend.
+func TestListenerStopAcksWhatIsStored(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	in, stop := startListener(t, listenConfig(), s, slowAppender{st, time.Millisecond}, nil)
+	c := dialRaw(t, in.ListenAddr().String())
+	if rawConnect(t, c, "stopper", false, 30, nil) != packets.Accepted {
+		t.Fatal("refused")
+	}
+	var buf bytes.Buffer
+	const n = 2000
+	for id := uint16(1); id <= n; id++ {
+		p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+		p.TopicName, p.Qos, p.MessageID = "drones/s/telemetry", 1, id
+		p.Payload = fmt.Appendf(nil, `{"id":%d}`, id)
+		p.Write(&buf)
+	}
+	c.Write(buf.Bytes())
+	waitFor(t, 10*time.Second, "appends under way", func() bool { return in.Stats().Appended > 50 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var acked []uint16
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		p, err := packets.ReadPacket(c)
+		if err != nil {
+			break // closed after the last ack
+		}
+		acked = append(acked, p.(*packets.PubackPacket).MessageID)
+	}
+	recs := readAll(t, st)
+	if len(acked) != len(recs) || len(recs) == n {
+		t.Fatalf("%d acked, %d stored of %d: want every stored one acked, and a stop mid-stream", len(acked), len(recs), n)
+	}
+	for i, id := range acked {
+		if id != uint16(i+1) || string(recs[i].Payload) != fmt.Sprintf(`{"id":%d}`, id) {
+			t.Fatalf("ack %d is for %d, record %s", i, id, recs[i].Payload)
+		}
+	}
+	t.Logf("stopped with %d of %d stored and acked", len(recs), n)
+}
