@@ -163,3 +163,43 @@ func TestCheckDisk(t *testing.T) {
 		}
 	}
 }
+
+// TestListenTurnsTheDefaultBrokerOff: with telemetry.listen set, the broker
+// is off unless the file (or --mqtt-broker) names one.
+func TestListenTurnsTheDefaultBrokerOff(t *testing.T) {
+	dir := t.TempDir()
+	load := func(body string) Config {
+		t.Helper()
+		p := filepath.Join(dir, "a.yaml")
+		if err := os.WriteFile(p, []byte("data_dir: "+dir+"\n"+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := LoadConfig(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	if c := load("telemetry: {listen: '127.0.0.1:1884'}\n"); c.Telemetry.Broker != "" {
+		t.Fatalf("listen alone: broker %q", c.Telemetry.Broker)
+	}
+	if c := load("telemetry: {listen: '127.0.0.1:1884', broker: 'tcp://127.0.0.1:1883'}\n"); c.Telemetry.Broker != "tcp://127.0.0.1:1883" {
+		t.Fatalf("both: broker %q", c.Telemetry.Broker)
+	}
+	if c := load(""); c.Telemetry.Broker != "tcp://127.0.0.1:1883" {
+		t.Fatalf("neither: broker %q", c.Telemetry.Broker)
+	}
+	c := load("")
+	c.ListenWithoutDefaultBroker("127.0.0.1:1884", false)
+	if c.Telemetry.Broker != "" || c.Telemetry.Listen != "127.0.0.1:1884" {
+		t.Fatalf("--mqtt-listen: %+v", c.Telemetry.Config)
+	}
+	c = load("")
+	c.Telemetry.Listen, c.Telemetry.Broker = "", ""
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "telemetry.broker") {
+		t.Fatalf("neither broker nor listen: %v", err)
+	}
+}
