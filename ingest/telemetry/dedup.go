@@ -135,11 +135,17 @@ func (t *dedupTable) check(pid uint16, h msgHash, ack func()) (duplicate, deferr
 	return true, false
 }
 
-// begin records an append of (pid, h) about to be queued.
+// begin records an append of (pid, h) about to be queued. Acks waiting on
+// an older append of pid still pending move to this one (see
+// sessionDedup.begin).
 func (t *dedupTable) begin(pid uint16, h msgHash) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.entries[pid] = dedupEntry{hash: h, valid: true, pending: true}
+	var w []func()
+	if e := &t.entries[pid]; e.pending {
+		w = e.waiters
+	}
+	t.entries[pid] = dedupEntry{hash: h, valid: true, pending: true, waiters: w}
 }
 
 // done marks the append of (pid, h) durable and returns the waiting acks.

@@ -84,10 +84,20 @@ func (s *sessionDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
 	return err == nil && stored == h, false
 }
 
+// begin: a client that reuses a packet id still in flight (a protocol
+// error, or a hostile client) replaces its entry; the acks waiting on the
+// older append move to the newer one, which becomes durable after it
+// (appends complete in order): late, never lost — a lost ack would hold
+// back every later ack of its connection (ackOrder).
 func (s *sessionDedup) begin(pid uint16, h msgHash) {
 	s.pending.mu.Lock()
 	defer s.pending.mu.Unlock()
-	s.pending.m[pendingKey{s.client, pid}] = &dedupEntry{hash: h, valid: true, pending: true}
+	k := pendingKey{s.client, pid}
+	e := &dedupEntry{hash: h, valid: true, pending: true}
+	if old := s.pending.m[k]; old != nil {
+		e.waiters = old.waiters
+	}
+	s.pending.m[k] = e
 }
 
 func (s *sessionDedup) done(pid uint16, h msgHash) []func() {

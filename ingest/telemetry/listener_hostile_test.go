@@ -328,3 +328,40 @@ func TestListenerSessions(t *testing.T) {
 		t.Fatalf("stored %v", seqs)
 	}
 }
+
+// TestListenerPacketIDReusedInFlight: a client reuses a packet id while
+// its first message is in flight and resends that message with DUP in
+// between; the resend's ack must not be lost with the replaced entry, or
+// every later ack of the connection would wait for it forever.
+func TestListenerPacketIDReusedInFlight(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	in, _ := startListener(t, listenConfig(), s, slowAppender{st, 20 * time.Millisecond}, nil)
+	c := dialRaw(t, in.ListenAddr().String())
+	if rawConnect(t, c, "reuser", false, 30, nil) != packets.Accepted {
+		t.Fatal("refused")
+	}
+	var buf bytes.Buffer
+	pub := func(id uint16, dup bool, payload string) {
+		p := packets.NewControlPacket(packets.Publish).(*packets.PublishPacket)
+		p.TopicName, p.Qos, p.MessageID, p.Dup, p.Payload = "drones/r/telemetry", 1, id, dup, []byte(payload)
+		p.Write(&buf)
+	}
+	pub(1, false, "A")
+	pub(1, true, "A") // waits on A's append
+	pub(1, false, "B") // replaces A's entry while A is in flight
+	pub(2, false, "C")
+	c.Write(buf.Bytes())
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var got []uint16
+	for range 4 {
+		p, err := packets.ReadPacket(c)
+		if err != nil {
+			t.Fatalf("after acks %v: %v", got, err)
+		}
+		got = append(got, p.(*packets.PubackPacket).MessageID)
+	}
+	if fmt.Sprint(got) != "[1 1 1 2]" {
+		t.Fatalf("acks %v", got)
+	}
+}
