@@ -348,7 +348,7 @@ func TestListenerPacketIDReusedInFlight(t *testing.T) {
 		p.Write(&buf)
 	}
 	pub(1, false, "A")
-	pub(1, true, "A") // waits on A's append
+	pub(1, true, "A")  // waits on A's append
 	pub(1, false, "B") // replaces A's entry while A is in flight
 	pub(2, false, "C")
 	c.Write(buf.Bytes())
