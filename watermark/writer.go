@@ -153,8 +153,10 @@ func (w *writer) record(behind bool) int {
 	// Keep the oldest, every second one and the newest; a dropped mark's
 	// events are then stood for by the next kept one.
 	n := len(w.hist)
-	kept := make([]mark, 0, n/2+2)
-	kept = append(kept, w.hist[0])
+	// In place: the i-th mark is read before anything is written at or
+	// after len(kept) <= i, so the array is reused (no allocation, and no
+	// regrowth of a halved one at the next append).
+	kept := w.hist[:1]
 	dropped := true // every mark dropped since the last kept is behindOnly
 	for i := 1; i < n; i++ {
 		m := w.hist[i]
