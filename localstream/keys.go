@@ -13,14 +13,19 @@ const (
 )
 
 func segmentPrefix(stream string, seg SegmentID) []byte {
-	b := make([]byte, 0, 2+len(stream)+8)
+	return appendSegmentPrefix(make([]byte, 0, 2+len(stream)+8), stream, seg)
+}
+
+// dataKey is one allocation (an append's key: once per event).
+func dataKey(stream string, seg SegmentID, off uint64) []byte {
+	b := appendSegmentPrefix(make([]byte, 0, 2+len(stream)+16), stream, seg)
+	return binary.BigEndian.AppendUint64(b, off)
+}
+
+func appendSegmentPrefix(b []byte, stream string, seg SegmentID) []byte {
 	b = append(b, prefixData, byte(len(stream)))
 	b = append(b, stream...)
 	return binary.BigEndian.AppendUint64(b, uint64(seg))
-}
-
-func dataKey(stream string, seg SegmentID, off uint64) []byte {
-	return binary.BigEndian.AppendUint64(segmentPrefix(stream, seg), off)
 }
 
 // offsetOf returns the offset encoded in the last 8 bytes of a data key.
