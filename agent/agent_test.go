@@ -169,6 +169,7 @@ func TestEndpointsAndRestart(t *testing.T) {
 		`edge_video_malformed_total`,
 		`edge_store_free_bytes`,
 		`edge_store_disk_full_rejects_total`,
+		`edge_store_commits_total`,
 		`edge_stream_appended_total{stream="health"}`,
 		`edge_devices_drones_events_total{drone="drone-1"}`,
 		`edge_devices_disk_free_bytes`,
