@@ -214,7 +214,7 @@ func BenchmarkListenIngest(b *testing.B) {
 		id := fmt.Sprintf("p%d", i)
 		lp := func() { listen = append(listen, runBenchPass(b, listenURL, id+"l", in, 0)) }
 		bp := func() { viaBroker = append(viaBroker, runBenchPass(b, br.URL(), id+"b", in, br.Pid())) }
-		switch only := os.Getenv("EDGE_BENCH_ONLY"); { // listen (for profiling)
+		switch only := os.Getenv("EDGE_BENCH_ONLY"); { // listen: the listener path alone (profiling, allocs per message)
 		case only == "listen":
 			lp()
 		case i%2 == 0:
@@ -225,13 +225,14 @@ func BenchmarkListenIngest(b *testing.B) {
 			lp()
 		}
 	}
+	b.StopTimer()
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	if len(viaBroker) == 0 {
 		b.ReportMetric(mean(field(listen, rate)), "listen_msgs/s")
+		b.ReportMetric(median(field(listen, func(p benchPass) float64 { return us(p.ingestCPU) })), "listen_ingest_us/msg")
 		return
 	}
-	b.StopTimer()
 
-	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	ratios := make([]float64, len(listen))
 	for i := range listen {
 		ratios[i] = listen[i].rate / viaBroker[i].rate
