@@ -69,7 +69,7 @@ func TestTimeUnitMicroSign(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := in.buildEvent("d", "t", []byte(`{"timestamp":5}`), 1)
+	ev := in.buildEvent(newLane("d", 1), "t", []byte(`{"timestamp":5}`), 1)
 	if ev.EventTime != 5000 {
 		t.Fatalf("µs read as %d ns", ev.EventTime)
 	}

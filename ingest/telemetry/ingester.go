@@ -454,7 +454,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 			return true
 		}
 	}
-	ev := in.buildEvent(l.drone, it.topic, payload, it.recv)
+	ev := in.buildEvent(l, it.topic, payload, it.recv)
 	var adm watermark.Admission
 	if in.sink.Marks != nil {
 		adm = in.sink.Marks.Admit(l.writer, ev.EventTime, ev.IngestTime)
@@ -475,8 +475,11 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	l.pending++
 	l.mu.Unlock()
 	in.inflight.Add(1)
+	// The callback keeps what appended needs, not the event: a closure
+	// over ev would move the whole event to the heap for every message.
+	ack, evTime := it.ack, ev.EventTime
 	cb := func(pos localstream.Position, err error) {
-		in.appended(l, it.ack, d, pid, h, adm, ev.EventTime, pos, err)
+		in.appended(l, ack, d, pid, h, adm, evTime, pos, err)
 	}
 	err := in.appendWaitingForSpace(ctx, ev, cb, opts...)
 	if err == nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edge-agent/edge-agent/localstream"
 )
 
 // item is one delivered message waiting in its drone's lane.
@@ -45,6 +47,26 @@ type lane struct {
 	lastActive int64
 	// busy: the dispatcher took an item and has not finished with it.
 	busy bool
+
+	// topic and headers are the headers of the last event built for the
+	// lane (the dispatcher goroutine only): a drone publishes on one or a
+	// few topics, and a shared, never modified slice saves an allocation
+	// per message.
+	topic   string
+	headers []localstream.Header
+}
+
+func newLane(drone string, now int64) *lane {
+	return &lane{drone: drone, writer: WriterFor(drone), lastActive: now}
+}
+
+// topicHeaders returns the event headers of a message on topic. The slice
+// may be shared with earlier events: callers must not modify it.
+func (l *lane) topicHeaders(topic string) []localstream.Header {
+	if l.headers == nil || l.topic != topic {
+		l.topic, l.headers = topic, []localstream.Header{{Key: HeaderTopic, Value: topic}}
+	}
+	return l.headers
 }
 
 // push queues it unless the lane holds max items.
@@ -117,7 +139,7 @@ func (in *Ingester) laneFor(drone string, now int64) *lane {
 	if len(in.lanes) >= in.cfg.MaxDrones && !in.releaseLane(now) {
 		return nil
 	}
-	l = &lane{drone: drone, writer: WriterFor(drone), lastActive: now}
+	l = newLane(drone, now)
 	in.lanes[drone] = l
 	in.ring = append(in.ring, l)
 	return l

@@ -27,12 +27,12 @@ func WriterFor(drone string) string { return "telemetry/" + drone }
 //   - anything else (truncated JSON, MAVLink, empty): stored as received with
 //     BinaryContentType, FlagRaw and FlagEstimatedTime, counted InvalidJSON
 //     if it starts like JSON ('{' or '[') else Binary.
-func (in *Ingester) buildEvent(drone, topic string, payload []byte, recv int64) localstream.Event {
+func (in *Ingester) buildEvent(l *lane, topic string, payload []byte, recv int64) localstream.Event {
 	ev := localstream.Event{
-		RoutingKey: drone,
-		Writer:     WriterFor(drone),
+		RoutingKey: l.drone,
+		Writer:     l.writer,
 		IngestTime: recv,
-		Headers:    []localstream.Header{{Key: HeaderTopic, Value: topic}},
+		Headers:    l.topicHeaders(topic),
 		Payload:    payload,
 	}
 	if json.Valid(payload) {

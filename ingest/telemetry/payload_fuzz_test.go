@@ -22,7 +22,7 @@ func FuzzBuildEvent(f *testing.F) {
 	}
 	const recv = int64(1_700_000_000_000_000_000)
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		ev := in.buildEvent("d", "drones/d/telemetry", payload, recv)
+		ev := in.buildEvent(newLane("d", recv), "drones/d/telemetry", payload, recv)
 		if !bytes.Equal(ev.Payload, payload) || ev.RoutingKey != "d" || ev.Writer != "telemetry/d" {
 			t.Fatal("event does not carry the message")
 		}
