@@ -52,7 +52,7 @@ type Ingester struct {
 	// assume one delivering goroutine at a time.
 	deliverMu sync.Mutex
 	// brokerOrder orders the broker client's PUBACKs (see ackOrder).
-	brokerOrder ackOrder
+	brokerOrder ackOrder[func()]
 	// listener is the MQTT server for publishers (nil without Listen).
 	listener *listener
 	// stopping is closed when Run begins to stop.
@@ -296,7 +296,8 @@ func (in *Ingester) Subscribed() <-chan struct{} { return in.subscribed }
 func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
-	in.deliver(m, in.brokerOrder.wrap(m.Ack), in.brokerDedup, true)
+	n, a := in.brokerOrder.number(), m.Ack
+	in.deliver(m, func() { in.brokerOrder.release(n, a, runAck) }, in.brokerDedup, true)
 }
 
 // deliver takes one message from the broker client or a listener
@@ -341,56 +342,6 @@ func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroke
 	}
 	if l := in.waitForLane(drone, recv); l != nil {
 		in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv, dedup: d})
-	}
-}
-
-// ackOrder numbers one connection's messages in delivery order and sends
-// their PUBACKs in that order. The store calls back in append order, which
-// is not delivery order (the lanes take turns), but MQTT 3.1.1 4.6.0-2
-// wants PUBACKs in delivery order, and Mosquitto 2.0 needs it: PUBACKed
-// out of order, it let a newly published message overtake the ones it had
-// queued for us, and a drone's telemetry landed out of order. A message
-// never acked in this run (left unacked at a stop) holds back the PUBACKs
-// of later ones: the sender sends them again to the next run with DUP set
-// and the dedup entries skip them.
-type ackOrder struct {
-	// delivered numbers the messages (the delivering goroutine only, with
-	// Ingester.deliverMu held).
-	delivered uint64
-	// next is the number of the next PUBACK to send and held the acks
-	// ready before it (the acker goroutine only).
-	next uint64
-	held map[uint64]func()
-}
-
-// wrap numbers a message and returns its ack: queued with Ingester.ack,
-// it runs a once the acks of every message numbered before it have run.
-func (o *ackOrder) wrap(a func()) func() {
-	n := o.delivered
-	o.delivered++
-	return func() { o.release(n, a) }
-}
-
-// release records that message n may be acked and runs every ack now due,
-// in order. Called on the acker goroutine only.
-func (o *ackOrder) release(n uint64, a func()) {
-	if n == o.next && len(o.held) == 0 {
-		o.next++
-		a()
-		return
-	}
-	if o.held == nil {
-		o.held = map[uint64]func(){}
-	}
-	o.held[n] = a
-	for {
-		a, ok := o.held[o.next]
-		if !ok {
-			return
-		}
-		delete(o.held, o.next)
-		o.next++
-		a()
 	}
 }
 

@@ -217,7 +217,7 @@ type serverConn struct {
 	will   *inMessage
 	dedup  dedupSource
 	// order orders the acks of this connection's messages.
-	order ackOrder
+	order ackOrder[pubAck]
 	// disconnected: the client sent DISCONNECT (no will).
 	disconnected bool
 	// takenOver: a newer connection of the same client id replaced this one.
@@ -416,16 +416,15 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 	if !validPublishTopic(p.TopicName) {
 		return fmt.Errorf("%w: publish topic %q", errMalformed, p.TopicName)
 	}
-	m := &inMessage{topic: p.TopicName, payload: p.Payload, qos: p.Qos, dup: p.Dup, retained: p.Retain, id: p.MessageID}
+	m := &inMessage{topic: p.TopicName, payload: p.Payload, qos: p.Qos, dup: p.Dup, retained: p.Retain, id: p.MessageID, c: c}
 	ack := noAck
 	var d dedupSource
 	in := c.l.in
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
 	if p.Qos > 0 {
-		id, qos := p.MessageID, p.Qos
-		m.ack = func() { c.ackPublish(qos, id) }
-		ack = c.order.wrap(m.ack)
+		n, a := c.order.number(), pubAck{id: p.MessageID, qos: p.Qos}
+		ack = func() { c.order.release(n, a, c.sendAck) }
 		d = c.dedup
 	}
 	if p.Qos == 2 {
@@ -435,18 +434,30 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 	return nil
 }
 
-// ackPublish sends the PUBACK (QoS 1) or PUBREC (QoS 2) of packet id.
-// Called on the acker goroutine; the write never blocks.
-func (c *serverConn) ackPublish(qos byte, id uint16) {
-	if qos == 2 {
-		p := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
-		p.MessageID = id
-		c.write(p)
-		return
+// pubAck is the acknowledgement a PUBLISH is owed: a PUBACK (QoS 1) or a
+// PUBREC (QoS 2) of its packet id.
+type pubAck struct {
+	id  uint16
+	qos byte
+}
+
+// appendPubAck appends a's packet: the fixed header (type, no flags,
+// remaining length 2) and the packet id, big-endian (MQTT 3.1.1 §3.4,
+// §3.5). Encoded here, not by paho's packets, which allocate a buffer and
+// a packet for each of these four bytes.
+func appendPubAck(b []byte, a pubAck) []byte {
+	t := byte(packets.Puback << 4)
+	if a.qos == 2 {
+		t = packets.Pubrec << 4
 	}
-	p := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
-	p.MessageID = id
-	c.write(p)
+	return append(b, t, 2, byte(a.id>>8), byte(a.id))
+}
+
+// sendAck sends a PUBLISH's acknowledgement. Called on the acker
+// goroutine; the write never blocks (a failed connection drops it).
+func (c *serverConn) sendAck(a pubAck) {
+	var b [4]byte
+	_, _ = c.bc.Write(appendPubAck(b[:0], a))
 }
 
 // write queues a packet; a failed connection drops it (the client resends
@@ -479,9 +490,8 @@ type inMessage struct {
 	dup      bool
 	retained bool
 	id       uint16
-	// ack sends its PUBACK/PUBREC at once (the pipeline uses the ordered
-	// ack it was delivered with instead).
-	ack  func()
+	// c is the connection a PUBLISH came on (nil: a will).
+	c    *serverConn
 	once sync.Once
 }
 
@@ -492,10 +502,11 @@ func (m *inMessage) Topic() string     { return m.topic }
 func (m *inMessage) MessageID() uint16 { return m.id }
 func (m *inMessage) Payload() []byte   { return m.payload }
 
-// Ack sends the message's acknowledgement once (QoS 1 and 2; a no-op for
-// QoS 0 and wills).
+// Ack sends the message's acknowledgement at once, once (QoS 1 and 2; a
+// no-op for QoS 0 and wills). The pipeline does not call it: it acks with
+// the ordered ack the message was delivered with.
 func (m *inMessage) Ack() {
-	if m.ack != nil {
-		m.once.Do(m.ack)
+	if m.c != nil && m.qos > 0 {
+		m.once.Do(func() { m.c.sendAck(pubAck{id: m.id, qos: m.qos}) })
 	}
 }
