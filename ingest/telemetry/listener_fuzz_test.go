@@ -108,3 +108,42 @@ func FuzzListenerConn(f *testing.F) {
 		}
 	})
 }
+
+// FuzzUnpackPublish: the listener's PUBLISH decoder agrees with paho's
+// Unpack on any body: the same topic, packet id and payload, or both
+// refuse it (the decoder with errMalformed).
+func FuzzUnpackPublish(f *testing.F) {
+	for _, s := range packetSeeds() {
+		if len(s) > 2 && s[0]>>4 == packets.Publish {
+			f.Add(s[2:], (s[0]>>1)&3)
+		}
+	}
+	f.Add([]byte{}, byte(0))
+	f.Add([]byte{0x00}, byte(1))
+	f.Add([]byte{0x00, 0x01, 'a'}, byte(1))
+	f.Add([]byte{0x00, 0x01, 'a', 0x00}, byte(2))
+	f.Add([]byte{0x00, 0x00}, byte(0))
+	f.Fuzz(func(t *testing.T, body []byte, qos byte) {
+		fh := packets.FixedHeader{MessageType: packets.Publish, Qos: qos % 3, RemainingLength: len(body)}
+		got := &packets.PublishPacket{FixedHeader: fh}
+		err := unpackPublish(got, body)
+		want := &packets.PublishPacket{FixedHeader: fh}
+		werr := want.Unpack(bytes.NewBuffer(bytes.Clone(body)))
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("error %v, paho's %v", err, werr)
+		}
+		if err != nil {
+			if !errors.Is(err, errMalformed) {
+				t.Fatalf("error %v is not errMalformed", err)
+			}
+			return
+		}
+		if got.TopicName != want.TopicName || got.MessageID != want.MessageID || !bytes.Equal(got.Payload, want.Payload) {
+			t.Fatalf("decoded %q %d % x, paho %q %d % x", got.TopicName, got.MessageID, got.Payload,
+				want.TopicName, want.MessageID, want.Payload)
+		}
+		if len(body) > 0 && len(got.Payload) > 0 && &got.Payload[0] == &body[len(body)-len(got.Payload)] {
+			t.Fatal("the payload aliases the reused body buffer")
+		}
+	})
+}
