@@ -209,8 +209,9 @@ func (l *listener) register(c *serverConn) {
 type serverConn struct {
 	l  *listener
 	bc *bufferedConn
-	// buf is the reused packet body buffer (the connection's goroutine only).
-	buf []byte
+	// buf holds the buffers reused from packet to packet (the
+	// connection's goroutine only).
+	buf packetBuf
 	// client, clean, will and dedup are set at CONNECT.
 	client string
 	clean  bool

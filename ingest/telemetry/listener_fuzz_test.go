@@ -56,12 +56,12 @@ func FuzzReadPacket(f *testing.F) {
 	const max = 4096
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bufio.NewReader(bytes.NewReader(data))
-		var buf []byte
+		var buf packetBuf
 		for range 64 {
 			before := r.Buffered()
 			cp, err := readPacket(r, max, &buf)
-			if cap(buf) > max {
-				t.Fatalf("buffer grew to %d > %d", cap(buf), max)
+			if cap(buf.body) > max {
+				t.Fatalf("buffer grew to %d > %d", cap(buf.body), max)
 			}
 			if err != nil {
 				if !errors.Is(err, errMalformed) && !errors.Is(err, errPacketTooLarge) &&
@@ -110,23 +110,23 @@ func FuzzListenerConn(f *testing.F) {
 }
 
 // FuzzUnpackPublish: the listener's PUBLISH decoder agrees with paho's
-// Unpack on any body: the same topic, packet id and payload, or both
-// refuse it (the decoder with errMalformed).
+// Unpack on any body, whatever the last topic was: the same topic, packet
+// id and payload, or both refuse it (the decoder with errMalformed).
 func FuzzUnpackPublish(f *testing.F) {
 	for _, s := range packetSeeds() {
 		if len(s) > 2 && s[0]>>4 == packets.Publish {
-			f.Add(s[2:], (s[0]>>1)&3)
+			f.Add(s[2:], (s[0]>>1)&3, "drones/f/telemetry")
 		}
 	}
-	f.Add([]byte{}, byte(0))
-	f.Add([]byte{0x00}, byte(1))
-	f.Add([]byte{0x00, 0x01, 'a'}, byte(1))
-	f.Add([]byte{0x00, 0x01, 'a', 0x00}, byte(2))
-	f.Add([]byte{0x00, 0x00}, byte(0))
-	f.Fuzz(func(t *testing.T, body []byte, qos byte) {
+	f.Add([]byte{}, byte(0), "")
+	f.Add([]byte{0x00}, byte(1), "")
+	f.Add([]byte{0x00, 0x01, 'a'}, byte(1), "a")
+	f.Add([]byte{0x00, 0x01, 'a', 0x00}, byte(2), "b")
+	f.Add([]byte{0x00, 0x00}, byte(0), "")
+	f.Fuzz(func(t *testing.T, body []byte, qos byte, last string) {
 		fh := packets.FixedHeader{MessageType: packets.Publish, Qos: qos % 3, RemainingLength: len(body)}
 		got := &packets.PublishPacket{FixedHeader: fh}
-		err := unpackPublish(got, body)
+		err := unpackPublish(got, body, last)
 		want := &packets.PublishPacket{FixedHeader: fh}
 		werr := want.Unpack(bytes.NewBuffer(bytes.Clone(body)))
 		if (err != nil) != (werr != nil) {

@@ -30,10 +30,21 @@ import (
 // keepBuffer is the largest body buffer a connection keeps between packets.
 const keepBuffer = 16 << 10
 
-// readPacket reads one packet of at most max remaining bytes. buf is the
-// connection's reusable body buffer (grown as needed up to max). Errors
-// wrap errPacketTooLarge, errMalformed or the reader's error.
-func readPacket(r *bufio.Reader, max int, buf *[]byte) (packets.ControlPacket, error) {
+// packetBuf is what a connection's reads reuse from packet to packet.
+type packetBuf struct {
+	// body is the packet body buffer (grown as needed up to the bound).
+	body []byte
+	// topic is the last PUBLISH's topic: a publisher sends one or a few
+	// topics, and the next PUBLISH on the same topic shares the string
+	// instead of allocating its own.
+	topic string
+}
+
+// readPacket reads one packet of at most max remaining bytes into pb's
+// buffers. Errors wrap errPacketTooLarge, errMalformed or the reader's
+// error.
+func readPacket(r *bufio.Reader, max int, pb *packetBuf) (packets.ControlPacket, error) {
+	buf := &pb.body
 	first, err := r.ReadByte()
 	if err != nil {
 		return nil, err
@@ -67,9 +78,10 @@ func readPacket(r *bufio.Reader, max int, buf *[]byte) (packets.ControlPacket, e
 		if cap(*buf) > keepBuffer {
 			*buf = nil
 		}
-		if err := unpackPublish(p, body); err != nil {
+		if err := unpackPublish(p, body, pb.topic); err != nil {
 			return nil, err
 		}
+		pb.topic = p.TopicName
 		return p, nil
 	}
 	cp, err := packets.NewControlPacketWithHeader(fh)
@@ -115,8 +127,9 @@ func readRemainingLength(r *bufio.Reader) (int, error) {
 //	| 2 bytes, BE  |       | 2 bytes, BE          | the rest|
 //	+--------------+-------+----------------------+---------+
 //
-// A body too short for its topic or packet id is errMalformed.
-func unpackPublish(p *packets.PublishPacket, body []byte) error {
+// A body too short for its topic or packet id is errMalformed. A topic
+// equal to last is last (no allocation).
+func unpackPublish(p *packets.PublishPacket, body []byte, last string) error {
 	if len(body) < 2 {
 		return fmt.Errorf("%w: PUBLISH of %d bytes", errMalformed, len(body))
 	}
@@ -125,7 +138,12 @@ func unpackPublish(p *packets.PublishPacket, body []byte) error {
 	if len(rest) < n {
 		return fmt.Errorf("%w: PUBLISH topic of %d bytes in %d", errMalformed, n, len(rest))
 	}
-	p.TopicName, rest = string(rest[:n]), rest[n:]
+	if t := rest[:n]; string(t) == last {
+		p.TopicName = last
+	} else {
+		p.TopicName = string(t)
+	}
+	rest = rest[n:]
 	if p.Qos > 0 {
 		if len(rest) < 2 {
 			return fmt.Errorf("%w: PUBLISH without its packet id", errMalformed)
