@@ -43,7 +43,7 @@ lint:
 # and linux/armv7, and a Debian package of each (systemd unit, user,
 # /etc/edge-agent/agent.yaml, /var/lib/edge-agent) built by nfpm.
 VERSION ?= 0.1.0+git$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-NFPM ?= $(shell command -v nfpm 2>/dev/null || echo $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.48.0)
+NFPM ?= $(shell command -v nfpm 2>/dev/null || echo $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2)
 DIST_LDFLAGS := -s -w -X main.version=$(VERSION)
 # GOARCH:GOARM:name:debian-arch ("-": no GOARM)
 DIST_TARGETS := amd64:-:amd64:amd64 arm64:-:arm64:arm64 arm:7:armv7:armhf
