@@ -8,13 +8,19 @@ import (
 	"time"
 )
 
-// holdOne fills the store's expectation with a burst of n async appends,
-// waits for them, then starts one Append that the group commit holds open
-// (the window is an hour): it returns the Append's result channel once the
-// committer has taken it and shows it held.
+// holdOne makes the committer expect n appends, then queues one append
+// that the group commit holds open (the window is an hour): it returns the
+// append's result channel once the committer has taken it and shows it
+// held. The n appends are queued while a control request holds the
+// committer, so that they make one batch however slow the machine (an
+// expectation of n), and are acknowledged before the held one starts.
 func holdOne(t *testing.T, s *Store, st *Stream, n int) <-chan error {
 	t.Helper()
 	ctx := context.Background()
+	release, blocked := make(chan struct{}), make(chan struct{})
+	ctrl := make(chan error, 1)
+	go func() { ctrl <- s.control(ctx, func() error { close(blocked); <-release; return nil }) }()
+	<-blocked
 	var wg stdsync.WaitGroup
 	for i := range n {
 		wg.Add(1)
@@ -28,15 +34,19 @@ func holdOne(t *testing.T, s *Store, st *Stream, n int) <-chan error {
 			t.Fatal(err)
 		}
 	}
+	close(release)
+	if err := <-ctrl; err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
 	commits := s.Stats().Commits
 	res := make(chan error, 1)
-	go func() {
-		_, err := st.Append(ctx, Event{RoutingKey: "lone", Writer: "w", EventTime: int64(n)})
-		res <- err
-	}()
-	for s.Stats().QueueLen > 0 || len(res) > 0 {
-		time.Sleep(time.Millisecond)
+	err := st.AppendAsync(ctx, Event{RoutingKey: "lone", Writer: "w", EventTime: int64(n)}, func(_ Position, err error) { res <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(res) == 0 && s.Stats().QueueLen > 0 {
+		time.Sleep(time.Millisecond) // queued, not taken yet
 	}
 	// Taken by the committer: with an hour's window and n appends
 	// expected, it is held, not committed.
