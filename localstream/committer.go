@@ -25,14 +25,16 @@ func (s *Store) commitLoop() {
 				return
 			}
 			batch, closed, c := s.gather(req)
+			// The appends unacknowledged as this batch is sent (the batch,
+			// those in flight, those queued) are the appenders expected in
+			// the next batch: a writer waiting for its ack appends again.
+			// Counted before the write, so that a commit completing at
+			// once cannot hide its own batch.
+			s.taken += uint64(len(batch))
+			s.expect = int(s.taken-s.acked.Load()) + len(s.queue)
 			s.gate.RLock()
 			s.writeBatch(batch)
 			s.gate.RUnlock()
-			s.taken += uint64(len(batch))
-			// The appends not yet acknowledged now (this batch, those in
-			// flight, those queued) are the appenders expected in the
-			// next batch: a writer waiting for its ack appends again.
-			s.expect = int(s.taken-s.acked.Load()) + len(s.queue)
 			if c != nil {
 				s.runCtrl(*c)
 			}
