@@ -3,9 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +19,6 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
-	"github.com/edge-agent/edge-agent/localstream"
 )
 
 // orderedStore is paho's memory store whose All lists the outbound
@@ -102,14 +99,8 @@ video: {enabled: false}
 central: {url: ""}
 `, filepath.Join(dir, "agent"), httpPort)), 0o644)
 	start := func() *exec.Cmd {
-		cmd := exec.Command(os.Args[0], "run", "--config", cfgPath, "--mqtt-listen", addr)
-		cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		cmd := startRun(t, cfgPath, httpPort, "--mqtt-listen", addr)
 		t.Cleanup(func() { cmd.Process.Kill() })
-		waitHealthy(t, cmd, httpPort)
 		return cmd
 	}
 
@@ -165,19 +156,7 @@ central: {url: ""}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("after SIGTERM: %v (want exit status 0)", err)
 	}
-	s, err := localstream.Open(filepath.Join(dir, "agent", "store"), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	st, err := s.Stream("telemetry")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := st.ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := storedRecords(t, filepath.Join(dir, "agent", "store"))
 	next := map[string]int{}
 	for _, r := range recs {
 		var m telemetry.Telemetry
@@ -195,24 +174,4 @@ central: {url: ""}
 		}
 	}
 	t.Logf("%d records, %d kills mid-stream", len(recs), killedMidStream)
-}
-
-// waitHealthy waits for the agent's /healthz.
-func waitHealthy(t *testing.T, cmd *exec.Cmd, httpPort int) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("agent did not answer /healthz")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -42,30 +42,57 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// startRun starts `edge-agent run --config cfg` as a subprocess and waits for /healthz.
-func startRun(t *testing.T, cfg string, httpPort int) *exec.Cmd {
+// startRun starts `edge-agent run --config cfg [args]` as a subprocess and
+// waits for /healthz.
+func startRun(t *testing.T, cfg string, httpPort int, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "run", "--config", cfg)
+	cmd := exec.Command(os.Args[0], append([]string{"run", "--config", cfg}, args...)...)
 	cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	waitHealthy(t, cmd, httpPort)
+	return cmd
+}
+
+// waitHealthy waits for the agent's /healthz.
+func waitHealthy(t *testing.T, cmd *exec.Cmd, httpPort int) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort))
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return cmd
+				return
 			}
 		}
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			t.Fatal("agent did not answer /healthz")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// storedRecords reads back the telemetry stream of a stopped agent's store.
+func storedRecords(t *testing.T, storeDir string) []localstream.Record {
+	t.Helper()
+	s, err := localstream.Open(storeDir, localstream.Options{MinFreeBytes: -1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.Stream("telemetry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := st.ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return recs
 }
 
 // TestRunSignals: SIGTERM stops the agent with exit status 0 after its

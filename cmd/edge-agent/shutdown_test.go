@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,7 +20,6 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
-	"github.com/edge-agent/edge-agent/localstream"
 )
 
 // shutdownBound is what SIGTERM may take beyond central.shutdown_timeout
@@ -321,19 +319,7 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 // the simulator published is stored exactly once.
 func checkHeld(t *testing.T, dir string, res telemetry.SimResult) {
 	t.Helper()
-	s, err := localstream.Open(filepath.Join(dir, "store"), localstream.Options{MinFreeBytes: -1, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	st, err := s.Stream("telemetry")
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := st.ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := storedRecords(t, filepath.Join(dir, "store"))
 	seen := map[string]int{}
 	for _, rec := range recs {
 		var m telemetry.Telemetry

@@ -104,7 +104,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 
 // runIngester starts an ingester in the background; stop it with the
 // returned function (which returns Run's error).
-func runIngester(t testing.TB, cfg Config, s *localstream.Store, st *localstream.Stream, marks Marks) (*Ingester, func() error) {
+func runIngester(t testing.TB, cfg Config, s *localstream.Store, st Appender, marks Marks) (*Ingester, func() error) {
 	t.Helper()
 	in, err := New(cfg, Sink{Stream: st, Meta: s, Marks: marks})
 	if err != nil {

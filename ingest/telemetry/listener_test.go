@@ -28,26 +28,11 @@ func listenConfig() Config {
 // returns it once it listens.
 func startListener(t testing.TB, cfg Config, s *localstream.Store, st Appender, marks Marks) (*Ingester, func() error) {
 	t.Helper()
-	in, err := New(cfg, Sink{Stream: st, Meta: s, Marks: marks})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- in.Run(ctx) }()
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() { cancel(); runErr = <-errc })
-		return runErr
-	}
-	t.Cleanup(func() { stop() })
+	in, stop := runIngester(t, cfg, s, st, marks)
 	select {
 	case <-in.Subscribed():
-	case err := <-errc:
-		t.Fatalf("run: %v", err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("not listening")
+		t.Fatalf("not listening: %v", stop())
 	}
 	return in, stop
 }
