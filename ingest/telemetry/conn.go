@@ -46,17 +46,15 @@ type bufferedConn struct {
 // maxPendingWrite bounds the unflushed bytes; Write blocks above it.
 const maxPendingWrite = 1 << 20
 
-func newBufferedConn(c net.Conn) *bufferedConn {
-	b := &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 64<<10), wake: make(chan struct{}, 1), done: make(chan struct{})}
-	b.cond = sync.NewCond(&b.mu)
-	go b.flushLoop()
-	return b
-}
+func newBufferedConn(c net.Conn) *bufferedConn { return wrapConn(c, 64<<10, false) }
 
 // newServerConn wraps a listener's connection: a smaller read buffer (one
 // per publisher) and writes that never block.
-func newServerConn(c net.Conn) *bufferedConn {
-	b := &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, 16<<10), wake: make(chan struct{}, 1), done: make(chan struct{}), server: true}
+func newServerConn(c net.Conn) *bufferedConn { return wrapConn(c, 16<<10, true) }
+
+// wrapConn wraps c with a read buffer of readSize and starts its flusher.
+func wrapConn(c net.Conn, readSize int, server bool) *bufferedConn {
+	b := &bufferedConn{Conn: c, r: bufio.NewReaderSize(c, readSize), wake: make(chan struct{}, 1), done: make(chan struct{}), server: server}
 	b.cond = sync.NewCond(&b.mu)
 	go b.flushLoop()
 	return b

@@ -320,7 +320,7 @@ func (c *serverConn) run() error {
 	}
 	cc, ok := cp.(*packets.ConnectPacket)
 	if !ok {
-		return fmt.Errorf("%w: %s before CONNECT", errMalformed, fmt.Sprintf("%T", cp))
+		return fmt.Errorf("%w: %T before CONNECT", errMalformed, cp)
 	}
 	if err := c.connect(cc); err != nil {
 		return err
@@ -367,7 +367,7 @@ func (c *serverConn) run() error {
 			c.disconnected = true
 			return nil
 		default:
-			return fmt.Errorf("%w: %s from a client", errMalformed, fmt.Sprintf("%T", cp))
+			return fmt.Errorf("%w: %T from a client", errMalformed, cp)
 		}
 	}
 }
