@@ -149,12 +149,17 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	}
 	txn := s.db.NewTransaction(true)
 	txnBytes := 0
-	commit := func() {
+	var bw batchWriter // one record batch per segment and commit
+	commit := func() error {
+		if err := bw.each(txn.Set); err != nil {
+			return err
+		}
 		b.txns++
 		s.commits.Add(1)
 		txn.CommitWith(func(err error) { b.done <- err })
 		txn = s.db.NewTransaction(true)
 		txnBytes = 0
+		return nil
 	}
 	for k, v := range index {
 		if err := txn.Set(metaKey(k), v); err != nil {
@@ -165,28 +170,34 @@ func (s *Store) writeBatch(batch []*appendReq) {
 		txnBytes += len(k) + len(v)
 	}
 	for i, r := range batch {
+		// Batches are bounded well below Badger's transaction limit (see
+		// Options.MaxBatchBytes), so any error here is a failed write.
 		if txnBytes > 0 && txnBytes+len(r.rec) > s.opts.MaxBatchBytes {
-			commit()
+			if err := commit(); err != nil {
+				txn.Discard()
+				fail(err)
+				return
+			}
 		}
-		if err := s.setReq(txn, r, b.pos[i].Segment, b.pos[i].Offset); err != nil {
-			// Batches are bounded well below Badger's transaction limit
-			// (see Options.MaxBatchBytes), so any error here is a failed write.
+		bw.add(r.st.name, b.pos[i].Segment, b.pos[i].Offset, r.rec)
+		if err := setMetas(txn, r); err != nil {
 			txn.Discard()
 			fail(err)
 			return
 		}
 		txnBytes += len(r.rec)
 	}
-	commit()
+	if err := commit(); err != nil {
+		txn.Discard()
+		fail(err)
+		return
+	}
 	txn.Discard()
 	s.inflight <- b
 }
 
-// setReq adds one append (event and its metadata) to txn.
-func (s *Store) setReq(txn *badger.Txn, r *appendReq, seg SegmentID, off uint64) error {
-	if err := txn.SetEntry(badger.NewEntry(dataKey(r.st.name, seg, off), r.rec)); err != nil {
-		return err
-	}
+// setMetas adds one append's metadata (WithMeta) to txn.
+func setMetas(txn *badger.Txn, r *appendReq) error {
 	for _, m := range r.metas {
 		var err error
 		if m.val == nil {

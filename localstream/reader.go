@@ -132,6 +132,7 @@ func (r *Reader) TryNext() (Record, error) {
 // segView is what the reader needs to know of a segment, read under lock.
 type segView struct {
 	length, final uint64
+	start         uint64 // first offset still stored
 	sealed        bool
 	succs         []SegmentID
 	predsOf       map[SegmentID][]SegmentID
@@ -159,7 +160,9 @@ func (r *Reader) fill() (progressed, bounded bool, err error) {
 		}
 		bounded = false
 		if next < limit {
-			if err := r.readAhead(id, next, limit); err != nil {
+			// A record batch that a truncation or a shed cut through
+			// still holds the records below the segment's start.
+			if err := r.readAhead(id, max(next, v.start), limit); err != nil {
 				return false, false, err
 			}
 			if len(r.buf) > 0 {
@@ -184,7 +187,7 @@ func (r *Reader) view(id SegmentID) segView {
 	st.mu.RLock()
 	defer st.mu.RUnlock()
 	sg := st.segs[id]
-	v := segView{length: sg.Length, final: sg.final, sealed: sg.Sealed, succs: sg.Successors}
+	v := segView{length: sg.Length, final: sg.final, start: sg.Start, sealed: sg.Sealed, succs: sg.Successors}
 	if len(sg.Successors) > 0 { // an open segment (the common case) allocates nothing here
 		v.predsOf = make(map[SegmentID][]SegmentID, len(sg.Successors))
 	}
@@ -235,23 +238,40 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 		defer it.Close()
 		bytes := 0
 		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
-			off := offsetOf(it.Item().Key())
 			// Bounded by records and bytes, so that the first record of a
 			// fill comes back soon even when events are large video chunks.
-			if off >= limit || len(r.buf) >= r.maxBuf || bytes >= readAheadBytes {
+			if len(r.buf) >= r.maxBuf || bytes >= readAheadBytes {
 				break
 			}
-			var ev Event
+			var more bool
+			last := offsetOf(it.Item().Key())
 			err := it.Item().Value(func(b []byte) error {
-				var err error
-				ev, err = st.s.decodeStored(st.name, b, &r.arena)
-				bytes += len(b) + len(ev.Payload)
-				return err
+				var derr error
+				m, err := entryRecords(last, b, from, limit, func(off uint64, rec []byte) bool {
+					var ev Event
+					if ev, derr = st.s.decodeStored(st.name, rec, &r.arena); derr != nil {
+						derr = fmt.Errorf("stream %s segment %s offset %d: %w", st.name, id, off, derr)
+						return false
+					}
+					bytes += len(rec) + len(ev.Payload)
+					r.buf = append(r.buf, Record{Position: Position{Segment: id, Offset: off}, Event: ev})
+					return len(r.buf) < r.maxBuf && bytes < readAheadBytes
+				})
+				more = m
+				if derr != nil {
+					return derr
+				}
+				if err != nil {
+					return fmt.Errorf("stream %s segment %s entry %d: %w", st.name, id, last, err)
+				}
+				return nil
 			})
 			if err != nil {
-				return fmt.Errorf("stream %s segment %s offset %d: %w", st.name, id, off, err)
+				return err
 			}
-			r.buf = append(r.buf, Record{Position: Position{Segment: id, Offset: off}, Event: ev})
+			if !more {
+				break
+			}
 		}
 		return nil
 	})

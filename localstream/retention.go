@@ -316,6 +316,8 @@ func (st *Stream) deleteRange(wb *badger.WriteBatch, id SegmentID, from, to uint
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
+			// A key holds its entry's last offset: an entry that reaches
+			// to stays (a reader starts at the segment's start).
 			if offsetOf(it.Item().Key()) >= to {
 				break
 			}
@@ -334,52 +336,65 @@ func (st *Stream) scanRange(topo Topology, id SegmentID, from, to uint64, commit
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
-			off := offsetOf(it.Item().Key())
-			if off >= to {
-				break
-			}
-			var ev Event
-			var size uint64
-			err := it.Item().Value(func(b []byte) error {
-				var ref *payloadRef
+			var scanErr error
+			var more bool
+			err := it.Item().Value(func(v []byte) error {
 				var err error
-				ev, ref, err = decodeRecordRef(b)
-				if size = uint64(len(ev.Payload)); ref != nil {
-					size = ref.Length
-				}
+				more, err = entryRecords(offsetOf(it.Item().Key()), v, from, to, func(off uint64, rec []byte) bool {
+					scanErr = st.summarizeRecord(topo, Position{Segment: id, Offset: off}, rec, committed, res)
+					return scanErr == nil
+				})
 				return err
 			})
+			if err == nil {
+				err = scanErr
+			}
 			if err != nil {
 				return err
 			}
-			if ev.Flags.Has(FlagGap) {
-				// An earlier report of a loss, not a lost event: the centre
-				// has it, or the shedding policy carries it (devices).
-				continue
-			}
-			pos := Position{Segment: id, Offset: off}
-			g := res.Keys[ev.RoutingKey]
-			if g == nil {
-				g = &Gap{From: pos, FirstTimeNs: ev.EventTime}
-				res.Keys[ev.RoutingKey] = g
-			}
-			g.Events++
-			g.Bytes += size
-			g.To = pos
-			g.LastTimeNs = ev.EventTime
-			res.Events++
-			res.Bytes += size
-			unreplicated := len(committed) == 0
-			for _, cc := range committed {
-				if in, err := topo.Contains(cc, pos); err == nil && !in {
-					unreplicated = true
-				}
-			}
-			if unreplicated {
-				g.Unreplicated++
-				res.Unreplicated++
+			if !more {
+				break
 			}
 		}
 		return nil
 	})
+}
+
+// summarizeRecord adds one stored record at pos to res (see scanRange).
+func (st *Stream) summarizeRecord(topo Topology, pos Position, b []byte, committed []StreamCut, res *ShedResult) error {
+	ev, ref, err := decodeRecordRef(b)
+	if err != nil {
+		return err
+	}
+	size := uint64(len(ev.Payload))
+	if ref != nil {
+		size = ref.Length
+	}
+	if ev.Flags.Has(FlagGap) {
+		// An earlier report of a loss, not a lost event: the centre
+		// has it, or the shedding policy carries it (devices).
+		return nil
+	}
+	g := res.Keys[ev.RoutingKey]
+	if g == nil {
+		g = &Gap{From: pos, FirstTimeNs: ev.EventTime}
+		res.Keys[ev.RoutingKey] = g
+	}
+	g.Events++
+	g.Bytes += size
+	g.To = pos
+	g.LastTimeNs = ev.EventTime
+	res.Events++
+	res.Bytes += size
+	unreplicated := len(committed) == 0
+	for _, cc := range committed {
+		if in, err := topo.Contains(cc, pos); err == nil && !in {
+			unreplicated = true
+		}
+	}
+	if unreplicated {
+		g.Unreplicated++
+		res.Unreplicated++
+	}
+	return nil
 }

@@ -1,0 +1,122 @@
+package localstream
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// recordVersionBatch is the version byte of a record batch: the records
+// that one commit appended to one segment, in one Badger entry keyed by
+// the offset of its last record (doc.go, "Record batch, version 3").
+const recordVersionBatch = 3
+
+// batchWriter builds the record batches of one Badger commit: one per
+// segment, in offset order.
+type batchWriter struct {
+	entries []batchEntry
+	index   map[batchSeg]int // → entries
+}
+
+type batchSeg struct {
+	stream string
+	seg    SegmentID
+}
+
+// batchEntry is the records of one commit for one segment.
+type batchEntry struct {
+	batchSeg
+	last uint64   // offset of the last record
+	recs [][]byte // encoded records (version 1 or 2), offsets last-len+1 … last
+	size int      // encoded size of recs with their length prefixes
+}
+
+// add appends the record at offset off of a segment. Offsets of one
+// segment come in order and contiguous: the committer assigns them so.
+func (w *batchWriter) add(stream string, seg SegmentID, off uint64, rec []byte) {
+	k := batchSeg{stream, seg}
+	i, ok := w.index[k]
+	if !ok {
+		if w.index == nil {
+			w.index = map[batchSeg]int{}
+		}
+		i = len(w.entries)
+		w.index[k] = i
+		w.entries = append(w.entries, batchEntry{batchSeg: k})
+	}
+	e := &w.entries[i]
+	e.last = off
+	e.recs = append(e.recs, rec)
+	e.size += uvarintLen(len(rec)) + len(rec)
+}
+
+// each calls fn with the key and value of every entry, then forgets them.
+// A segment's lone record is stored as itself (version 1 or 2), as every
+// record was before batches; more are one batch.
+func (w *batchWriter) each(fn func(key, val []byte) error) error {
+	defer func() { w.entries = w.entries[:0]; clear(w.index) }()
+	for i := range w.entries {
+		e := &w.entries[i]
+		key := dataKey(e.stream, e.seg, e.last)
+		if len(e.recs) == 1 {
+			if err := fn(key, e.recs[0]); err != nil {
+				return err
+			}
+			continue
+		}
+		b := make([]byte, 0, 1+uvarintLen(len(e.recs))+e.size)
+		b = append(b, recordVersionBatch)
+		b = binary.AppendUvarint(b, uint64(len(e.recs)))
+		for _, r := range e.recs {
+			b = appendBytes(b, r)
+		}
+		if err := fn(key, b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// entryRecords calls fn, in offset order, for each record of one stored
+// data entry (last: the offset in its key) whose offset is in [from, to).
+// An entry is one record (version 1 or 2) or a batch of them (version 3).
+// It returns more = false when fn returned false or the entry reached to:
+// the caller's scan is over. fn's rec aliases v.
+func entryRecords(last uint64, v []byte, from, to uint64, fn func(off uint64, rec []byte) bool) (more bool, err error) {
+	if len(v) == 0 || v[0] != recordVersionBatch {
+		if last < from {
+			return true, nil
+		}
+		if last >= to {
+			return false, nil
+		}
+		return fn(last, v), nil
+	}
+	d := decoder{b: v[1:]}
+	n := d.uvarint("batch count")
+	if d.err != nil {
+		return false, d.err
+	}
+	if n < 2 || n > uint64(len(d.b)) || n-1 > last {
+		return false, fmt.Errorf("%w: a batch of %d records ending at offset %d in %d bytes", ErrCorruptRecord, n, last, len(v))
+	}
+	off := last - (n - 1)
+	for i := uint64(0); i < n; i, off = i+1, off+1 {
+		if off >= to {
+			return false, nil
+		}
+		rec := d.bytes("batched record")
+		if d.err != nil {
+			return false, d.err
+		}
+		if len(rec) == 0 || rec[0] == recordVersionBatch {
+			return false, fmt.Errorf("%w: batched record %d of %d is not a record", ErrCorruptRecord, i, n)
+		}
+		if off >= from && !fn(off, rec) {
+			return false, nil
+		}
+	}
+	if len(d.b) != 0 {
+		return false, fmt.Errorf("%w: %d bytes after a batch of %d records", ErrCorruptRecord, len(d.b), n)
+	}
+	return true, nil
+}
