@@ -32,7 +32,7 @@
 //
 // # Keys
 //
-//	d | len(stream) u8 | stream | segment u64 BE | offset u64 BE  → record
+//	d | len(stream) u8 | stream | segment u64 BE | offset u64 BE  → record or record batch
 //	s | stream                                                   → stream metadata (JSON)
 //	c | len(stream) u8 | stream | sink                           → committed cut (binary StreamCut)
 //	x | key                                                      → PutMeta / WithMeta values
@@ -41,9 +41,12 @@
 // Among the x keys, "localstream/payload/<stream>/<seq>" is the index of a
 // payload file (see Payload files).
 //
-// One segment's events are one contiguous key range in offset order.
-// Open segments' lengths are not stored: they are recovered from the last
-// data key on Open, so an append writes nothing but its record (and its
+// One segment's events are one contiguous key range in offset order. A
+// data entry holds one record (version 1 or 2) or a record batch (version
+// 3) of consecutive offsets; its key holds the offset of its last record,
+// so seeking the key of offset o finds the entry that holds o. Open
+// segments' lengths are not stored: they are recovered from the last data
+// key on Open, so an append writes nothing but its record (and its
 // WithMeta values, in the same transaction).
 //
 // # Record, version 1
@@ -84,6 +87,25 @@
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|                 CRC-32C of the payload (u32 BE)               |
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// # Record batch, version 3
+//
+// The records one commit appends to one segment are one Badger entry,
+// so that Badger's per-entry work (WAL entry, memtable insert, LSM key)
+// is paid once per commit and segment instead of once per event; a lone
+// record is stored as itself:
+//
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//	|  version = 3  | uvarint n ≥ 2 | n × (uvarint len, record v1/v2) |
+//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
+//
+// The records hold offsets last-n+1 … last, last being the key's offset.
+// Stores written before batches (one record per entry) read as they are.
+// Truncate and Shed delete the entries whose last offset is below the cut;
+// an entry that reaches past the cut stays, and readers skip its records
+// below the segment's start (Segment.Start, persisted with the head). So
+// a segment keeps at most one batch's bytes below its head until the
+// next deletion passes it.
 //
 // # Payload files
 //

@@ -63,6 +63,9 @@ type JetStreamSink struct {
 	// the server refused a second one.
 	serialUntil atomic.Int64
 
+	// hints: stream → *packHint (layout 2: whether its packs compress).
+	hints stdsync.Map
+
 	mu stdsync.Mutex
 	// open counts each stream's batches that have sent a message and are
 	// neither committed nor discarded. Guarded by mu.
@@ -305,6 +308,15 @@ func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, tim
 		return Committed{}, err
 	}
 	return Committed{Seq: r.Message.Seq, Record: rec}, nil
+}
+
+// packHint returns stream's compression hint.
+func (s *JetStreamSink) packHint(stream string) *packHint {
+	if h, ok := s.hints.Load(stream); ok {
+		return h.(*packHint)
+	}
+	h, _ := s.hints.LoadOrStore(stream, new(packHint))
+	return h.(*packHint)
 }
 
 // Begin starts transaction number on the current connection, within the

@@ -94,9 +94,11 @@ func (p *producer) flow(ctx context.Context, cur *atomic.Pointer[localstream.Str
 	}
 }
 
-// truncateLocalTail deletes the last n events of every segment of stream
-// in the (closed) store at dir, as a power cut in periodic durability
-// loses them. It returns how many it deleted.
+// truncateLocalTail deletes the last entries of every segment of stream
+// in the (closed) store at dir, at least n events of each where it has as
+// many, as a power cut in periodic durability loses its last commits (an
+// entry is one event or the record batch of one commit, see
+// localstream/doc.go). It returns how many events it deleted.
 func truncateLocalTail(t testing.TB, dir, stream string, n int) int {
 	t.Helper()
 	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
@@ -104,15 +106,30 @@ func truncateLocalTail(t testing.TB, dir, stream string, n int) int {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	type entry struct {
+		key    []byte
+		events int
+	}
 	prefix := append([]byte{'d', byte(len(stream))}, stream...)
-	bySeg := map[uint64][][]byte{}
+	bySeg := map[uint64][]entry{}
 	err = db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().KeyCopy(nil)
 			seg := binary.BigEndian.Uint64(k[len(prefix):])
-			bySeg[seg] = append(bySeg[seg], k)
+			e := entry{key: k, events: 1}
+			err := it.Item().Value(func(v []byte) error {
+				if len(v) > 1 && v[0] == 3 { // a record batch: version 3, uvarint count
+					c, _ := binary.Uvarint(v[1:])
+					e.events = int(c)
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			bySeg[seg] = append(bySeg[seg], e)
 		}
 		return nil
 	})
@@ -121,12 +138,13 @@ func truncateLocalTail(t testing.TB, dir, stream string, n int) int {
 	}
 	deleted := 0
 	err = db.Update(func(txn *badger.Txn) error {
-		for _, keys := range bySeg {
-			for _, k := range keys[max(0, len(keys)-n):] {
-				if err := txn.Delete(k); err != nil {
+		for _, entries := range bySeg {
+			for i, lost := len(entries)-1, 0; i >= 0 && lost < n; i-- {
+				if err := txn.Delete(entries[i].key); err != nil {
 					return err
 				}
-				deleted++
+				lost += entries[i].events
+				deleted += entries[i].events
 			}
 		}
 		return nil

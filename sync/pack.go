@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	stdsync "sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -199,11 +200,62 @@ func uvarintLen(x uint64) int {
 	return n
 }
 
+// packHint remembers whether one stream's packs compress. A body that
+// zstd does not shrink by 1/16 is sent raw, and the attempt was wasted:
+// video chunks, encrypted or random payloads do not compress, and trying
+// cost ~8 % of the agent's CPU in the peers harness. After such a pack
+// the next ones are sent raw without trying — 1, then 2, 4 … up to
+// maxCompressSkip after each further miss — and then tried again; a pack
+// that compresses ends the skipping. Bytes on the wire are those of
+// trying every pack while a stream's payloads stay as they were, and at
+// most maxCompressSkip packs are sent raw after they start to compress.
+// Safe for concurrent use; nil tries every pack.
+type packHint struct {
+	skip    atomic.Int32 // packs still to send raw without trying
+	backoff atomic.Int32 // packs to skip after the next miss
+}
+
+const maxCompressSkip = 64
+
+// try reports whether to try compressing the next pack.
+func (h *packHint) try() bool {
+	if h == nil {
+		return true
+	}
+	for {
+		n := h.skip.Load()
+		if n <= 0 {
+			return true
+		}
+		if h.skip.CompareAndSwap(n, n-1) {
+			return false
+		}
+	}
+}
+
+// result records whether a tried pack compressed.
+func (h *packHint) result(compressed bool) {
+	if h == nil {
+		return
+	}
+	if compressed {
+		h.backoff.Store(0)
+		h.skip.Store(0)
+		return
+	}
+	b := min(max(2*h.backoff.Load(), 1), maxCompressSkip)
+	h.backoff.Store(b)
+	h.skip.Store(b)
+}
+
+// zstdTries counts compression attempts (tests).
+var zstdTries atomic.Uint64
+
 // encode returns the whole pack: magic, codec and the body, compressed
-// with zstd when that saves at least 1/16 of it. A pack with a commit
-// record ends transaction commit.Txn; one without is a part of
-// transaction txn.
-func (w *packWriter) encode(commit *packCommit, txn uint64) []byte {
+// with zstd when that saves at least 1/16 of it (and hint says to try). A
+// pack with a commit record ends transaction commit.Txn; one without is a
+// part of transaction txn.
+func (w *packWriter) encode(commit *packCommit, txn uint64, hint *packHint) []byte {
 	bp := packBodies.Get().(*[]byte)
 	defer func() {
 		if cap(*bp) <= maxPooledBody {
@@ -234,10 +286,13 @@ func (w *packWriter) encode(commit *packCommit, txn uint64) []byte {
 	// little larger) is kept or dropped without growing out.
 	out := make([]byte, 2, len(body)+len(body)/128+64)
 	out[0] = packMagic
-	if len(body) >= 64 {
+	if len(body) >= 64 && hint.try() {
+		zstdTries.Add(1)
 		out[1] = packCodecZstd
 		out = zstdEnc.EncodeAll(body, out)
-		if len(out)-2 <= len(body)-len(body)/16 {
+		ok := len(out)-2 <= len(body)-len(body)/16
+		hint.result(ok)
+		if ok {
 			return out
 		}
 		out = out[:2]

@@ -58,7 +58,7 @@ func BenchmarkPackEncode(b *testing.B) {
 				for i := range recs {
 					w.add(&recs[i])
 				}
-				n = len(w.encode(c, c.Txn))
+				n = len(w.encode(c, c.Txn, nil))
 			}
 			b.ReportMetric(float64(n)/float64(len(recs)), "wire_B/event")
 		})

@@ -78,7 +78,7 @@ func TestPackRoundTrip(t *testing.T) {
 				w.add(&recs[i])
 			}
 			for _, c := range []*packCommit{testCommit(), testChainCommit(), nil} {
-				b := w.encode(c, 42)
+				b := w.encode(c, 42, nil)
 				p, err := decodePack("telemetry", b)
 				if err != nil {
 					t.Fatalf("n=%d random=%v commit=%v: %v", n, random, c != nil, err)
@@ -109,7 +109,7 @@ func TestPackSize(t *testing.T) {
 			w.add(&recs[i])
 			payload += len(recs[i].Payload)
 		}
-		b := w.encode(testCommit(), 42)
+		b := w.encode(testCommit(), 42, nil)
 		per, pay := float64(len(b))/1000, float64(payload)/1000
 		t.Logf("random=%v: %.1f bytes per event packed, payload %.1f", random, per, pay)
 		if !random && per > pay/2 {
@@ -128,7 +128,7 @@ func TestCommitMessageBothLayouts(t *testing.T) {
 	for i := range recs {
 		w.add(&recs[i])
 	}
-	got, err := decodeCommitMessage("telemetry", "a1", w.encode(c, c.Txn))
+	got, err := decodeCommitMessage("telemetry", "a1", w.encode(c, c.Txn, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestCommitMessageBothLayouts(t *testing.T) {
 	if !reflect.DeepEqual(got, want) || got.CutText != "telemetry:0.0=120,1.1=3" {
 		t.Fatalf("layout 2: got %+v, want %+v", got, want)
 	}
-	if _, err := decodeCommitMessage("telemetry", "a1", w.encode(nil, 3)); err == nil {
+	if _, err := decodeCommitMessage("telemetry", "a1", w.encode(nil, 3, nil)); err == nil {
 		t.Fatal("a part decoded as a commit")
 	}
 	v1 := []byte(`{"agent":"a1","stream":"telemetry","txn":42,"cut":{"0":120}}`)
@@ -151,7 +151,7 @@ func TestDecodePackRejects(t *testing.T) {
 	for i := range recs {
 		w.add(&recs[i])
 	}
-	good := w.encode(testCommit(), 42)
+	good := w.encode(testCommit(), 42, nil)
 	raw := append([]byte{packMagic, packCodecNone}, mustBody(t, good)...)
 	cases := map[string][]byte{
 		"empty":         nil,
@@ -195,11 +195,11 @@ func FuzzDecodePack(f *testing.F) {
 	for i := range recs {
 		w.add(&recs[i])
 	}
-	f.Add(w.encode(testCommit(), 42))
-	f.Add(w.encode(nil, 7))
-	f.Add(append([]byte{packMagic, packCodecNone}, mustBody(f, w.encode(testCommit(), 42))...))
-	f.Add(newPackWriter().encode(testCommit(), 42))
-	f.Add(w.encode(testChainCommit(), 42))
+	f.Add(w.encode(testCommit(), 42, nil))
+	f.Add(w.encode(nil, 7, nil))
+	f.Add(append([]byte{packMagic, packCodecNone}, mustBody(f, w.encode(testCommit(), 42, nil))...))
+	f.Add(newPackWriter().encode(testCommit(), 42, nil))
+	f.Add(w.encode(testChainCommit(), 42, nil))
 	f.Add([]byte{packMagic, packCodecNone, packFlagPart, 1, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := decodePack("telemetry", b)
@@ -210,7 +210,7 @@ func FuzzDecodePack(f *testing.F) {
 		for i := range p.events {
 			w.add(&p.events[i])
 		}
-		again, err := decodePack("telemetry", w.encode(p.commit, p.txn))
+		again, err := decodePack("telemetry", w.encode(p.commit, p.txn, nil))
 		if err != nil {
 			t.Fatalf("re-encoded pack does not decode: %v", err)
 		}
@@ -219,4 +219,59 @@ func FuzzDecodePack(f *testing.F) {
 			t.Fatalf("round trip differs:\n got %+v\nwant %+v", again, p)
 		}
 	})
+}
+
+// TestPackHintSkipsIncompressible: a stream whose packs do not compress
+// stops paying for zstd (a few tries per hundred packs, the same bytes as
+// trying every pack), and one whose payloads start to compress is
+// compressed again within maxCompressSkip packs.
+func TestPackHintSkipsIncompressible(t *testing.T) {
+	pack := func(random bool, hint *packHint) []byte {
+		recs := packRecords(200, false)
+		if random { // video-like: 4 KiB of noise per event, the metadata a small share
+			rng := rand.New(rand.NewPCG(3, 4))
+			for i := range recs {
+				recs[i].Payload = make([]byte, 4096)
+				for j := range recs[i].Payload {
+					recs[i].Payload[j] = byte(rng.Uint32())
+				}
+			}
+		}
+		w := newPackWriter()
+		for i := range recs {
+			w.add(&recs[i])
+		}
+		return w.encode(testCommit(), 42, hint)
+	}
+	var hint packHint
+	tries := zstdTries.Load()
+	for range 300 {
+		with, without := pack(true, &hint), pack(true, nil)
+		if !bytes.Equal(with, without) || with[1] != packCodecNone {
+			t.Fatalf("random payloads: %d bytes (codec %d) with the hint, %d without", len(with), with[1], len(without))
+		}
+	}
+	// 300 without the hint, and 1 + log2 of the skips up to 64, then
+	// one try per 65 packs, with it.
+	if got := zstdTries.Load() - tries - 300; got > 12 {
+		t.Fatalf("%d compression attempts for 300 incompressible packs", got)
+	}
+	raw, compressed := 0, 0
+	for i := range 200 {
+		b := pack(false, &hint)
+		if b[1] == packCodecZstd {
+			compressed++
+			continue
+		}
+		raw++
+		if compressed > 0 {
+			t.Fatalf("JSON pack %d raw after %d compressed ones", i, compressed)
+		}
+		if p, err := decodePack("telemetry", b); err != nil || len(p.events) != 200 {
+			t.Fatalf("raw pack: %v", err)
+		}
+	}
+	if raw > maxCompressSkip {
+		t.Fatalf("%d JSON packs raw", raw)
+	}
 }

@@ -99,7 +99,7 @@ func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.St
 	}
 	ctx, cancel := t.sink.link.ctx(ctx)
 	defer cancel()
-	data := t.w.encode(pc, t.number)
+	data := t.w.encode(pc, t.number, t.sink.packHint(t.stream))
 	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
 	m.Data = data
 	var seq uint64
@@ -128,13 +128,13 @@ func (t *packTxn) commitSplit(ctx context.Context, js jetstream.JetStream, prev 
 		return 0, err
 	}
 	part := nats.NewMsg(PartSubject(t.stream, t.sink.agent))
-	part.Data = t.w.encode(nil, t.number)
+	part.Data = t.w.encode(nil, t.number, t.sink.packHint(t.stream))
 	if err := bp.AddMsg(part); err != nil {
 		bp.Discard()
 		return 0, fmt.Errorf("sync: txn %d part: %w", t.number, err)
 	}
 	m := nats.NewMsg(CutSubject(t.stream, t.sink.agent))
-	m.Data = newPackWriter().encode(pc, t.number)
+	m.Data = newPackWriter().encode(pc, t.number, nil)
 	ack, err := bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectLastSequencePerSubject(prev.Seq))
 	if err != nil {
 		return 0, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
