@@ -120,3 +120,34 @@ func entryRecords(last uint64, v []byte, from, to uint64, fn func(off uint64, re
 	}
 	return true, nil
 }
+
+// journalWriter gathers the journal bytes (WithJournal) of one commit.
+type journalWriter struct {
+	prefixes []string
+	bytes    map[string][]byte
+}
+
+func (w *journalWriter) add(j []metaKV) {
+	for _, kv := range j {
+		if w.bytes == nil {
+			w.bytes = map[string][]byte{}
+		}
+		b, ok := w.bytes[kv.key]
+		if !ok {
+			w.prefixes = append(w.prefixes, kv.key)
+		}
+		w.bytes[kv.key] = append(b, kv.val...)
+	}
+}
+
+// each calls fn with the key and value of every journal entry of the
+// commit of sequence seq, then forgets them.
+func (w *journalWriter) each(seq uint64, fn func(key, val []byte) error) error {
+	defer func() { w.prefixes = w.prefixes[:0]; clear(w.bytes) }()
+	for _, p := range w.prefixes {
+		if err := fn(binary.BigEndian.AppendUint64(metaKey(p), seq), w.bytes[p]); err != nil {
+			return err
+		}
+	}
+	return nil
+}

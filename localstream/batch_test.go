@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 
@@ -259,5 +261,69 @@ func TestBatchesCutByTruncateAndShed(t *testing.T) {
 	check(st2, cut2, 4)
 	if tail := st2.TailCut(); tail.Positions[0] != n+4 {
 		t.Fatalf("tail after reopen %v, want %d", tail, n+4)
+	}
+}
+
+// TestJournalOneEntryPerCommit: the journal bytes of appends committed
+// together are one entry, in append order; sequences increase across
+// commits and reopens; a journal entry is durable with its events.
+func TestJournalOneEntryPerCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{})
+	st := mustStream(t, s, "tele", 2)
+	const prefix = "j/client/"
+	write := func(from, n int) {
+		var wg sync.WaitGroup
+		for i := from; i < from+n; i++ {
+			wg.Add(1)
+			ev := Event{RoutingKey: fmt.Sprint("d", i%3), Writer: "w", Payload: []byte{1}}
+			err := st.AppendAsync(context.Background(), ev, func(_ Position, err error) {
+				if err != nil {
+					t.Error(err)
+				}
+				wg.Done()
+			}, WithJournal(prefix, binary.BigEndian.AppendUint32(nil, uint32(i))), WithJournal("j/other/", []byte{byte(i)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		wg.Wait()
+	}
+	// read returns the journal's entries in key order, checking the
+	// sequences.
+	read := func(s *Store) (entries int, got []uint32) {
+		m, err := s.ScanMeta(prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := slices.Sorted(maps.Keys(m))
+		for _, k := range keys {
+			if _, ok := JournalSeq(prefix, k); !ok {
+				t.Fatalf("key %q is not a journal entry of %q", k, prefix)
+			}
+			v := m[k]
+			for len(v) >= 4 {
+				got, v = append(got, binary.BigEndian.Uint32(v)), v[4:]
+			}
+		}
+		return len(keys), got
+	}
+	write(0, 3000)
+	s.Close()
+	s = openStore(t, dir, Options{})
+	st, _ = s.Stream("tele")
+	write(3000, 1000)
+	entries, got := read(s)
+	t.Logf("4000 appends in %d journal entries, %d commits", entries, s.Stats().Commits)
+	if len(got) != 4000 || entries >= 100 {
+		t.Fatalf("%d journal records in %d entries", len(got), entries)
+	}
+	for i, v := range got {
+		if v != uint32(i) {
+			t.Fatalf("journal record %d is %d: not in append order across reopens", i, v)
+		}
+	}
+	if m, _ := s.ScanMeta("j/other/"); len(m) == 0 {
+		t.Fatal("the second journal is empty")
 	}
 }

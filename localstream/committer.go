@@ -150,10 +150,15 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	txn := s.db.NewTransaction(true)
 	txnBytes := 0
 	var bw batchWriter // one record batch per segment and commit
+	var jw journalWriter
 	commit := func() error {
 		if err := bw.each(txn.Set); err != nil {
 			return err
 		}
+		if err := jw.each(s.journalSeq, txn.Set); err != nil {
+			return err
+		}
+		s.journalSeq++
 		b.txns++
 		s.commits.Add(1)
 		txn.CommitWith(func(err error) { b.done <- err })
@@ -180,6 +185,7 @@ func (s *Store) writeBatch(batch []*appendReq) {
 			}
 		}
 		bw.add(r.st.name, b.pos[i].Segment, b.pos[i].Offset, r.rec)
+		jw.add(r.journal)
 		if err := setMetas(txn, r); err != nil {
 			txn.Discard()
 			fail(err)

@@ -65,6 +65,9 @@ type Store struct {
 	// commits counts the Badger commits of appends: each is one WAL sync
 	// in DurabilityAlways (Badger syncs the WAL per transaction).
 	commits atomic.Uint64
+	// journalSeq is the sequence of the next commit's journal entries
+	// (WithJournal). Committer goroutine only.
+	journalSeq uint64
 	// floorLogged is when the free-space floor was last reported (Unix ns;
 	// 0 while above it).
 	floorLogged atomic.Int64
@@ -113,6 +116,11 @@ func Open(dir string, opts Options) (*Store, error) {
 		holdTimer: time.NewTimer(time.Hour),
 	}
 	s.holdTimer.Stop()
+	// Each commit with journal entries takes the next sequence, and Badger
+	// gives every commit a version above the last: a sequence never
+	// exceeds its commit's version, so starting above the highest version
+	// keeps the journals' keys increasing across reopens.
+	s.journalSeq = db.MaxVersion() + 1
 	if err := s.load(); err != nil {
 		db.Close()
 		return nil, err

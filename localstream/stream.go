@@ -3,6 +3,7 @@ package localstream
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,6 +201,27 @@ func WithMeta(key string, value []byte) AppendOption {
 	return func(r *appendReq) { r.metas = append(r.metas, metaKV{key, value}) }
 }
 
+// WithJournal adds b to the journal named prefix, in the same Badger
+// transaction as the event. The bytes that the appends of one commit add
+// to one journal are one metadata entry — concatenated in append order —
+// under prefix + a big-endian uint64 sequence that increases from commit
+// to commit and across reopens: ScanMeta(prefix) in key order is the
+// journal in append order. For per-event metadata that is read rarely
+// (the MQTT listener's dedup records): one Badger entry per commit
+// instead of one per event. Entries are deleted with DeleteMeta.
+func WithJournal(prefix string, b []byte) AppendOption {
+	return func(r *appendReq) { r.journal = append(r.journal, metaKV{prefix, b}) }
+}
+
+// JournalSeq returns the sequence of a journal entry's key (see
+// WithJournal), and false if key is not one of prefix's entries.
+func JournalSeq(prefix, key string) (uint64, bool) {
+	if len(key) != len(prefix)+8 || key[:len(prefix)] != prefix {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64([]byte(key[len(prefix):])), true
+}
+
 // BelowFloor admits a gap marker below Options.MinFreeBytes, as Shed's
 // own markers are: a report of a loss is small, and it must not wait for
 // the space that its shed is freeing. Only for FlagGap events.
@@ -219,7 +241,9 @@ type appendReq struct {
 	rec   []byte
 	size  int // payload bytes
 	metas []metaKV
-	cb    func(Position, error)
+	// journal is WithJournal's (prefix, bytes).
+	journal []metaKV
+	cb      func(Position, error)
 	// belowFloor admits the append below Options.MinFreeBytes (gap markers).
 	belowFloor bool
 	// payload is a large payload that goes to a payload file; rec then
