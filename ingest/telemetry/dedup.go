@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/edge-agent/edge-agent/localstream"
 )
 
 // Dedup entries (one per MQTT packet id, overwritten when the id is reused)
@@ -171,10 +173,11 @@ type dedupSource interface {
 	check(pid uint16, h msgHash, ack func()) (duplicate, deferred bool)
 	// begin records an append of (pid, h) about to be queued.
 	begin(pid uint16, h msgHash)
-	// done marks the append of (pid, h) durable and returns the waiting acks.
-	done(pid uint16, h msgHash) []func()
-	// key is the metadata key of pid's entry, written with the append.
-	key(pid uint16) string
+	// done marks the append of (pid, h) finished — stored, or not — and
+	// returns the waiting acks.
+	done(pid uint16, h msgHash, stored bool) []func()
+	// option writes pid's entry with the append.
+	option(pid uint16, h msgHash) localstream.AppendOption
 }
 
 // brokerDedup is the broker client's session: one client id, its entries
@@ -187,6 +190,8 @@ type brokerDedup struct {
 func (b *brokerDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
 	return b.table.check(pid, h, ack)
 }
-func (b *brokerDedup) begin(pid uint16, h msgHash)         { b.table.begin(pid, h) }
-func (b *brokerDedup) done(pid uint16, h msgHash) []func() { return b.table.done(pid, h) }
-func (b *brokerDedup) key(pid uint16) string               { return dedupKey(b.client, pid) }
+func (b *brokerDedup) begin(pid uint16, h msgHash)                 { b.table.begin(pid, h) }
+func (b *brokerDedup) done(pid uint16, h msgHash, _ bool) []func() { return b.table.done(pid, h) }
+func (b *brokerDedup) option(pid uint16, h msgHash) localstream.AppendOption {
+	return localstream.WithMeta(dedupKey(b.client, pid), encodeDedup(h))
+}

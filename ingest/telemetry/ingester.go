@@ -420,7 +420,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	var opts []localstream.AppendOption
 	if d != nil {
 		d.begin(pid, h)
-		opts = append(opts, localstream.WithMeta(d.key(pid), encodeDedup(h)))
+		opts = append(opts, d.option(pid, h))
 	}
 	l.mu.Lock()
 	l.pending++
@@ -442,7 +442,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	l.mu.Unlock()
 	var waiters []func()
 	if d != nil {
-		waiters = d.done(pid, h)
+		waiters = d.done(pid, h, false)
 	}
 	switch {
 	case errors.Is(err, localstream.ErrEventTooLarge):
@@ -497,7 +497,7 @@ func (in *Ingester) appended(l *lane, ack func(), d dedupSource, pid uint16, h m
 	}
 	var waiters []func()
 	if d != nil {
-		waiters = d.done(pid, h)
+		waiters = d.done(pid, h, true)
 	}
 	in.c.appended.Add(1)
 	if in.sink.Marks != nil {

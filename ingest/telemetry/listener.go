@@ -216,7 +216,7 @@ type serverConn struct {
 	client string
 	clean  bool
 	will   *inMessage
-	dedup  dedupSource
+	dedup  *sessionDedup // nil: a clean session
 	// order orders the acks of this connection's messages.
 	order ackOrder[pubAck]
 	// disconnected: the client sent DISCONNECT (no will).
@@ -345,6 +345,9 @@ func (c *serverConn) run() error {
 			if err := c.publish(p); err != nil {
 				return err
 			}
+			if c.dedup != nil && c.dedup.gcDue.Swap(false) {
+				c.collectDedup()
+			}
 		case *packets.PubrelPacket:
 			ack := packets.NewControlPacket(packets.Pubcomp).(*packets.PubcompPacket)
 			ack.MessageID = p.MessageID
@@ -400,8 +403,10 @@ func (c *serverConn) connect(cc *packets.ConnectPacket) error {
 			return err
 		}
 	} else {
+		prefix := listenDedupPrefix(c.client)
 		c.dedup = &sessionDedup{pending: l.pending, meta: l.meta, client: c.client,
-			prefix: listenDedupPrefix(c.client), lookupErrors: func() { l.in.c.listenerDedupErrors.Add(1) }}
+			prefix: prefix, journal: prefix + "j/", lookupErrors: func() { l.in.c.listenerDedupErrors.Add(1) }}
+		c.collectDedup()
 	}
 	if cc.WillFlag {
 		c.will = &inMessage{topic: cc.WillTopic, payload: cc.WillMessage, qos: cc.WillQos, retained: cc.WillRetain}
@@ -409,6 +414,18 @@ func (c *serverConn) connect(cc *packets.ConnectPacket) error {
 	l.in.c.listenerConnects.Add(1)
 	c.write(ack)
 	return nil
+}
+
+// collectDedup deletes the client's dedup journal entries that newer
+// ones superseded (dedupGC): at a persistent CONNECT and every
+// dedupGCEvery messages, on the connection's goroutine (its reads wait).
+func (c *serverConn) collectDedup() {
+	n, err := dedupGC(c.l.meta, c.dedup.prefix, c.dedup.journal)
+	if err != nil {
+		c.l.in.c.listenerDedupErrors.Add(1)
+		return
+	}
+	c.l.in.c.listenerDedupCollected.Add(uint64(n))
 }
 
 // publish delivers one PUBLISH into the pipeline, with its ack in this
@@ -426,7 +443,9 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 	if p.Qos > 0 {
 		n, a := c.order.number(), pubAck{id: p.MessageID, qos: p.Qos}
 		ack = func() { c.order.release(n, a, c.sendAck) }
-		d = c.dedup
+		if c.dedup != nil { // not a typed nil in d
+			d = c.dedup
+		}
 	}
 	if p.Qos == 2 {
 		in.c.listenerQoS2.Add(1)

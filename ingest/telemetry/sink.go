@@ -49,4 +49,6 @@ type SessionMeta interface {
 	GetMeta(key string) ([]byte, bool, error)
 	// DeleteMetaPrefix deletes every key starting with prefix.
 	DeleteMetaPrefix(prefix string) (int, error)
+	// DeleteMeta deletes one key.
+	DeleteMeta(key string) error
 }

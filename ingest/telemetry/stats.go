@@ -101,6 +101,9 @@ type Stats struct {
 	// ListenerDedupErrors: dedup entries that could not be read (the
 	// message was stored: at worst a duplicate).
 	ListenerDedupErrors uint64 `json:"listener_dedup_errors"`
+	// ListenerDedupCollected: dedup journal entries deleted because every
+	// record in them has a newer one for its packet id.
+	ListenerDedupCollected uint64 `json:"listener_dedup_collected"`
 }
 
 // counters are the live atomic counters behind Stats.
@@ -118,7 +121,7 @@ type counters struct {
 	listenerKeepAliveTimeouts, listenerProtocolErrors, listenerTooLarge atomic.Uint64
 	listenerSlowReaders, listenerDisconnects, listenerLost              atomic.Uint64
 	listenerTakeovers, listenerWills, listenerSubscribeRefused          atomic.Uint64
-	listenerQoS2, listenerDedupErrors                                   atomic.Uint64
+	listenerQoS2, listenerDedupErrors, listenerDedupCollected           atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
@@ -145,6 +148,7 @@ func (in *Ingester) Stats() Stats {
 		ListenerDisconnects: c.listenerDisconnects.Load(), ListenerLost: c.listenerLost.Load(),
 		ListenerTakeovers: c.listenerTakeovers.Load(), ListenerWills: c.listenerWills.Load(),
 		ListenerSubscribeRefused: c.listenerSubscribeRefused.Load(), ListenerQoS2: c.listenerQoS2.Load(),
-		ListenerDedupErrors: c.listenerDedupErrors.Load(),
+		ListenerDedupErrors:    c.listenerDedupErrors.Load(),
+		ListenerDedupCollected: c.listenerDedupCollected.Load(),
 	}
 }
