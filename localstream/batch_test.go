@@ -129,14 +129,16 @@ func FuzzEntryRecords(f *testing.F) {
 
 // appendBatched appends n events at once (AppendAsync), so that the
 // committer writes them in few record batches; the payload is the event's
-// number.
+// offset (a stream of one segment, nothing else appending).
 func appendBatched(t *testing.T, st *Stream, n, keys int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
+	base := st.TailCut().Positions[0]
 	for i := range n {
 		wg.Add(1)
-		ev := Event{RoutingKey: fmt.Sprint("d", i%keys), Writer: "w", EventTime: int64(i + 1), Payload: binary.BigEndian.AppendUint64(nil, uint64(i))}
+		off := base + uint64(i) // one segment: the event's offset
+		ev := Event{RoutingKey: fmt.Sprint("d", i%keys), Writer: "w", EventTime: int64(off + 1), Payload: binary.BigEndian.AppendUint64(nil, off)}
 		if err := st.AppendAsync(context.Background(), ev, func(_ Position, err error) {
 			if err != nil {
 				errs <- err
@@ -189,7 +191,9 @@ func TestBatchesCutByTruncateAndShed(t *testing.T) {
 	s := openStore(t, dir, Options{})
 	st := mustStream(t, s, "tele", 1)
 	const n = 2000
-	appendBatched(t, st, n, 4)
+	for range 4 { // at least four commits
+		appendBatched(t, st, n/4, 4)
+	}
 	entries := dataEntries(t, s, "tele", 0)
 	var straddle [][2]uint64 // batches of at least 3 records
 	for _, e := range entries {
