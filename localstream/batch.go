@@ -11,11 +11,16 @@ import (
 const recordVersionBatch = 3
 
 // batchWriter builds the record batches of one Badger commit: one per
-// segment, in offset order.
+// segment, in offset order, or more where one would exceed maxBatchEntry.
 type batchWriter struct {
 	entries []batchEntry
-	index   map[batchSeg]int // → entries
+	index   map[batchSeg]int // → the segment's last entry in entries
 }
+
+// maxBatchEntry bounds a record batch's bytes: well below Badger's value
+// threshold (Options.ValueThreshold), so that batches stay in the LSM
+// tree, and small beside a reader's fill (readAheadBytes).
+const maxBatchEntry = 256 << 10
 
 type batchSeg struct {
 	stream string
@@ -35,6 +40,9 @@ type batchEntry struct {
 func (w *batchWriter) add(stream string, seg SegmentID, off uint64, rec []byte) {
 	k := batchSeg{stream, seg}
 	i, ok := w.index[k]
+	if ok && w.entries[i].size+uvarintLen(len(rec))+len(rec) > maxBatchEntry {
+		ok = false // the next offsets start a new entry
+	}
 	if !ok {
 		if w.index == nil {
 			w.index = map[batchSeg]int{}

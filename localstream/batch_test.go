@@ -331,3 +331,36 @@ func TestJournalOneEntryPerCommit(t *testing.T) {
 		t.Fatal("the second journal is empty")
 	}
 }
+
+// TestBatchEntriesBounded: a commit's records of one segment beyond
+// maxBatchEntry go to more entries, each holding consecutive offsets.
+func TestBatchEntriesBounded(t *testing.T) {
+	var w batchWriter
+	rec := make([]byte, 1000)
+	rec[0] = recordVersion
+	const n = 1000 // ~1 MB
+	for off := range uint64(n) {
+		w.add("s", 1, 10+off, rec)
+	}
+	next := uint64(10)
+	entries := 0
+	if err := w.each(func(k, v []byte) error {
+		entries++
+		if len(v) > maxBatchEntry {
+			t.Fatalf("entry of %d bytes", len(v))
+		}
+		_, err := entryRecords(offsetOf(k), v, 0, 1<<63, func(off uint64, _ []byte) bool {
+			if off != next {
+				t.Fatalf("offset %d, want %d", off, next)
+			}
+			next++
+			return true
+		})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if next != 10+n || entries < 4 {
+		t.Fatalf("%d entries up to offset %d", entries, next)
+	}
+}

@@ -62,8 +62,11 @@ type Options struct {
 	GroupCommitWindow time.Duration
 	// MaxInflight bounds commits written but not yet fsync'd. Default 8.
 	MaxInflight int
-	// ValueThreshold: values at least this large go to Badger's value log
-	// instead of the LSM tree. Default 1 KiB.
+	// ValueThreshold: Badger entries (a record, or a record batch of one
+	// commit and segment) at least this large go to Badger's value log
+	// instead of the LSM tree. Default 1 MiB (Badger's largest): record
+	// batches stay in the LSM tree, whose tables are compressed; payloads
+	// of 4 KiB and more go to payload files anyway.
 	ValueThreshold int64
 	// MemTableSize is Badger's memtable size. Default 64 MiB.
 	MemTableSize int64
@@ -115,7 +118,7 @@ func (o Options) withDefaults() Options {
 		o.MaxInflight = 8
 	}
 	if o.ValueThreshold <= 0 {
-		o.ValueThreshold = 1 << 10
+		o.ValueThreshold = 1 << 20
 	}
 	o.MaxEventBytes = min(o.MaxEventBytes, o.MaxBatchBytes)
 	if o.ValueLogFileSize <= 0 {
