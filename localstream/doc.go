@@ -39,7 +39,8 @@
 //	z                                                            → written and dropped by Reclaim
 //
 // Among the x keys, "localstream/payload/<stream>/<seq>" is the index of a
-// payload file (see Payload files).
+// payload file (see Payload files), and a journal entry (WithJournal) is
+// x | prefix | sequence u64 BE → the journal bytes of one commit.
 //
 // One segment's events are one contiguous key range in offset order. A
 // data entry holds one record (version 1 or 2) or a record batch (version
@@ -90,10 +91,11 @@
 //
 // # Record batch, version 3
 //
-// The records one commit appends to one segment are one Badger entry,
-// so that Badger's per-entry work (WAL entry, memtable insert, LSM key)
-// is paid once per commit and segment instead of once per event; a lone
-// record is stored as itself:
+// The records one commit appends to one segment are one Badger entry
+// (several of at most 256 KiB when they are more), so that Badger's
+// per-entry work (WAL entry, memtable insert, LSM key) is paid once per
+// commit and segment instead of once per event; a lone record is stored
+// as itself:
 //
 //	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //	|  version = 3  | uvarint n ≥ 2 | n × (uvarint len, record v1/v2) |
