@@ -15,12 +15,17 @@ const recordVersionBatch = 3
 type batchWriter struct {
 	entries []batchEntry
 	index   map[batchSeg]int // → the segment's last entry in entries
+	// max bounds an entry's records (batchEntryMax).
+	max int
 }
 
-// maxBatchEntry bounds a record batch's bytes: well below Badger's value
-// threshold (Options.ValueThreshold), so that batches stay in the LSM
-// tree, and small beside a reader's fill (readAheadBytes).
+// maxBatchEntry bounds a record batch's bytes: small beside a reader's
+// fill (readAheadBytes).
 const maxBatchEntry = 256 << 10
+
+// batchEntryMax is the bound of a record batch with value threshold vt:
+// maxBatchEntry, and below vt so that batches stay in the LSM tree.
+func batchEntryMax(vt int64) int { return int(min(maxBatchEntry, vt/2)) }
 
 type batchSeg struct {
 	stream string
@@ -40,7 +45,7 @@ type batchEntry struct {
 func (w *batchWriter) add(stream string, seg SegmentID, off uint64, rec []byte) {
 	k := batchSeg{stream, seg}
 	i, ok := w.index[k]
-	if ok && w.entries[i].size+uvarintLen(len(rec))+len(rec) > maxBatchEntry {
+	if ok && w.entries[i].size+uvarintLen(len(rec))+len(rec) > w.max {
 		ok = false // the next offsets start a new entry
 	}
 	if !ok {

@@ -18,7 +18,7 @@ import (
 // last at offset last, as the committer stores them.
 func batchValue(t testing.TB, last uint64, n int) []byte {
 	t.Helper()
-	var w batchWriter
+	w := batchWriter{max: maxBatchEntry}
 	for off := last + 1 - uint64(n); off <= last; off++ {
 		ev := Event{RoutingKey: "d", Writer: "w", Payload: binary.BigEndian.AppendUint64(nil, off)}
 		w.add("s", 3, off, appendRecord(nil, &ev))
@@ -103,7 +103,7 @@ func TestRecordBatchWindows(t *testing.T) {
 }
 
 func FuzzEntryRecords(f *testing.F) {
-	var w batchWriter
+	w := batchWriter{max: maxBatchEntry}
 	for off := uint64(7); off < 10; off++ {
 		ev := Event{RoutingKey: "d", Writer: "w", Payload: []byte("x")}
 		w.add("s", 0, off, appendRecord(nil, &ev))
@@ -335,7 +335,10 @@ func TestJournalOneEntryPerCommit(t *testing.T) {
 // TestBatchEntriesBounded: a commit's records of one segment beyond
 // maxBatchEntry go to more entries, each holding consecutive offsets.
 func TestBatchEntriesBounded(t *testing.T) {
-	var w batchWriter
+	w := batchWriter{max: batchEntryMax(Options{}.withDefaults().ValueThreshold)}
+	if w.max != maxBatchEntry {
+		t.Fatalf("default bound %d", w.max)
+	}
 	rec := make([]byte, 1000)
 	rec[0] = recordVersion
 	const n = 1000 // ~1 MB

@@ -149,7 +149,7 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	}
 	txn := s.db.NewTransaction(true)
 	txnBytes := 0
-	var bw batchWriter // one record batch per segment and commit
+	bw := batchWriter{max: batchEntryMax(s.opts.ValueThreshold)} // record batches per segment and commit
 	var jw journalWriter
 	commit := func() error {
 		if err := bw.each(txn.Set); err != nil {

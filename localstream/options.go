@@ -66,7 +66,7 @@ type Options struct {
 	// commit and segment) at least this large go to Badger's value log
 	// instead of the LSM tree. Default 1 MiB (Badger's largest): record
 	// batches stay in the LSM tree, whose tables are compressed; payloads
-	// of 4 KiB and more go to payload files anyway.
+	// of 4 KiB and more go to payload files anyway. At most MemTableSize/10.
 	ValueThreshold int64
 	// MemTableSize is Badger's memtable size. Default 64 MiB.
 	MemTableSize int64
@@ -120,6 +120,8 @@ func (o Options) withDefaults() Options {
 	if o.ValueThreshold <= 0 {
 		o.ValueThreshold = 1 << 20
 	}
+	// Badger refuses a threshold above its largest batch (15% of the memtable).
+	o.ValueThreshold = min(o.ValueThreshold, o.MemTableSize/10)
 	o.MaxEventBytes = min(o.MaxEventBytes, o.MaxBatchBytes)
 	if o.ValueLogFileSize <= 0 {
 		o.ValueLogFileSize = 64 << 20
