@@ -329,9 +329,14 @@ func (c *serverConn) run() error {
 	if keepAlive == 0 {
 		c.setDeadline(time.Time{}) // none: not even the CONNECT's
 	}
+	var refreshed time.Time
 	for {
-		if keepAlive > 0 {
-			c.setDeadline(time.Now().Add(keepAlive))
+		// A deadline set per packet is a runtime timer update per message:
+		// refreshed at most every keepAlive/8, so a connection silent for
+		// 7/8 to 1 × keepAlive (1.3–1.5 × the client's keep-alive) is closed.
+		if now := time.Now(); keepAlive > 0 && now.Sub(refreshed) >= keepAlive/8 {
+			c.setDeadline(now.Add(keepAlive))
+			refreshed = now
 		}
 		cp, err := readPacket(c.bc.r, c.l.maxPacket, &c.buf)
 		if err != nil {
