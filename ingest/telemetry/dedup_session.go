@@ -131,7 +131,7 @@ func (s *sessionDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
 	defer s.mu.Unlock()
 	s.sinceDup = 0
 	if s.known == nil {
-		known, _, err := readDedupJournal(s.meta, s.prefix, s.journal)
+		known, _, _, err := readDedupJournal(s.meta, s.prefix, s.journal)
 		if err != nil {
 			s.lookupErrors()
 			return false, false
@@ -186,14 +186,18 @@ func (s *sessionDedup) done(pid uint16, h msgHash, stored bool) []func() {
 	return e.waiters
 }
 
-// readDedupJournal reads one client's stored entries: the newest hash of
-// each packet id, and the keys whose every record is superseded by a
-// newer one (dead). Keys of one packet id each (before the journal) are
-// older than every journal entry.
-func readDedupJournal(meta SessionMeta, prefix, journal string) (known map[uint16]msgHash, dead []string, err error) {
+// readDedupJournal reads one client's stored entries (a listener
+// client's or the broker client's): the newest hash of each packet id,
+// the keys whose every record is superseded by a newer one (dead), and
+// how many records or values do not decode (corrupt: they catch no
+// resend, and a corrupt key is dead once superseded). Keys of one packet
+// id each (before the journal) are older than every journal entry; other
+// keys under prefix (another client's, whose id extends this one) are
+// left alone.
+func readDedupJournal(meta MetaScanner, prefix, journal string) (known map[uint16]msgHash, dead []string, corrupt int, err error) {
 	m, err := meta.ScanMeta(prefix)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	type entry struct {
 		key  string
@@ -206,12 +210,16 @@ func readDedupJournal(meta SessionMeta, prefix, journal string) (known map[uint1
 			for ; len(v) >= journalLen && v[0] == journalVersion; v = v[journalLen:] {
 				e.pids = append(e.pids, uint16(v[1])<<8|uint16(v[2]))
 			}
+			corrupt += (len(v) + journalLen - 1) / journalLen // the rest does not decode
 			entries = append(entries, e)
 			continue
 		}
 		pid, err := strconv.ParseUint(k[len(prefix):], 10, 16)
-		if err != nil || len(v) != dedupLen || v[0] != dedupVersion {
-			continue // not an entry of this layout: left alone
+		if err != nil {
+			continue // not an entry of this client
+		}
+		if _, err := decodeDedup(v); err != nil {
+			corrupt++
 		}
 		old = append(old, entry{key: k, pids: []uint16{uint16(pid)}})
 	}
@@ -224,11 +232,10 @@ func readDedupJournal(meta SessionMeta, prefix, journal string) (known map[uint1
 		}
 	}
 	for _, e := range old {
-		if newest[e.pids[0]] == e.key {
-			h, _ := decodeDedup(m[e.key])
-			known[e.pids[0]] = h
-		} else {
+		if newest[e.pids[0]] != e.key {
 			dead = append(dead, e.key)
+		} else if h, err := decodeDedup(m[e.key]); err == nil {
+			known[e.pids[0]] = h
 		}
 	}
 	for _, e := range entries {
@@ -246,19 +253,37 @@ func readDedupJournal(meta SessionMeta, prefix, journal string) (known map[uint1
 			dead = append(dead, e.key)
 		}
 	}
-	return known, dead, nil
+	return known, dead, corrupt, nil
+}
+
+// metaDeleter is what collecting dedup entries needs of the store;
+// satisfied by *localstream.Store.
+type metaDeleter interface {
+	MetaScanner
+	DeleteMeta(key string) error
 }
 
 // dedupGC deletes one client's dead entries (see readDedupJournal).
-func dedupGC(meta SessionMeta, prefix, journal string) (int, error) {
-	_, dead, err := readDedupJournal(meta, prefix, journal)
+func dedupGC(meta metaDeleter, prefix, journal string) (int, error) {
+	_, dead, _, err := readDedupJournal(meta, prefix, journal)
 	if err != nil {
 		return 0, err
 	}
-	for _, k := range dead {
+	return deleteDedup(meta, dead, nil)
+}
+
+// deleteDedup deletes keys one by one, and stops early once stop is
+// closed (a nil stop never is); it returns how many it deleted.
+func deleteDedup(meta metaDeleter, keys []string, stop <-chan struct{}) (int, error) {
+	for i, k := range keys {
+		select {
+		case <-stop:
+			return i, nil
+		default:
+		}
 		if err := meta.DeleteMeta(k); err != nil {
-			return 0, err
+			return i, err
 		}
 	}
-	return len(dead), nil
+	return len(keys), nil
 }

@@ -19,13 +19,6 @@ func TestDedupRoundTrip(t *testing.T) {
 			t.Fatalf("%x: %v", b, err)
 		}
 	}
-	pid, ok := parseDedupKey("c1", dedupKey("c1", 65535))
-	if !ok || pid != 65535 {
-		t.Fatal(pid, ok)
-	}
-	if _, ok := parseDedupKey("c1", dedupKey("c12", 5)); ok {
-		t.Fatal("other client's key parsed")
-	}
 }
 
 func TestDedupTablePendingWaiters(t *testing.T) {
@@ -51,10 +44,6 @@ func TestDedupTablePendingWaiters(t *testing.T) {
 	}
 	if dup, _ := tab.check(7, hashMessage("t", []byte("y")), nil); dup {
 		t.Fatal("different payload reported duplicate")
-	}
-	n, bad := tab.load("c", map[string][]byte{dedupKey("c", 9): encodeDedup(h), dedupKey("c", 10): {9}, "mqtt/other/1": encodeDedup(h)})
-	if n != 1 || bad != 1 {
-		t.Fatal(n, bad)
 	}
 }
 

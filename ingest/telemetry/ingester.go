@@ -88,7 +88,11 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		subscribed: make(chan struct{}),
 	}
 	if cfg.Broker != "" {
-		in.brokerDedup = &brokerDedup{table: new(dedupTable), client: cfg.ClientID}
+		meta, ok := sink.Meta.(metaDeleter)
+		if !ok {
+			return nil, fmt.Errorf("%w: a broker needs a meta store that deletes keys (DeleteMeta) to collect its dedup entries", ErrConfig)
+		}
+		in.brokerDedup = newBrokerDedup(meta, cfg.ClientID)
 	}
 	if cfg.Listen != "" {
 		meta, ok := sink.Meta.(SessionMeta)
@@ -134,13 +138,15 @@ func (in *Ingester) Run(ctx context.Context) error {
 		return nil
 	}
 	var opts *paho.ClientOptions
-	if in.brokerDedup != nil {
-		stored, err := in.sink.Meta.ScanMeta(DedupPrefix + in.cfg.ClientID + "/")
+	var dead []string // the broker client's superseded dedup entries
+	if b := in.brokerDedup; b != nil {
+		known, d, bad, err := readDedupJournal(b.meta, b.prefix, b.journal)
 		if err != nil {
 			return fmt.Errorf("%w: read dedup entries: %w", ErrStore, err)
 		}
-		n, bad := in.brokerDedup.table.load(in.cfg.ClientID, stored)
-		in.c.dedupLoaded.Add(uint64(n))
+		b.table.load(known)
+		dead = d
+		in.c.dedupLoaded.Add(uint64(len(known)))
 		in.c.dedupCorrupt.Add(uint64(bad))
 		if opts, err = in.clientOptions(); err != nil {
 			return err
@@ -154,9 +160,12 @@ func (in *Ingester) Run(ctx context.Context) error {
 	// after it ends (unless the store failed).
 	appendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	var wg, ackWG sync.WaitGroup // the dispatcher and drop reporter; the acker
+	var wg, ackWG sync.WaitGroup // the dispatcher, drop reporter and collector; the acker
 	wg.Go(func() { in.dispatch(appendCtx) })
 	wg.Go(in.reportDrops)
+	if in.brokerDedup != nil {
+		wg.Go(func() { in.collectDedup(dead) })
+	}
 	ackWG.Go(in.ackLoop)
 	if in.listener != nil {
 		in.listener.start()
@@ -205,6 +214,33 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}
 	in.cfg.Logger.Info("telemetry: stopped", "stats", in.Stats())
 	return runErr
+}
+
+// collectDedup deletes the broker client's superseded dedup entries: dead
+// (found by Run's load) at once, then those of a fresh read each time
+// begin asks (every dedupGCEvery messages), until Run stops. Off the
+// dispatcher goroutine: a collection reads the client's journal and
+// deletes key by key. Run joins it before it returns, so it never runs
+// after the store is closed; a stop ends a collection between two deletes.
+func (in *Ingester) collectDedup(dead []string) {
+	b := in.brokerDedup
+	for {
+		n, err := deleteDedup(b.meta, dead, in.stopping)
+		in.c.dedupCollected.Add(uint64(n))
+		if err != nil {
+			in.c.dedupErrors.Add(1)
+			in.cfg.Logger.Warn("telemetry: delete dedup entries", "err", err)
+		}
+		select {
+		case <-b.gcDue:
+		case <-in.stopping:
+			return
+		}
+		if _, dead, _, err = readDedupJournal(b.meta, b.prefix, b.journal); err != nil {
+			in.c.dedupErrors.Add(1)
+			in.cfg.Logger.Warn("telemetry: read dedup entries", "err", err)
+		}
+	}
 }
 
 // Bind opens the listener's socket now (Run does it otherwise), so that a

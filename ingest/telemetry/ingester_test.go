@@ -52,7 +52,9 @@ func TestIngestInOrderExactlyOnce(t *testing.T) {
 
 // TestRedeliveryAfterAppendIsNotStoredTwice: the first agent appends but
 // never acks (a crash between append and PUBACK); the broker redelivers with
-// DUP set to the next agent, which must ack them without storing them again.
+// DUP set to the next agent, which must ack them without storing them again
+// — whether their dedup records are in the journal or, as stores written
+// before it hold them, in a key per packet id.
 func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	b := startBroker(t)
 	dir := t.TempDir()
@@ -69,6 +71,36 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	if err := stop1(); err != nil {
 		t.Fatal(err)
 	}
+	// The first half of each journal entry's records becomes keys of the
+	// layout before the journal (older than any journal entry; the packet
+	// ids are distinct, every message being unacked); and a key that does
+	// not decode, for an id not in use.
+	journal := DedupPrefix + cfg.ClientID + "/j/"
+	m, err := s.ScanMeta(journal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	converted := 0
+	for k, v := range m {
+		half := len(v) / journalLen / 2 * journalLen
+		for r := v[:half]; len(r) > 0; r = r[journalLen:] {
+			var h msgHash
+			copy(h[:], r[3:journalLen])
+			if err := s.PutMeta(dedupKey(cfg.ClientID, uint16(r[1])<<8|uint16(r[2])), encodeDedup(h)); err != nil {
+				t.Fatal(err)
+			}
+			converted++
+		}
+		if err := s.PutMeta(k, v[half:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if converted == 0 || converted == 2*n {
+		t.Fatalf("%d of %d records converted", converted, 2*n)
+	}
+	if err := s.PutMeta(dedupKey(cfg.ClientID, 65000), []byte{dedupVersion}); err != nil {
+		t.Fatal(err)
+	}
 	s.Close()
 
 	s, st = openStore(t, dir)
@@ -79,7 +111,7 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
-	if got := in2.Stats(); got.Appended != 0 || got.DedupLoaded == 0 {
+	if got := in2.Stats(); got.Appended != 0 || got.DedupLoaded != 2*n || got.DedupCorrupt != 1 {
 		t.Fatalf("second run: %+v", got)
 	}
 	if msg := verifyExactlyOnce(readAll(t, st), map[string]uint64{"drone-1": n, "drone-2": n}); msg != "" {

@@ -35,7 +35,9 @@ type Marks interface {
 type Sink struct {
 	// Stream is the telemetry stream. Required.
 	Stream Appender
-	// Meta is the store holding the dedup entries. Required.
+	// Meta is the store holding the dedup entries. Required; with a
+	// broker it also deletes keys (DeleteMeta: superseded dedup entries
+	// are collected), with Listen it is a SessionMeta.
 	Meta MetaScanner
 	// Marks receives writer marks; nil disables them.
 	Marks Marks

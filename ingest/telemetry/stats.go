@@ -54,9 +54,17 @@ type Stats struct {
 	SubscribeErrors uint64 `json:"subscribe_errors"`
 	// MarkErrors: watermark notes that failed.
 	MarkErrors uint64 `json:"mark_errors"`
-	// DedupLoaded and DedupCorrupt: entries read back from the store at start.
+	// DedupLoaded: packet ids whose newest dedup entry was read back at
+	// start (broker client); DedupCorrupt: records or values among them
+	// that did not decode (they catch no redelivery).
 	DedupLoaded  uint64 `json:"dedup_loaded"`
 	DedupCorrupt uint64 `json:"dedup_corrupt"`
+	// DedupCollected: dedup journal entries (and keys of the layout before
+	// it) deleted because every record in them has a newer one for its
+	// packet id; DedupErrors: collections that failed to read or delete
+	// (retried at the next one).
+	DedupCollected uint64 `json:"dedup_collected"`
+	DedupErrors    uint64 `json:"dedup_errors"`
 	// DiskFullWaits: messages held unacknowledged while the store refused
 	// appends for lack of disk space (retried until space returns).
 	DiskFullWaits uint64 `json:"disk_full_waits"`
@@ -114,6 +122,7 @@ type counters struct {
 	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
 	diskFullWaits, clockSkew, dronesReleased, droneIDsMapped         atomic.Uint64
+	dedupCollected, dedupErrors                                      atomic.Uint64
 
 	listenerOpen                                                        atomic.Int64
 	listenerAccepted, listenerRefused, listenerConnects                 atomic.Uint64
@@ -137,6 +146,7 @@ func (in *Ingester) Stats() Stats {
 		LaneFullWaits: c.laneFullWaits.Load(), Connects: c.connects.Load(), ConnectionLost: c.connectionLost.Load(),
 		SubscribeErrors: c.subscribeErrors.Load(), MarkErrors: c.markErrors.Load(),
 		DedupLoaded: c.dedupLoaded.Load(), DedupCorrupt: c.dedupCorrupt.Load(),
+		DedupCollected: c.dedupCollected.Load(), DedupErrors: c.dedupErrors.Load(),
 		DiskFullWaits: c.diskFullWaits.Load(), DronesReleased: c.dronesReleased.Load(),
 		DroneIDsMapped: c.droneIDsMapped.Load(),
 
