@@ -367,3 +367,40 @@ func TestBatchEntriesBounded(t *testing.T) {
 		t.Fatalf("%d entries up to offset %d", entries, next)
 	}
 }
+
+// TestDeleteMetaKeys deletes many keys in few transactions, absent ones
+// included, and leaves the others.
+func TestDeleteMetaKeys(t *testing.T) {
+	// A small transaction limit, so that the deletes take several; no
+	// fsync per PutMeta.
+	s := openStore(t, t.TempDir(), Options{MemTableSize: 4 << 20, Durability: DurabilityPeriodic})
+	var del []string
+	for i := range 20000 {
+		k := fmt.Sprintf("k/%05d", i)
+		if err := s.PutMeta(k, make([]byte, 100)); err != nil && i == 0 {
+			t.Fatal(err)
+		}
+		if i%4 != 0 {
+			del = append(del, k)
+		}
+	}
+	del = append(del, "k/absent")
+	n, err := s.DeleteMetaKeys(del)
+	if err != nil || n != len(del) {
+		t.Fatalf("deleted %d of %d: %v", n, len(del), err)
+	}
+	m, err := s.ScanMeta("k/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range m {
+		var i int
+		fmt.Sscanf(k, "k/%05d", &i)
+		if i%4 != 0 {
+			t.Fatalf("%s left", k)
+		}
+	}
+	if len(m) != 5000 {
+		t.Fatalf("%d keys left, want 5000", len(m))
+	}
+}

@@ -316,6 +316,25 @@ func (s *Store) DeleteMetaPrefix(prefix string) (int, error) {
 	if err != nil || len(keys) == 0 {
 		return 0, err
 	}
+	return s.deleteKeys(keys)
+}
+
+// DeleteMetaKeys removes the metadata values of keys (absent ones are no
+// error) and returns how many deletes it committed: few transactions for
+// many keys, as DeleteMetaPrefix, where DeleteMeta would sync once per key.
+func (s *Store) DeleteMetaKeys(keys []string) (int, error) {
+	if err := s.Err(); err != nil {
+		return 0, err
+	}
+	bk := make([][]byte, len(keys))
+	for i, k := range keys {
+		bk[i] = metaKey(k)
+	}
+	return s.deleteKeys(bk)
+}
+
+// deleteKeys deletes keys in as few transactions as Badger's limit allows.
+func (s *Store) deleteKeys(keys [][]byte) (int, error) {
 	done := 0
 	for done < len(keys) {
 		start := done

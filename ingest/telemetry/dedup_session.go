@@ -224,30 +224,31 @@ func readDedupJournal(meta MetaScanner, prefix, journal string) (known map[uint1
 		old = append(old, entry{key: k, pids: []uint16{uint16(pid)}})
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.key, b.key) })
+	all := slices.Concat(old, entries)
+	var newest [1 << 16]int32 // pid → 1 + the index in all of its newest record's entry
+	for i, e := range all {
+		for _, pid := range e.pids {
+			newest[pid] = int32(i + 1)
+		}
+	}
 	known = map[uint16]msgHash{}
-	newest := map[uint16]string{} // pid → key of its newest record
-	for _, k := range slices.Concat(old, entries) {
-		for _, pid := range k.pids {
-			newest[pid] = k.key
-		}
-	}
-	for _, e := range old {
-		if newest[e.pids[0]] != e.key {
-			dead = append(dead, e.key)
-		} else if h, err := decodeDedup(m[e.key]); err == nil {
-			known[e.pids[0]] = h
-		}
-	}
-	for _, e := range entries {
+	for i, e := range all {
 		live := false
 		v := m[e.key]
-		for i, pid := range e.pids {
-			if newest[pid] == e.key {
-				live = true
-				var h msgHash
-				copy(h[:], v[i*journalLen+3:(i+1)*journalLen])
-				known[pid] = h // later records of one pid in one entry win
+		for j, pid := range e.pids {
+			if newest[pid] != int32(i+1) {
+				continue
 			}
+			live = true
+			if i < len(old) {
+				if h, err := decodeDedup(v); err == nil {
+					known[pid] = h
+				}
+				continue
+			}
+			var h msgHash
+			copy(h[:], v[j*journalLen+3:(j+1)*journalLen])
+			known[pid] = h // later records of one pid in one entry win
 		}
 		if !live {
 			dead = append(dead, e.key)
@@ -260,7 +261,7 @@ func readDedupJournal(meta MetaScanner, prefix, journal string) (known map[uint1
 // satisfied by *localstream.Store.
 type metaDeleter interface {
 	MetaScanner
-	DeleteMeta(key string) error
+	DeleteMetaKeys(keys []string) (int, error)
 }
 
 // dedupGC deletes one client's dead entries (see readDedupJournal).
@@ -269,21 +270,5 @@ func dedupGC(meta metaDeleter, prefix, journal string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return deleteDedup(meta, dead, nil)
-}
-
-// deleteDedup deletes keys one by one, and stops early once stop is
-// closed (a nil stop never is); it returns how many it deleted.
-func deleteDedup(meta metaDeleter, keys []string, stop <-chan struct{}) (int, error) {
-	for i, k := range keys {
-		select {
-		case <-stop:
-			return i, nil
-		default:
-		}
-		if err := meta.DeleteMeta(k); err != nil {
-			return i, err
-		}
-	}
-	return len(keys), nil
+	return meta.DeleteMetaKeys(dead)
 }

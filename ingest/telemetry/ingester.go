@@ -90,7 +90,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 	if cfg.Broker != "" {
 		meta, ok := sink.Meta.(metaDeleter)
 		if !ok {
-			return nil, fmt.Errorf("%w: a broker needs a meta store that deletes keys (DeleteMeta) to collect its dedup entries", ErrConfig)
+			return nil, fmt.Errorf("%w: a broker needs a meta store that deletes keys (DeleteMetaKeys) to collect its dedup entries", ErrConfig)
 		}
 		in.brokerDedup = newBrokerDedup(meta, cfg.ClientID)
 	}
@@ -220,12 +220,12 @@ func (in *Ingester) Run(ctx context.Context) error {
 // (found by Run's load) at once, then those of a fresh read each time
 // begin asks (every dedupGCEvery messages), until Run stops. Off the
 // dispatcher goroutine: a collection reads the client's journal and
-// deletes key by key. Run joins it before it returns, so it never runs
-// after the store is closed; a stop ends a collection between two deletes.
+// deletes the dead entries in a few transactions. Run joins it before it
+// returns, so it never runs after the store is closed.
 func (in *Ingester) collectDedup(dead []string) {
 	b := in.brokerDedup
 	for {
-		n, err := deleteDedup(b.meta, dead, in.stopping)
+		n, err := b.meta.DeleteMetaKeys(dead)
 		in.c.dedupCollected.Add(uint64(n))
 		if err != nil {
 			in.c.dedupErrors.Add(1)

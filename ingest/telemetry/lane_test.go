@@ -117,4 +117,4 @@ func (nilAppender) AppendAsync(context.Context, localstream.Event, func(localstr
 type nilMeta struct{}
 
 func (nilMeta) ScanMeta(string) (map[string][]byte, error) { return nil, nil }
-func (nilMeta) DeleteMeta(string) error                    { return nil }
+func (nilMeta) DeleteMetaKeys([]string) (int, error)       { return 0, nil }

@@ -2,8 +2,12 @@ package telemetry
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +161,55 @@ func TestListenerDedupJournal(t *testing.T) {
 			t.Fatalf("record %d is %s", i, r.Payload)
 		}
 	}
+}
+
+// mapMeta is a MetaScanner over a map (for the decoder's fuzz target).
+type mapMeta map[string][]byte
+
+func (m mapMeta) ScanMeta(prefix string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) {
+			out[k] = v
+		}
+	}
+	return out, nil
+}
+
+// FuzzDedupJournal: whatever the stored bytes, reading a client's dedup
+// entries never panics, every key is read or declared dead once, and a
+// known packet id's hash comes from its newest record.
+func FuzzDedupJournal(f *testing.F) {
+	h := hashMessage("t", []byte("x"))
+	f.Add(journalRecord(7, h), encodeDedup(h), uint16(7), []byte{journalVersion, 0})
+	f.Add([]byte{}, []byte{1}, uint16(0), slices.Concat(journalRecord(1, h), journalRecord(1, msgHash{})))
+	f.Fuzz(func(t *testing.T, j1, old []byte, pid uint16, j2 []byte) {
+		const prefix = "mqttl/c/"
+		journal := prefix + "j/"
+		key := func(seq uint64) string { return journal + string(binary.BigEndian.AppendUint64(nil, seq)) }
+		m := mapMeta{key(1): j1, key(2): j2, prefix + strconv.Itoa(int(pid)): old, prefix + "x": old, "mqttl/d/j/": j1}
+		known, dead, _, err := readDedupJournal(m, prefix, journal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range dead {
+			if !strings.HasPrefix(k, prefix) || k == prefix+"x" {
+				t.Fatalf("dead key %q is not one of the client's entries", k)
+			}
+		}
+		// The newest record of each id (j2's after j1's) wins.
+		newest := map[uint16]msgHash{}
+		for _, v := range [][]byte{j1, j2} {
+			for ; len(v) >= journalLen && v[0] == journalVersion; v = v[journalLen:] {
+				var h msgHash
+				copy(h[:], v[3:journalLen])
+				newest[uint16(v[1])<<8|uint16(v[2])] = h
+			}
+		}
+		for p, h := range newest {
+			if known[p] != h {
+				t.Fatalf("packet id %d: known %x, newest record %x", p, known[p], h)
+			}
+		}
+	})
 }

@@ -36,7 +36,7 @@ type Sink struct {
 	// Stream is the telemetry stream. Required.
 	Stream Appender
 	// Meta is the store holding the dedup entries. Required; with a
-	// broker it also deletes keys (DeleteMeta: superseded dedup entries
+	// broker it also deletes keys (DeleteMetaKeys: superseded dedup entries
 	// are collected), with Listen it is a SessionMeta.
 	Meta MetaScanner
 	// Marks receives writer marks; nil disables them.
@@ -51,6 +51,6 @@ type SessionMeta interface {
 	GetMeta(key string) ([]byte, bool, error)
 	// DeleteMetaPrefix deletes every key starting with prefix.
 	DeleteMetaPrefix(prefix string) (int, error)
-	// DeleteMeta deletes one key.
-	DeleteMeta(key string) error
+	// DeleteMetaKeys deletes keys in few transactions.
+	DeleteMetaKeys(keys []string) (int, error)
 }
