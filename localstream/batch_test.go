@@ -404,3 +404,41 @@ func TestDeleteMetaKeys(t *testing.T) {
 		t.Fatalf("%d keys left, want 5000", len(m))
 	}
 }
+
+// TestReaderCutsInsideBatches: readers between cuts that fall inside
+// record batches return exactly the offsets between them.
+func TestReaderCutsInsideBatches(t *testing.T) {
+	s := openStore(t, t.TempDir(), Options{})
+	st := mustStream(t, s, "tele", 1)
+	for range 3 {
+		appendBatched(t, st, 300, 3)
+	}
+	if len(dataEntries(t, s, "tele", 0)) >= 300 {
+		t.Fatal("no record batches written")
+	}
+	at := func(off uint64) StreamCut { return StreamCut{Stream: "tele", Positions: map[SegmentID]uint64{0: off}} }
+	for _, fromTo := range [][2]uint64{{0, 900}, {1, 2}, {7, 299}, {150, 451}, {299, 300}, {450, 450}, {898, 900}} {
+		to := at(fromTo[1])
+		r, err := st.NewReader(at(fromTo[0]), &to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := fromTo[0]
+		for {
+			rec, err := r.TryNext()
+			if errors.Is(err, ErrEndOfCut) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Offset != next || binary.BigEndian.Uint64(rec.Payload) != next {
+				t.Fatalf("[%d, %d): read offset %d, want %d", fromTo[0], fromTo[1], rec.Offset, next)
+			}
+			next++
+		}
+		if next != fromTo[1] {
+			t.Fatalf("[%d, %d): read up to %d", fromTo[0], fromTo[1], next)
+		}
+	}
+}
