@@ -26,10 +26,11 @@ import (
 // orderedStore is paho's memory store whose All lists the outbound
 // messages in packet id order. paho resends a persistent session's
 // in-flight messages after a reconnect in All's order — a map's, random,
-// for the memory store — and completes the original publish token at the
-// resend, so a drone may have two messages in flight after one reconnect
-// and see them resent swapped after the next. The ids are issued in
-// increasing order (this test never wraps them), so id order is publish order.
+// for the memory store — and completes the original publish token when
+// the resend takes the packet id over, before it is acked: killPub.run
+// waits for the message to leave the store (its PUBACK) instead, so each
+// drone has one message in flight. The ids are issued in increasing
+// order (this test never wraps them), so id order is publish order.
 type orderedStore struct{ *paho.MemoryStore }
 
 func (s orderedStore) All() []string {
@@ -43,6 +44,7 @@ func (s orderedStore) All() []string {
 // session, one message in flight per drone at a time.
 type killPub struct {
 	c          paho.Client
+	store      orderedStore
 	drones     []string
 	sent, done atomic.Int64
 	// writeErrors counts publishes whose write the kill broke.
@@ -50,11 +52,12 @@ type killPub struct {
 }
 
 func newKillPub(t *testing.T, addr, client string, drones ...string) *killPub {
+	store := orderedStore{paho.NewMemoryStore()}
 	o := paho.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(client).SetCleanSession(false).
-		SetStore(orderedStore{paho.NewMemoryStore()}).SetAutoReconnect(true).SetConnectRetry(true).
+		SetStore(store).SetAutoReconnect(true).SetConnectRetry(true).
 		SetConnectRetryInterval(100 * time.Millisecond).SetMaxReconnectInterval(200 * time.Millisecond).
 		SetKeepAlive(5 * time.Second).SetWriteTimeout(10 * time.Second)
-	p := &killPub{c: paho.NewClient(o), drones: drones}
+	p := &killPub{c: paho.NewClient(o), store: store, drones: drones}
 	p.c.Connect() // retries until the agent listens
 	t.Cleanup(func() { p.c.Disconnect(50) })
 	return p
@@ -73,11 +76,11 @@ func (p *killPub) run(n int) error {
 					errs <- fmt.Errorf("%s seq %d: no ack", d, seq)
 					return
 				}
-				if err := tok.Error(); err != nil {
-					// The kill broke the write: the message stays in the
-					// session's store, and paho resends it (DUP) after the
-					// reconnect, before the next seq. The store's content
-					// at the end is the proof either way.
+				err := tok.Error()
+				if err != nil {
+					// The kill broke the write: paho fails the token but
+					// keeps the message in the session's store and resends
+					// it (DUP) after the reconnect.
 					var ne net.Error
 					var op *net.OpError
 					if !errors.As(err, &ne) && !errors.As(err, &op) {
@@ -85,7 +88,19 @@ func (p *killPub) run(n int) error {
 						return
 					}
 					p.writeErrors.Add(1)
-					continue
+				}
+				// A token is also complete, without an error, when paho's
+				// resume after a reconnect takes its packet id over for the
+				// resend — before the resend is even written, so the next
+				// seq could overtake it. paho deletes a message from the
+				// session's store at its PUBACK: the next seq waits for
+				// that (one message in flight per drone).
+				key := fmt.Sprintf("o.%d", tok.(*paho.PublishToken).MessageID())
+				for deadline := time.Now().Add(2 * time.Minute); p.store.Get(key) != nil; time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						errs <- fmt.Errorf("%s seq %d: never acked (write error %v)", d, seq, err)
+						return
+					}
 				}
 				p.done.Add(1)
 			}
@@ -177,13 +192,22 @@ central: {url: ""}
 	}
 	recs := storedRecords(t, filepath.Join(dir, "agent", "store"))
 	next := map[string]int{}
+	seqs := map[string][]int{}
 	for _, r := range recs {
 		var m telemetry.Telemetry
 		if err := json.Unmarshal(r.Payload, &m); err != nil {
 			t.Fatal(err)
 		}
+		seqs[m.Drone] = append(seqs[m.Drone], int(m.Seq))
+	}
+	for _, r := range recs {
+		var m telemetry.Telemetry
+		json.Unmarshal(r.Payload, &m)
 		if int(m.Seq) != next[m.Drone]+1 {
-			t.Fatalf("drone %s: seq %d after %d (duplicate, gap or reorder)", m.Drone, m.Seq, next[m.Drone])
+			s := seqs[m.Drone]
+			i := slices.Index(s, next[m.Drone]+1)
+			t.Fatalf("drone %s: seq %d after %d (duplicate, gap or reorder); seq %d stored at index %d of %d; around: %v",
+				m.Drone, m.Seq, next[m.Drone], next[m.Drone]+1, i, len(s), s[max(0, slices.Index(s, int(m.Seq))-3):min(len(s), slices.Index(s, int(m.Seq))+4)])
 		}
 		next[m.Drone] = int(m.Seq)
 	}
