@@ -14,7 +14,7 @@ import (
 // (dedup_session.go): the records of the messages that one store commit
 // holds are one metadata entry (localstream.WithJournal), so a message
 // costs 19 bytes in its commit's entry rather than a Badger entry of its
-// own (~15 % of the agent's CPU per event):
+// own (a WAL entry and a memtable insert per message):
 //
 //	key:    "mqtt/<client id>/j/<sequence, u64 BE>"
 //	value:  n × [version 1][packet id u16 BE][sha256(topic 0x00 payload)[:16]]

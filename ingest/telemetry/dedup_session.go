@@ -16,7 +16,7 @@ import (
 // client (localstream.WithJournal): the records of the client's messages
 // that one store commit holds are one metadata entry, so a message costs
 // 19 bytes in an entry of its commit rather than a Badger entry of its own
-// (~17 % of the agent's CPU per event in the peers harness). The client
+// (a WAL entry and a memtable insert per message). The client
 // id is path-escaped so that one client's prefix is never another's ("a"
 // and "a/b"):
 //
