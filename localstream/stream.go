@@ -207,8 +207,8 @@ func WithMeta(key string, value []byte) AppendOption {
 // under prefix + a big-endian uint64 sequence that increases from commit
 // to commit and across reopens: ScanMeta(prefix) in key order is the
 // journal in append order. For per-event metadata that is read rarely
-// (the MQTT listener's dedup records): one Badger entry per commit
-// instead of one per event. Entries are deleted with DeleteMeta.
+// (the MQTT dedup records): one Badger entry per commit instead of one
+// per event. Entries are deleted with DeleteMetaKeys (or DeleteMeta).
 func WithJournal(prefix string, b []byte) AppendOption {
 	return func(r *appendReq) { r.journal = append(r.journal, metaKV{prefix, b}) }
 }
