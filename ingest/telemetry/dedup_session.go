@@ -100,7 +100,7 @@ var (
 	dedupGCEvery      = 1 << 16
 )
 
-// record is the journal record of (pid, h).
+// journalRecord is the journal record of (pid, h).
 func journalRecord(pid uint16, h msgHash) []byte {
 	b := make([]byte, journalLen)
 	b[0] = journalVersion
