@@ -72,9 +72,9 @@ type sessionDedup struct {
 	client  string
 	// prefix is listenDedupPrefix(client); journal is prefix + "j/".
 	prefix, journal string
-	// lookupErrors counts store reads that failed (the message is then
+	// lookupError reports a store read that failed (the message is then
 	// stored: at worst a duplicate, never a loss).
-	lookupErrors func()
+	lookupError func(error)
 	// gcDue asks the connection to run dedupGC between two packets.
 	gcDue atomic.Bool
 
@@ -133,7 +133,7 @@ func (s *sessionDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
 	if s.known == nil {
 		known, _, _, err := readDedupJournal(s.meta, s.prefix, s.journal)
 		if err != nil {
-			s.lookupErrors()
+			s.lookupError(err)
 			return false, false
 		}
 		s.known = known

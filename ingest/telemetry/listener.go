@@ -410,7 +410,10 @@ func (c *serverConn) connect(cc *packets.ConnectPacket) error {
 	} else {
 		prefix := listenDedupPrefix(c.client)
 		c.dedup = &sessionDedup{pending: l.pending, meta: l.meta, client: c.client,
-			prefix: prefix, journal: prefix + "j/", lookupErrors: func() { l.in.c.listenerDedupErrors.Add(1) }}
+			prefix: prefix, journal: prefix + "j/", lookupError: func(err error) {
+				l.in.c.listenerDedupErrors.Add(1)
+				l.in.cfg.Logger.Warn("telemetry: read a listener client's dedup entries; the DUP is stored", "client", c.client, "err", err)
+			}}
 		c.collectDedup()
 	}
 	if cc.WillFlag {
@@ -426,11 +429,12 @@ func (c *serverConn) connect(cc *packets.ConnectPacket) error {
 // dedupGCEvery messages, on the connection's goroutine (its reads wait).
 func (c *serverConn) collectDedup() {
 	n, err := dedupGC(c.l.meta, c.dedup.prefix, c.dedup.journal)
-	if err != nil {
-		c.l.in.c.listenerDedupErrors.Add(1)
-		return
-	}
 	c.l.in.c.listenerDedupCollected.Add(uint64(n))
+	if err != nil {
+		// Nothing is lost: the entries stay until a later collection.
+		c.l.in.c.listenerDedupErrors.Add(1)
+		c.l.in.cfg.Logger.Warn("telemetry: collect a listener client's dedup entries", "client", c.client, "err", err)
+	}
 }
 
 // publish delivers one PUBLISH into the pipeline, with its ack in this
