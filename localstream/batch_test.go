@@ -109,7 +109,13 @@ func FuzzEntryRecords(f *testing.F) {
 		w.add("s", 0, off, appendRecord(nil, &ev))
 	}
 	w.each(func(_, v []byte) error { f.Add(v, uint64(9), uint64(8), uint64(100)); return nil })
+	for off := uint64(0); off < 20; off++ { // compressed (version 4)
+		ev := Event{RoutingKey: "drone", Writer: "gs/drone", Headers: []Header{{"topic", "tel/drone"}}, Payload: []byte("{}")}
+		w.add("s", 0, off, appendRecord(nil, &ev))
+	}
+	w.each(func(_, v []byte) error { f.Add(v, uint64(19), uint64(3), uint64(100)); return nil })
 	f.Add([]byte{3, 2, 1, 1, 1, 1}, uint64(1), uint64(0), uint64(2))
+	f.Add([]byte{4, 0xff, 0xff, 0xff, 0xff, 0x0f, 0}, uint64(1), uint64(0), uint64(2))
 	f.Add([]byte{3, 0xff, 0xff, 0xff, 0xff, 0x0f}, uint64(1<<40), uint64(0), uint64(1<<63))
 	f.Fuzz(func(t *testing.T, v []byte, last, from, to uint64) {
 		prev, n := uint64(0), 0

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -120,6 +121,13 @@ func truncateLocalTail(t testing.TB, dir, stream string, n int) int {
 			seg := binary.BigEndian.Uint64(k[len(prefix):])
 			e := entry{key: k, events: 1}
 			err := it.Item().Value(func(v []byte) error {
+				if len(v) > 1 && v[0] == 4 { // a compressed record batch: version 4, S2 of a version 3
+					d, err := s2.Decode(nil, v[1:])
+					if err != nil {
+						return err
+					}
+					v = d
+				}
 				if len(v) > 1 && v[0] == 3 { // a record batch: version 3, uvarint count
 					c, _ := binary.Uvarint(v[1:])
 					e.events = int(c)
