@@ -44,11 +44,11 @@
 //
 // One segment's events are one contiguous key range in offset order. A
 // data entry holds one record (version 1 or 2) or a record batch (version
-// 3, or 4 compressed) of consecutive offsets; its key holds the offset of its last record,
-// so seeking the key of offset o finds the entry that holds o. Open
-// segments' lengths are not stored: they are recovered from the last data
-// key on Open, so an append writes nothing but its record (and its
-// WithMeta values, in the same transaction).
+// 3, or 4 compressed) of consecutive offsets; its key holds the offset of
+// its last record, so seeking the key of offset o finds the entry that
+// holds o. Open segments' lengths are not stored: they are recovered from
+// the last data key on Open, so an append writes nothing but its record
+// (and its WithMeta values, in the same transaction).
 //
 // # Record, version 1
 //
