@@ -131,8 +131,11 @@ var batchBufs = stdsync.Pool{New: func() any { return new([]byte) }}
 func entryRecords(last uint64, v []byte, from, to uint64, fn func(off uint64, rec []byte) bool) (more bool, err error) {
 	if len(v) > 0 && v[0] == recordVersionBatchS2 {
 		n, err := s2.DecodedLen(v[1:])
-		if err != nil || n < 3 || n > maxBatchDecoded {
-			return false, fmt.Errorf("%w: compressed batch ending at offset %d: decoded length %d (%v)", ErrCorruptRecord, last, n, err)
+		if err != nil {
+			return false, fmt.Errorf("%w: compressed batch ending at offset %d: %w", ErrCorruptRecord, last, err)
+		}
+		if n < 3 || n > maxBatchDecoded {
+			return false, fmt.Errorf("%w: compressed batch ending at offset %d decodes to %d bytes (at most %d)", ErrCorruptRecord, last, n, maxBatchDecoded)
 		}
 		buf := batchBufs.Get().(*[]byte)
 		defer batchBufs.Put(buf)
