@@ -25,6 +25,10 @@ type batchWriter struct {
 	index   map[batchSeg]int // → the segment's last entry in entries
 	// max bounds an entry's records (batchEntryMax).
 	max int
+	// spill, when set, stores a batch (version 3 or 4) of n records
+	// elsewhere and returns the value that refers to it (a batch file
+	// reference, version 5).
+	spill func(k batchSeg, last uint64, n int, batch []byte) ([]byte, error)
 }
 
 // maxBatchEntry bounds a record batch's bytes: small beside a reader's
@@ -90,7 +94,14 @@ func (w *batchWriter) each(fn func(key, val []byte) error) error {
 		for _, r := range e.recs {
 			b = appendBytes(b, r)
 		}
-		if err := fn(key, compressBatch(b)); err != nil {
+		v := compressBatch(b)
+		if w.spill != nil {
+			var err error
+			if v, err = w.spill(e.batchSeg, e.last, len(e.recs), v); err != nil {
+				return err
+			}
+		}
+		if err := fn(key, v); err != nil {
 			return err
 		}
 	}

@@ -149,11 +149,22 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	}
 	txn := s.db.NewTransaction(true)
 	txnBytes := 0
-	bw := batchWriter{max: batchEntryMax(s.opts.ValueThreshold)} // record batches per segment and commit
+	// Record batches per segment and commit, in the streams' batch files
+	// (fsync'd before the commit; their index keys ride in it).
+	bw := batchWriter{max: batchEntryMax(s.opts.ValueThreshold), spill: s.payloads.appendBatch}
 	var jw journalWriter
 	commit := func() error {
 		if err := bw.each(txn.Set); err != nil {
 			return err
+		}
+		index, err := s.payloads.flushBatches(s.opts.Durability == DurabilityAlways)
+		if err != nil {
+			return err
+		}
+		for k, v := range index {
+			if err := txn.Set(metaKey(k), v); err != nil {
+				return err
+			}
 		}
 		if err := jw.each(s.journalSeq, txn.Set); err != nil {
 			return err

@@ -41,9 +41,14 @@ import (
 // disk after a deletion is at most one partly dead file per segment, plus
 // the file being written: 2 × Options.ValueLogFileSize per open segment.
 //
+// Record batches go to payload files too, one being written per stream
+// (batch files: batchfile.go).
+//
 // Durability: the payloads of a batch are written, and fsync'd
 // (DurabilityAlways), before its Badger commit, so a durable record's
-// payload is durable. After a crash the file being written may end with
+// payload is durable; in DurabilityPeriodic the files being written are
+// synced before Badger on every tick, and a full file when the next one
+// starts. After a crash the file being written may end with
 // payloads of a batch that never committed: nothing refers to them, and a
 // new file is started. A file without an index key (written, never
 // committed; or its deletion interrupted) is removed at Open.
@@ -88,6 +93,12 @@ type payloadStore struct {
 	files  map[string]map[uint64]*payloadFile // stream → seq → file
 	active map[string]*payloadFile            // activeKey → the file being written
 	next   map[string]uint64                  // stream → next seq
+	// batchActive is each stream's batch file being written (batchfile.go);
+	// written by the committer under mu, read by it without.
+	batchActive map[string]*payloadFile
+	// touched holds the batch files written since the last flushBatches.
+	// Committer goroutine only.
+	touched map[*payloadFile]bool
 }
 
 // openPayloads opens the payload files of a store: every file with an
@@ -95,7 +106,8 @@ type payloadStore struct {
 // dropped (the deletion was interrupted). New payloads go to new files.
 func openPayloads(dir string, fileSize int64, db *badger.DB) (*payloadStore, error) {
 	ps := &payloadStore{dir: filepath.Join(dir, payloadDir), fileSize: fileSize,
-		files: map[string]map[uint64]*payloadFile{}, active: map[string]*payloadFile{}, next: map[string]uint64{}}
+		files: map[string]map[uint64]*payloadFile{}, active: map[string]*payloadFile{}, next: map[string]uint64{},
+		batchActive: map[string]*payloadFile{}}
 	if err := os.MkdirAll(ps.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("localstream: payload files: %w", err)
 	}
@@ -246,35 +258,52 @@ func (ps *payloadStore) activeFile(stream string, seg SegmentID, n int64) (*payl
 	if pf := ps.active[key]; pf != nil && (pf.size == 0 || pf.size+n <= ps.fileSize) {
 		return pf, nil
 	}
-	seq := max(ps.next[stream], 1)
-	ps.next[stream] = seq + 1
-	f, err := os.OpenFile(ps.path(stream, seq), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("localstream: payload file: %w", err)
+	if err := syncFull(ps.active[key]); err != nil {
+		return nil, err
 	}
-	pf := &payloadFile{stream: stream, seq: seq, f: f, maxOff: map[SegmentID]uint64{}}
+	pf, err := ps.create(stream)
+	if err != nil {
+		return nil, err
+	}
 	ps.active[key] = pf
-	ps.add(pf)
 	return pf, nil
+}
+
+// syncFull fsyncs a file that stops being written (nil: none): in
+// DurabilityPeriodic only the files being written are synced by the
+// periodic sync, and a full one may still hold bytes its records need.
+func syncFull(pf *payloadFile) error {
+	if pf == nil {
+		return nil
+	}
+	if err := pf.f.Sync(); err != nil {
+		return fmt.Errorf("localstream: payload file %s: %w", pf.f.Name(), err)
+	}
+	return nil
 }
 
 // read returns the payload ref points to. A file already deleted means the
 // event is before the stream's head (ErrTruncated).
 func (ps *payloadStore) read(stream string, ref payloadRef) ([]byte, error) {
+	b := make([]byte, ref.Length)
+	return b, ps.readInto(stream, ref, b)
+}
+
+// readInto reads what ref points to into b (len(b) == ref.Length).
+func (ps *payloadStore) readInto(stream string, ref payloadRef, b []byte) error {
 	ps.mu.RLock()
 	defer ps.mu.RUnlock()
 	pf := ps.files[stream][ref.File]
 	if pf == nil {
-		return nil, fmt.Errorf("%w: payload file %d of %s deleted", ErrTruncated, ref.File, stream)
+		return fmt.Errorf("%w: payload file %d of %s deleted", ErrTruncated, ref.File, stream)
 	}
-	b := make([]byte, ref.Length)
 	if _, err := pf.f.ReadAt(b, int64(ref.Offset)); err != nil {
-		return nil, fmt.Errorf("%w: payload %d+%d in file %d of %s: %w", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream, err)
+		return fmt.Errorf("%w: payload %d+%d in file %d of %s: %w", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream, err)
 	}
 	if crc32.Checksum(b, castagnoli) != ref.CRC {
-		return nil, fmt.Errorf("%w: payload %d+%d in file %d of %s: checksum mismatch", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream)
+		return fmt.Errorf("%w: payload %d+%d in file %d of %s: checksum mismatch", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream)
 	}
-	return b, nil
+	return nil
 }
 
 // dead returns the files of st, the one being written aside, whose every
@@ -287,7 +316,7 @@ func (ps *payloadStore) dead(st *Stream) []*payloadFile {
 	var out []*payloadFile
 	for _, seq := range slices.Sorted(maps.Keys(ps.files[st.name])) {
 		pf := ps.files[st.name][seq]
-		writing := false // the file its open segment is being written to
+		writing := pf == ps.batchActive[st.name] // the file its open segments are being written to
 		for seg := range pf.maxOff {
 			sg := st.segs[seg]
 			writing = writing || pf == ps.active[activeKey(st.name, seg)] && sg != nil && !sg.Sealed
@@ -316,6 +345,9 @@ func (ps *payloadStore) remove(files []*payloadFile) error {
 	var errs []error
 	for _, pf := range files {
 		delete(ps.files[pf.stream], pf.seq)
+		if ps.batchActive[pf.stream] == pf {
+			delete(ps.batchActive, pf.stream)
+		}
 		for seg := range pf.maxOff {
 			if key := activeKey(pf.stream, seg); ps.active[key] == pf {
 				delete(ps.active, key)
@@ -335,6 +367,9 @@ func (ps *payloadStore) sync() error {
 	defer ps.mu.RUnlock()
 	var errs []error
 	for _, pf := range ps.active {
+		errs = append(errs, pf.f.Sync())
+	}
+	for _, pf := range ps.batchActive {
 		errs = append(errs, pf.f.Sync())
 	}
 	return errors.Join(errs...)

@@ -247,7 +247,7 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 			last := offsetOf(it.Item().Key())
 			err := it.Item().Value(func(b []byte) error {
 				var derr error
-				m, err := entryRecords(last, b, from, limit, func(off uint64, rec []byte) bool {
+				m, err := st.s.entryRecordsOf(st.name, last, b, from, limit, func(off uint64, rec []byte) bool {
 					var ev Event
 					if ev, derr = st.s.decodeStored(st.name, rec, &r.arena); derr != nil {
 						derr = fmt.Errorf("stream %s segment %s offset %d: %w", st.name, id, off, derr)
