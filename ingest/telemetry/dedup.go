@@ -46,8 +46,9 @@ func hashMessage(topic string, payload []byte) msgHash {
 	h.Write([]byte(topic))
 	h.Write([]byte{0})
 	h.Write(payload)
+	var sum [sha256.Size]byte // Sum appends: no allocation per message
 	var out msgHash
-	copy(out[:], h.Sum(nil))
+	copy(out[:], h.Sum(sum[:0]))
 	return out
 }
 
