@@ -117,6 +117,11 @@ func (ps *payloadStore) create(stream string) (*payloadFile, error) {
 	return pf, nil
 }
 
+// testHookBatchRead, when set (tests), runs before a batch is read from
+// its file: a shed can then delete the file between the reader's look at
+// the segment and the read, a timing the race leaves rare.
+var testHookBatchRead func()
+
 // decodeBatchRef decodes a version 5 value: the record count and where the
 // batch is.
 func decodeBatchRef(v []byte) (n uint64, ref payloadRef, err error) {
@@ -161,6 +166,9 @@ func (s *Store) entryRecordsOf(stream string, last uint64, v []byte, from, to ui
 		*buf = make([]byte, ref.Length)
 	}
 	b := (*buf)[:ref.Length]
+	if testHookBatchRead != nil {
+		testHookBatchRead()
+	}
 	if err := s.payloads.readInto(stream, ref, b); err != nil {
 		return false, err
 	}

@@ -8,7 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	stdsync "sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -291,4 +294,146 @@ func FuzzBatchFileRef(f *testing.F) {
 			t.Fatalf("error %v", err)
 		}
 	})
+}
+
+// TestReadersRaceBatchFileDeletion: readers reading from the head while
+// sheds move it and delete the batch files behind it never fail: a read
+// whose file a shed deleted under it reads again from the new head (the
+// entry it was reading is gone too), as readers of batches in Badger did.
+func TestReadersRaceBatchFileDeletion(t *testing.T) {
+	seed := testSeed(t)
+	s := openStore(t, t.TempDir(), Options{ValueLogFileSize: 4 << 20, MinFreeBytes: -1}) // 1 MiB batch files
+	st := mustStream(t, s, "tel", 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg stdsync.WaitGroup
+	errs := make(chan error, 16)
+	var sheds, reads, files atomic.Int64
+	wg.Add(1)
+	go func() { // writer
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(seed, 1))
+		for ctx.Err() == nil {
+			appendTelemetry(t, st, rng, 500, 4, 200, map[string][][]byte{})
+		}
+	}()
+	wg.Add(1)
+	go func() { // shedder: keeps ~1,000 events
+		defer wg.Done()
+		rng := rand.New(rand.NewPCG(seed, 2))
+		for ctx.Err() == nil {
+			time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+			tail := st.TailCut().Positions[0]
+			if tail < 1000 || st.HeadCut().Positions[0]+1000 > tail {
+				continue
+			}
+			n, _ := payloadFiles(t, s.Dir())
+			if _, err := st.Shed(ctx, StreamCut{Stream: "tel", Positions: map[SegmentID]uint64{0: tail - 1000}}, "test"); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("shed: %w", err)
+				return
+			}
+			if m, _ := payloadFiles(t, s.Dir()); len(m) < len(n) {
+				files.Add(int64(len(n) - len(m)))
+			}
+			sheds.Add(1)
+		}
+	}()
+	for range 2 { // readers from the head to the tail, again and again
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				r, err := st.NewReader(st.HeadCut(), nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for {
+					_, err := r.TryNext()
+					if errors.Is(err, ErrCaughtUp) {
+						break
+					}
+					if err != nil {
+						errs <- fmt.Errorf("read: %w", err)
+						r.Close()
+						return
+					}
+					reads.Add(1)
+				}
+				r.Close()
+				time.Sleep(time.Millisecond) // leave the writer room to fill files
+			}
+		}()
+	}
+	select {
+	case err := <-errs:
+		cancel()
+		wg.Wait()
+		t.Fatal(err)
+	case <-time.After(4 * time.Second):
+	}
+	cancel()
+	wg.Wait()
+	t.Logf("%d sheds deleted %d batch files; %d events read", sheds.Load(), files.Load(), reads.Load())
+	if sheds.Load() < 10 || files.Load() < 3 {
+		t.Fatalf("%d sheds deleted %d batch files: the race was not exercised", sheds.Load(), files.Load())
+	}
+}
+
+// TestShedDeletesTheBatchFileBeingRead forces the race above: a shed that
+// passes a reader's position deletes the batch file the reader is about to
+// read. The reader reads on from the new head — events from there in
+// order, the gap markers of the shed, no error.
+func TestShedDeletesTheBatchFileBeingRead(t *testing.T) {
+	s := openStore(t, t.TempDir(), Options{ValueLogFileSize: 1 << 20, MinFreeBytes: -1}) // 1 MiB batch files
+	st := mustStream(t, s, "tel", 1)
+	want := map[string][][]byte{}
+	rng := rand.New(rand.NewPCG(9, 9))
+	for st.TailCut().Positions[0] < 20000 { // several files
+		appendTelemetry(t, st, rng, 2000, 4, 200, want)
+	}
+	if files, _ := payloadFiles(t, s.Dir()); len(files) < 3 {
+		t.Fatalf("batch files %v, want at least 3", files)
+	}
+	tail := st.TailCut().Positions[0]
+	cut := StreamCut{Stream: "tel", Positions: map[SegmentID]uint64{0: tail - 100}}
+	shed := make(chan error, 1)
+	testHookBatchRead = func() {
+		testHookBatchRead = nil // once; the reader's goroutine is the only caller
+		_, err := st.Shed(context.Background(), cut, "test")
+		shed <- err
+	}
+	defer func() { testHookBatchRead = nil }()
+	r, err := st.NewReader(st.HeadCut(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var data, gaps int
+	next := uint64(0)
+	for {
+		rec, err := r.TryNext()
+		if errors.Is(err, ErrCaughtUp) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("read after %d events: %v", data, err)
+		}
+		if rec.Flags.Has(FlagGap) {
+			gaps++
+			continue
+		}
+		if rec.Offset < next {
+			t.Fatalf("offset %d after %d", rec.Offset, next)
+		}
+		next = rec.Offset + 1
+		data++
+	}
+	if err := <-shed; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("read %d events and %d gap markers; the shed cut at %d of %d", data, gaps, tail-100, tail)
+	if data < 100 || gaps == 0 || next != st.TailCut().Positions[0]-uint64(gaps) {
+		t.Fatalf("read %d events up to offset %d and %d gap markers, want the last 100 and the shed's markers", data, next, gaps)
+	}
 }

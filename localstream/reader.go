@@ -162,7 +162,15 @@ func (r *Reader) fill() (progressed, bounded bool, err error) {
 		if next < limit {
 			// A record batch that a truncation or a shed cut through
 			// still holds the records below the segment's start.
-			if err := r.readAhead(id, max(next, v.start), limit); err != nil {
+			from := max(next, v.start)
+			if err := r.readAhead(id, from, limit); err != nil {
+				if errors.Is(err, ErrTruncated) && r.view(id).start > from {
+					// A truncation or shed passed this read and deleted
+					// the batch or payload file it was reading: read on
+					// from the new start (what it buffered is still
+					// in order).
+					return true, false, nil
+				}
 				return false, false, err
 			}
 			if len(r.buf) > 0 {
