@@ -437,3 +437,49 @@ func TestShedDeletesTheBatchFileBeingRead(t *testing.T) {
 		t.Fatalf("read %d events up to offset %d and %d gap markers, want the last 100 and the shed's markers", data, next, gaps)
 	}
 }
+
+// TestBatchFilesOpenAnOlderStore: a store whose batches are in Badger
+// (versions 3 and 4, as written before batch files) opens, takes new
+// batches in batch files, and reads both back in order, also after a
+// truncation that ends in the older entries and one that ends in the newer.
+func TestBatchFilesOpenAnOlderStore(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MinFreeBytes: -1}
+	testKeepBatchesInBadger = true
+	s := openStore(t, dir, opts)
+	st := mustStream(t, s, "tel", 1)
+	want := map[string][][]byte{}
+	rng := rand.New(rand.NewPCG(4, 4))
+	appendTelemetry(t, st, rng, 3000, 4, 200, want)
+	testKeepBatchesInBadger = false
+	before, _ := storedVersions(t, s, "tel")
+	if before[recordVersionBatchFile] != 0 || before[recordVersionBatchS2] == 0 {
+		t.Fatalf("older store's entries by version %v, want batches in Badger", before)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, dir, opts)
+	st, _ = s.Stream("tel")
+	appendTelemetry(t, st, rng, 3000, 4, 200, want)
+	after, _ := storedVersions(t, s, "tel")
+	t.Logf("entries by version: older store %v, after appending to it %v", before, after)
+	if after[recordVersionBatchFile] == 0 || after[recordVersionBatchS2] != before[recordVersionBatchS2] {
+		t.Fatalf("entries by version %v after appending to a store with %v", after, before)
+	}
+	checkPayloads(t, st, want, nil)
+	from := map[string]int{}
+	for _, n := range []int{1500, 4500} { // inside the older entries, then inside the newer
+		cut := cutAfter(t, st, n-from["d0"]-from["d1"]-from["d2"]-from["d3"])
+		for k := range want {
+			from[k] = n / 4
+		}
+		if err := st.SetCommittedCut("central", cut); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Truncate(cut); err != nil {
+			t.Fatal(err)
+		}
+		checkPayloads(t, st, want, from)
+	}
+}

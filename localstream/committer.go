@@ -151,7 +151,10 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	txnBytes := 0
 	// Record batches per segment and commit, in the streams' batch files
 	// (fsync'd before the commit; their index keys ride in it).
-	bw := batchWriter{max: batchEntryMax(s.opts.ValueThreshold), spill: s.payloads.appendBatch}
+	bw := batchWriter{max: batchEntryMax(s.opts.ValueThreshold)}
+	if !testKeepBatchesInBadger {
+		bw.spill = s.payloads.appendBatch
+	}
 	var jw journalWriter
 	commit := func() error {
 		if err := bw.each(txn.Set); err != nil {
@@ -212,6 +215,10 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	txn.Discard()
 	s.inflight <- b
 }
+
+// testKeepBatchesInBadger, set by tests, stores record batches in Badger
+// as stores did before batch files (version 3 or 4 entries).
+var testKeepBatchesInBadger bool
 
 // setMetas adds one append's metadata (WithMeta) to txn.
 func setMetas(txn *badger.Txn, r *appendReq) error {
