@@ -2,7 +2,6 @@ package localstream
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -91,17 +90,7 @@ func (ps *payloadStore) flushBatches(sync bool) (map[string][]byte, error) {
 		return nil, nil
 	}
 	defer clear(ps.touched)
-	index := make(map[string][]byte, len(ps.touched))
-	for pf := range ps.touched {
-		if sync {
-			if err := pf.f.Sync(); err != nil {
-				return nil, fmt.Errorf("localstream: batch file %s: %w", pf.f.Name(), err)
-			}
-		}
-		b, _ := json.Marshal(pf.maxOff)
-		index[pf.metaKey()] = b
-	}
-	return index, nil
+	return indexOf(ps.touched, sync)
 }
 
 // create starts the stream's next payload or batch file. ps.mu held.

@@ -234,7 +234,13 @@ func (ps *payloadStore) write(batch []*appendReq, pos []Position, sync bool) (ma
 		pf.maxOff[pos[i].Segment] = max(pf.maxOff[pos[i].Segment], pos[i].Offset)
 		touched[pf] = true
 	}
-	index := map[string][]byte{}
+	return indexOf(touched, sync)
+}
+
+// indexOf fsyncs (when sync is set) the files written to and returns
+// their index keys, to be written in the commit that refers to them.
+func indexOf(touched map[*payloadFile]bool, sync bool) (map[string][]byte, error) {
+	index := make(map[string][]byte, len(touched))
 	for pf := range touched {
 		if sync {
 			if err := pf.f.Sync(); err != nil {
