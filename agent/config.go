@@ -90,11 +90,9 @@ type StoreConfig struct {
 	// (checked at start).
 	MinFreeBytes int64 `yaml:"min_free_bytes"`
 	// ValueLogFileSize is the size of one payload file (large payloads:
-	// video chunks) and of one Badger value-log file, and four times that
-	// of a batch file (small events' record batches, at least 1 MiB):
-	// deleted data goes back to the filesystem a whole file at a time, so
-	// up to two files per open segment, and two batch files per stream,
-	// stay on disk after shedding. 0
+	// video chunks) and of one Badger value-log file: deleted data goes
+	// back to the filesystem a whole file at a time, so up to two files per
+	// open segment stay on disk after shedding. 0
 	// (default): 1/16 of the filesystem, between 2 × max_event_bytes and
 	// 64 MiB.
 	ValueLogFileSize int64 `yaml:"value_log_file_size"`

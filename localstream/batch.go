@@ -3,7 +3,6 @@ package localstream
 import (
 	"encoding/binary"
 	"fmt"
-	"slices"
 	stdsync "sync"
 
 	"github.com/klauspost/compress/s2"
@@ -26,13 +25,6 @@ type batchWriter struct {
 	index   map[batchSeg]int // → the segment's last entry in entries
 	// max bounds an entry's records (batchEntryMax).
 	max int
-	// spill, when set, stores a batch (version 3 or 4) of n records
-	// elsewhere and returns the value that refers to it (a batch file
-	// reference, version 5).
-	spill func(k batchSeg, last uint64, n int, batch []byte) ([]byte, error)
-	// raw and packed are reused for the batches spill takes (it keeps
-	// none of their bytes).
-	raw, packed []byte
 }
 
 // maxBatchEntry bounds a record batch's bytes: small beside a reader's
@@ -92,39 +84,27 @@ func (w *batchWriter) each(fn func(key, val []byte) error) error {
 			}
 			continue
 		}
-		var b, c []byte // spilled: w's buffers; else stored by fn: new ones
-		if w.spill != nil {
-			b, c = w.raw[:0], w.packed[:0]
-		}
-		b = slices.Grow(b, 1+uvarintLen(len(e.recs))+e.size)
+		b := make([]byte, 0, 1+uvarintLen(len(e.recs))+e.size)
 		b = append(b, recordVersionBatch)
 		b = binary.AppendUvarint(b, uint64(len(e.recs)))
 		for _, r := range e.recs {
 			b = appendBytes(b, r)
 		}
-		c = slices.Grow(c, 1+s2.MaxEncodedLen(len(b)))
-		v := compressBatch(c, b)
-		if w.spill != nil {
-			w.raw, w.packed = b, c
-			var err error
-			if v, err = w.spill(e.batchSeg, e.last, len(e.recs), v); err != nil {
-				return err
-			}
-		}
-		if err := fn(key, v); err != nil {
+		if err := fn(key, compressBatch(b)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// compressBatch returns batch b as a compressed batch (in dst's array when
-// it has room) when S2 saves at least an eighth of it, else b. The records
-// of one commit and segment repeat their routing key, writer, content type
-// and headers (60–100 bytes of a 200-byte telemetry event's record), and
-// JSON payloads compress too: fewer bytes to write, sync and keep on disk.
-func compressBatch(dst, b []byte) []byte {
-	c := slices.Grow(dst[:0], 1+s2.MaxEncodedLen(len(b)))[:1+s2.MaxEncodedLen(len(b))]
+// compressBatch returns batch b as a compressed batch when S2 saves at least
+// an eighth of it, else b. The records of one commit and segment repeat
+// their routing key, writer, content type and headers (60–100 bytes of a
+// 200-byte telemetry event's record), and JSON payloads compress too:
+// fewer bytes through Badger's WAL, memtable, table builder and tables,
+// each a copy into fresh pages.
+func compressBatch(b []byte) []byte {
+	c := make([]byte, 1+s2.MaxEncodedLen(len(b)))
 	c[0] = recordVersionBatchS2
 	c = c[:1+len(s2.Encode(c[1:], b))]
 	if len(c) > len(b)-len(b)/8 {

@@ -174,7 +174,7 @@ func dataEntries(t *testing.T, s *Store, stream string, seg SegmentID) [][2]uint
 			last := offsetOf(it.Item().Key())
 			first := last
 			if err := it.Item().Value(func(v []byte) error {
-				_, err := s.entryRecordsOf(stream, last, v, 0, 1<<63, func(off uint64, _ []byte) bool { first = min(first, off); return true })
+				_, err := entryRecords(last, v, 0, 1<<63, func(off uint64, _ []byte) bool { first = min(first, off); return true })
 				return err
 			}); err != nil {
 				return err

@@ -149,25 +149,11 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	}
 	txn := s.db.NewTransaction(true)
 	txnBytes := 0
-	// Record batches per segment and commit, in the streams' batch files
-	// (fsync'd before the commit; their index keys ride in it).
-	bw := batchWriter{max: batchEntryMax(s.opts.ValueThreshold)}
-	if !testKeepBatchesInBadger {
-		bw.spill = s.payloads.appendBatch
-	}
+	bw := batchWriter{max: batchEntryMax(s.opts.ValueThreshold)} // record batches per segment and commit
 	var jw journalWriter
 	commit := func() error {
 		if err := bw.each(txn.Set); err != nil {
 			return err
-		}
-		index, err := s.payloads.flushBatches(s.opts.Durability == DurabilityAlways)
-		if err != nil {
-			return err
-		}
-		for k, v := range index {
-			if err := txn.Set(metaKey(k), v); err != nil {
-				return err
-			}
 		}
 		if err := jw.each(s.journalSeq, txn.Set); err != nil {
 			return err
@@ -215,10 +201,6 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	txn.Discard()
 	s.inflight <- b
 }
-
-// testKeepBatchesInBadger, set by tests, stores record batches in Badger
-// as stores did before batch files (version 3 or 4 entries).
-var testKeepBatchesInBadger bool
 
 // setMetas adds one append's metadata (WithMeta) to txn.
 func setMetas(txn *badger.Txn, r *appendReq) error {

@@ -44,8 +44,7 @@
 //
 // One segment's events are one contiguous key range in offset order. A
 // data entry holds one record (version 1 or 2) or a record batch (version
-// 3, or 4 compressed, or 5: a reference to one in a batch file) of
-// consecutive offsets; its key holds the offset of
+// 3, or 4 compressed) of consecutive offsets; its key holds the offset of
 // its last record, so seeking the key of offset o finds the entry that
 // holds o. Open segments' lengths are not stored: they are recovered from
 // the last data key on Open, so an append writes nothing but its record
@@ -128,29 +127,10 @@
 // they are; an agent older than version 4 cannot read a store written
 // since.
 //
-// # Record batch in a batch file, version 5
-//
-// The committer appends each batch (version 3 or 4, as stored before) to
-// its stream's batch file and stores a reference (batchfile.go):
-//
-//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	|  version = 5  | uvarint n ≥ 2 | uvarint file seq | uvarint off  |
-//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//	| uvarint length | CRC-32C of the batch's bytes (u32 BE)          |
-//	+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
-//
-// n is the batch's record count (tools count events without the file);
-// the length is at most 257 KiB + 1; the bytes there must be a version 3
-// or 4 batch. A batch file is a payload file (same names, index key,
-// durability, deletion and recovery): the batch is written and fsync'd
-// before the commit holding its reference. A lone record stays in Badger.
-// An agent older than version 5 cannot read a store written since.
-//
 // # Payload files
 //
 // <dir>/payloads/<stream>.<seq, 10 digits> holds one segment's large
-// payloads back to back in offset order, or the record batches of a
-// stream's segments (a batch file). A file is deleted once its
+// payloads back to back in offset order. A file is deleted once its
 // segment's head passes the last event it holds (payload.go has the
 // rules: index, durability, crash recovery). So shedding and truncation
 // give bytes back to the filesystem at once and rewrite nothing; Reclaim

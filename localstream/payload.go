@@ -41,9 +41,6 @@ import (
 // disk after a deletion is at most one partly dead file per segment, plus
 // the file being written: 2 × Options.ValueLogFileSize per open segment.
 //
-// Record batches go to payload files too, one being written per stream
-// (batch files: batchfile.go).
-//
 // Durability: the payloads of a batch are written, and fsync'd
 // (DurabilityAlways), before its Badger commit, so a durable record's
 // payload is durable; in DurabilityPeriodic the files being written are
@@ -93,12 +90,6 @@ type payloadStore struct {
 	files  map[string]map[uint64]*payloadFile // stream → seq → file
 	active map[string]*payloadFile            // activeKey → the file being written
 	next   map[string]uint64                  // stream → next seq
-	// batchActive is each stream's batch file being written (batchfile.go);
-	// written by the committer under mu, read by it without.
-	batchActive map[string]*payloadFile
-	// touched holds the batch files written since the last flushBatches.
-	// Committer goroutine only.
-	touched map[*payloadFile]bool
 }
 
 // openPayloads opens the payload files of a store: every file with an
@@ -106,8 +97,7 @@ type payloadStore struct {
 // dropped (the deletion was interrupted). New payloads go to new files.
 func openPayloads(dir string, fileSize int64, db *badger.DB) (*payloadStore, error) {
 	ps := &payloadStore{dir: filepath.Join(dir, payloadDir), fileSize: fileSize,
-		files: map[string]map[uint64]*payloadFile{}, active: map[string]*payloadFile{}, next: map[string]uint64{},
-		batchActive: map[string]*payloadFile{}}
+		files: map[string]map[uint64]*payloadFile{}, active: map[string]*payloadFile{}, next: map[string]uint64{}}
 	if err := os.MkdirAll(ps.dir, 0o755); err != nil {
 		return nil, fmt.Errorf("localstream: payload files: %w", err)
 	}
@@ -234,13 +224,7 @@ func (ps *payloadStore) write(batch []*appendReq, pos []Position, sync bool) (ma
 		pf.maxOff[pos[i].Segment] = max(pf.maxOff[pos[i].Segment], pos[i].Offset)
 		touched[pf] = true
 	}
-	return indexOf(touched, sync)
-}
-
-// indexOf fsyncs (when sync is set) the files written to and returns
-// their index keys, to be written in the commit that refers to them.
-func indexOf(touched map[*payloadFile]bool, sync bool) (map[string][]byte, error) {
-	index := make(map[string][]byte, len(touched))
+	index := map[string][]byte{}
 	for pf := range touched {
 		if sync {
 			if err := pf.f.Sync(); err != nil {
@@ -288,28 +272,44 @@ func syncFull(pf *payloadFile) error {
 	return nil
 }
 
+// create starts the stream's next payload file. ps.mu held.
+func (ps *payloadStore) create(stream string) (*payloadFile, error) {
+	seq := max(ps.next[stream], 1)
+	ps.next[stream] = seq + 1
+	f, err := os.OpenFile(ps.path(stream, seq), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("localstream: payload file: %w", err)
+	}
+	pf := &payloadFile{stream: stream, seq: seq, f: f, maxOff: map[SegmentID]uint64{}}
+	ps.add(pf)
+	return pf, nil
+}
+
+// testHookPayloadRead, when set (tests), runs before a payload is read
+// from its file: a shed can then delete the file between the reader's
+// look at the segment and the read, a timing the race leaves rare.
+var testHookPayloadRead func()
+
 // read returns the payload ref points to. A file already deleted means the
 // event is before the stream's head (ErrTruncated).
 func (ps *payloadStore) read(stream string, ref payloadRef) ([]byte, error) {
-	b := make([]byte, ref.Length)
-	return b, ps.readInto(stream, ref, b)
-}
-
-// readInto reads what ref points to into b (len(b) == ref.Length).
-func (ps *payloadStore) readInto(stream string, ref payloadRef, b []byte) error {
+	if testHookPayloadRead != nil {
+		testHookPayloadRead()
+	}
 	ps.mu.RLock()
 	defer ps.mu.RUnlock()
 	pf := ps.files[stream][ref.File]
 	if pf == nil {
-		return fmt.Errorf("%w: payload file %d of %s deleted", ErrTruncated, ref.File, stream)
+		return nil, fmt.Errorf("%w: payload file %d of %s deleted", ErrTruncated, ref.File, stream)
 	}
+	b := make([]byte, ref.Length)
 	if _, err := pf.f.ReadAt(b, int64(ref.Offset)); err != nil {
-		return fmt.Errorf("%w: payload %d+%d in file %d of %s: %w", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream, err)
+		return nil, fmt.Errorf("%w: payload %d+%d in file %d of %s: %w", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream, err)
 	}
 	if crc32.Checksum(b, castagnoli) != ref.CRC {
-		return fmt.Errorf("%w: payload %d+%d in file %d of %s: checksum mismatch", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream)
+		return nil, fmt.Errorf("%w: payload %d+%d in file %d of %s: checksum mismatch", ErrCorruptRecord, ref.Offset, ref.Length, ref.File, stream)
 	}
-	return nil
+	return b, nil
 }
 
 // dead returns the files of st, the one being written aside, whose every
@@ -322,7 +322,7 @@ func (ps *payloadStore) dead(st *Stream) []*payloadFile {
 	var out []*payloadFile
 	for _, seq := range slices.Sorted(maps.Keys(ps.files[st.name])) {
 		pf := ps.files[st.name][seq]
-		writing := pf == ps.batchActive[st.name] // the file its open segments are being written to
+		writing := false // the file its open segment is being written to
 		for seg := range pf.maxOff {
 			sg := st.segs[seg]
 			writing = writing || pf == ps.active[activeKey(st.name, seg)] && sg != nil && !sg.Sealed
@@ -351,9 +351,6 @@ func (ps *payloadStore) remove(files []*payloadFile) error {
 	var errs []error
 	for _, pf := range files {
 		delete(ps.files[pf.stream], pf.seq)
-		if ps.batchActive[pf.stream] == pf {
-			delete(ps.batchActive, pf.stream)
-		}
 		for seg := range pf.maxOff {
 			if key := activeKey(pf.stream, seg); ps.active[key] == pf {
 				delete(ps.active, key)
@@ -373,9 +370,6 @@ func (ps *payloadStore) sync() error {
 	defer ps.mu.RUnlock()
 	var errs []error
 	for _, pf := range ps.active {
-		errs = append(errs, pf.f.Sync())
-	}
-	for _, pf := range ps.batchActive {
 		errs = append(errs, pf.f.Sync())
 	}
 	return errors.Join(errs...)

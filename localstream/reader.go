@@ -166,9 +166,8 @@ func (r *Reader) fill() (progressed, bounded bool, err error) {
 			if err := r.readAhead(id, from, limit); err != nil {
 				if errors.Is(err, ErrTruncated) && r.view(id).start > from {
 					// A truncation or shed passed this read and deleted
-					// the batch or payload file it was reading: read on
-					// from the new start (what it buffered is still
-					// in order).
+					// the payload file it was reading: read on from the
+					// new start (what it buffered is still in order).
 					return true, false, nil
 				}
 				return false, false, err
@@ -255,7 +254,7 @@ func (r *Reader) readAhead(id SegmentID, from, limit uint64) error {
 			last := offsetOf(it.Item().Key())
 			err := it.Item().Value(func(b []byte) error {
 				var derr error
-				m, err := st.s.entryRecordsOf(st.name, last, b, from, limit, func(off uint64, rec []byte) bool {
+				m, err := entryRecords(last, b, from, limit, func(off uint64, rec []byte) bool {
 					var ev Event
 					if ev, derr = st.s.decodeStored(st.name, rec, &r.arena); derr != nil {
 						derr = fmt.Errorf("stream %s segment %s offset %d: %w", st.name, id, off, derr)

@@ -340,7 +340,7 @@ func (st *Stream) scanRange(topo Topology, id SegmentID, from, to uint64, commit
 			var more bool
 			err := it.Item().Value(func(v []byte) error {
 				var err error
-				more, err = st.s.entryRecordsOf(st.name, offsetOf(it.Item().Key()), v, from, to, func(off uint64, rec []byte) bool {
+				more, err = entryRecords(offsetOf(it.Item().Key()), v, from, to, func(off uint64, rec []byte) bool {
 					scanErr = st.summarizeRecord(topo, Position{Segment: id, Offset: off}, rec, committed, res)
 					return scanErr == nil
 				})

@@ -121,11 +121,6 @@ func truncateLocalTail(t testing.TB, dir, stream string, n int) int {
 			seg := binary.BigEndian.Uint64(k[len(prefix):])
 			e := entry{key: k, events: 1}
 			err := it.Item().Value(func(v []byte) error {
-				if len(v) > 1 && v[0] == 5 { // a record batch in a batch file: version 5, uvarint count
-					c, _ := binary.Uvarint(v[1:])
-					e.events = int(c)
-					return nil
-				}
 				if len(v) > 1 && v[0] == 4 { // a compressed record batch: version 4, S2 of a version 3
 					d, err := s2.Decode(nil, v[1:])
 					if err != nil {
