@@ -210,7 +210,7 @@ func (ps *payloadStore) write(batch []*appendReq, pos []Position, sync bool) (ma
 		if r.payload == nil {
 			continue
 		}
-		pf, err := ps.activeFile(r.st.name, pos[i].Segment, int64(len(r.payload)))
+		pf, err := ps.activeFile(r.st.name, pos[i].Segment, int64(len(r.payload)), sync)
 		if err != nil {
 			return nil, err
 		}
@@ -240,40 +240,25 @@ func (ps *payloadStore) write(batch []*appendReq, pos []Position, sync bool) (ma
 // activeFile returns the segment's file to write n more bytes to,
 // starting a new one when the current one is full. Each segment has its
 // own files, so that a file dies when its segment's head passes it,
-// however the other segments are truncated.
-func (ps *payloadStore) activeFile(stream string, seg SegmentID, n int64) (*payloadFile, error) {
+// however the other segments are truncated. synced: the batch's payloads
+// are fsync'd before its commit (DurabilityAlways). Committer goroutine,
+// the only writer of active.
+func (ps *payloadStore) activeFile(stream string, seg SegmentID, n int64, synced bool) (*payloadFile, error) {
+	key := activeKey(stream, seg)
+	full := ps.active[key]
+	if full != nil && (full.size == 0 || full.size+n <= ps.fileSize) {
+		return full, nil
+	}
+	// In DurabilityPeriodic the periodic sync covers the files being
+	// written only: a full one may still hold bytes its records need.
+	// Synced outside the lock, so that readers go on meanwhile.
+	if full != nil && !synced {
+		if err := full.f.Sync(); err != nil {
+			return nil, fmt.Errorf("localstream: payload file %s: %w", full.f.Name(), err)
+		}
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	key := activeKey(stream, seg)
-	if pf := ps.active[key]; pf != nil && (pf.size == 0 || pf.size+n <= ps.fileSize) {
-		return pf, nil
-	}
-	if err := syncFull(ps.active[key]); err != nil {
-		return nil, err
-	}
-	pf, err := ps.create(stream)
-	if err != nil {
-		return nil, err
-	}
-	ps.active[key] = pf
-	return pf, nil
-}
-
-// syncFull fsyncs a file that stops being written (nil: none): in
-// DurabilityPeriodic only the files being written are synced by the
-// periodic sync, and a full one may still hold bytes its records need.
-func syncFull(pf *payloadFile) error {
-	if pf == nil {
-		return nil
-	}
-	if err := pf.f.Sync(); err != nil {
-		return fmt.Errorf("localstream: payload file %s: %w", pf.f.Name(), err)
-	}
-	return nil
-}
-
-// create starts the stream's next payload file. ps.mu held.
-func (ps *payloadStore) create(stream string) (*payloadFile, error) {
 	seq := max(ps.next[stream], 1)
 	ps.next[stream] = seq + 1
 	f, err := os.OpenFile(ps.path(stream, seq), os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
@@ -281,6 +266,7 @@ func (ps *payloadStore) create(stream string) (*payloadFile, error) {
 		return nil, fmt.Errorf("localstream: payload file: %w", err)
 	}
 	pf := &payloadFile{stream: stream, seq: seq, f: f, maxOff: map[SegmentID]uint64{}}
+	ps.active[key] = pf
 	ps.add(pf)
 	return pf, nil
 }
