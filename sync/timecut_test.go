@@ -232,6 +232,17 @@ func TestTimeCutProperty(t *testing.T) {
 			ts = append(ts, it.Commit.Watermark.LowerNs, it.Commit.Watermark.LowerNs-1)
 		}
 	}
+	// T ahead of the receiving clock: no watermark may have passed it, so
+	// its cut is incomplete whichever times the draws above picked (they
+	// are incomplete only when they hit an event of a drone whose clock
+	// runs ahead).
+	future := time.Now().Add(time.Hour).UnixNano()
+	if c, err := CutAt(testCtx(t, 30*time.Second), nc, future, TimeCutOptions{}); err != nil {
+		t.Fatal(err)
+	} else if c.Complete {
+		t.Fatalf("cut at %s, an hour past the receiving clock, is complete: a watermark ran ahead of the clock", time.Unix(0, future).Format(time.RFC3339Nano))
+	}
+	ts = append(ts, future)
 	complete := 0
 	for _, T := range ts {
 		c, err := CutAt(testCtx(t, 30*time.Second), nc, T, TimeCutOptions{})
