@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -186,5 +187,48 @@ func TestReadDedupJournalCorrupt(t *testing.T) {
 	}
 	if slices.Sort(dead); !slices.Equal(dead, []string{dedupKey("c", 1), dedupKey("c", 3)}) {
 		t.Fatalf("dead %q", dead)
+	}
+	// The collection's scan (no known map) finds the same dead keys.
+	none, gcDead, gcCorrupt, err := scanDedupJournal(s, bd.prefix, bd.journal, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Sort(gcDead); none != nil || gcCorrupt != corrupt || !slices.Equal(gcDead, dead) {
+		t.Fatalf("collection's scan: known %x, dead %q, %d corrupt; want none, %q, %d", none, gcDead, gcCorrupt, dead, corrupt)
+	}
+}
+
+// BenchmarkDedupCollect: a client's journal as a collection finds it after
+// dedupGCEvery messages (two records for every packet id, in entries of
+// 64 records — a 64-message commit), scanned by the collection
+// (scanDedupJournal without the known map) and by a DUP's lookup
+// (readDedupJournal).
+func BenchmarkDedupCollect(b *testing.B) {
+	s, st := openStore(b, b.TempDir())
+	defer s.Close()
+	bd := newBrokerDedup(s, "c")
+	var rec []byte
+	for i := range 2 << 16 {
+		rec = append(rec, journalRecord(uint16(i), hashMessage("t", []byte(strconv.Itoa(i))))...)
+		if len(rec) == 64*journalLen {
+			ev := localstream.Event{RoutingKey: "d", Writer: "d", Payload: []byte("x")}
+			if _, err := st.Append(context.Background(), ev, localstream.WithJournal(bd.journal, rec)); err != nil {
+				b.Fatal(err)
+			}
+			rec = nil
+		}
+	}
+	for _, c := range []struct {
+		name      string
+		withKnown bool
+	}{{"collection", false}, {"lookup", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, _, err := scanDedupJournal(s, bd.prefix, bd.journal, c.withKnown); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

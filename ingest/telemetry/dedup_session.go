@@ -195,6 +195,13 @@ func (s *sessionDedup) done(pid uint16, h msgHash, stored bool) []func() {
 // keys under prefix (another client's, whose id extends this one) are
 // left alone.
 func readDedupJournal(meta MetaScanner, prefix, journal string) (known map[uint16]msgHash, dead []string, corrupt int, err error) {
+	return scanDedupJournal(meta, prefix, journal, true)
+}
+
+// scanDedupJournal is readDedupJournal; without withKnown it returns no
+// known map (dedupGC needs only the dead keys: the map of up to 65,536
+// hashes was built and dropped at every collection).
+func scanDedupJournal(meta MetaScanner, prefix, journal string, withKnown bool) (known map[uint16]msgHash, dead []string, corrupt int, err error) {
 	m, err := meta.ScanMeta(prefix)
 	if err != nil {
 		return nil, nil, 0, err
@@ -231,7 +238,9 @@ func readDedupJournal(meta MetaScanner, prefix, journal string) (known map[uint1
 			newest[pid] = int32(i + 1)
 		}
 	}
-	known = map[uint16]msgHash{}
+	if withKnown {
+		known = map[uint16]msgHash{}
+	}
 	for i, e := range all {
 		live := false
 		v := m[e.key]
@@ -240,6 +249,9 @@ func readDedupJournal(meta MetaScanner, prefix, journal string) (known map[uint1
 				continue
 			}
 			live = true
+			if !withKnown {
+				break
+			}
 			if i < len(old) {
 				if h, err := decodeDedup(v); err == nil {
 					known[pid] = h
@@ -266,7 +278,7 @@ type metaDeleter interface {
 
 // dedupGC deletes one client's dead entries (see readDedupJournal).
 func dedupGC(meta metaDeleter, prefix, journal string) (int, error) {
-	_, dead, _, err := readDedupJournal(meta, prefix, journal)
+	_, dead, _, err := scanDedupJournal(meta, prefix, journal, false)
 	if err != nil {
 		return 0, err
 	}

@@ -236,7 +236,7 @@ func (in *Ingester) collectDedup(dead []string) {
 		case <-in.stopping:
 			return
 		}
-		if _, dead, _, err = readDedupJournal(b.meta, b.prefix, b.journal); err != nil {
+		if _, dead, _, err = scanDedupJournal(b.meta, b.prefix, b.journal, false); err != nil {
 			in.c.dedupErrors.Add(1)
 			in.cfg.Logger.Warn("telemetry: read dedup entries", "err", err)
 		}
