@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"runtime"
@@ -146,8 +147,38 @@ func (b *bufferedConn) Close() error {
 		}
 	}
 	<-b.done
+	if b.server && !already {
+		lingeringClose(b.Conn)
+	}
 	return b.Conn.Close()
 }
+
+// lingeringClose half-closes c and reads what the client still sends,
+// for at most lingerTime and lingerBytes, before c is closed: a socket
+// closed with unread input makes the kernel answer with a reset, which
+// drops what was written and not yet sent — the PUBACKs queued last, at a
+// graceful stop whose publisher had sent more than was read — and a
+// client that gets the reset may discard what it had received but not
+// read (Apache's lingering close, for the same reason). After the
+// half-close the client reads every ack and then EOF; it closes its side
+// and the read here ends at once.
+func lingeringClose(c net.Conn) {
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	if c.SetReadDeadline(time.Now().Add(lingerTime)) != nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, c, lingerBytes)
+}
+
+// lingerTime and lingerBytes bound lingeringClose: a client that neither
+// closes nor stops sending is cut off after them.
+const (
+	lingerTime  = 500 * time.Millisecond
+	lingerBytes = 1 << 20
+)
 
 // dialBuffered opens tcp/mqtt and ssl/tls/mqtts connections for paho,
 // wrapped in a bufferedConn. (ws/wss use paho's own dialer.)
