@@ -13,8 +13,13 @@ type inflightBatch struct {
 
 // commitLoop is the single writer: it takes appends from the queue in
 // order, assigns offsets, and writes them in Badger commits bounded by
-// events and bytes. It does not wait for the fsync: the completer does,
-// so the next batch is built while the previous one syncs.
+// events and bytes. The completer waits for each commit's fsync and calls
+// back, so a batch's acks go out while the next one is gathered. (Badger
+// itself holds the committer until each commit is written: the
+// transaction writeBatch opens after its last commit waits, at its read
+// timestamp, for that commit. Opening it lazily, so that the next batch's
+// payload files are written during the sync, measured no different in
+// BenchmarkDurableAppend with 256 KiB × 8 or 64 writers.)
 func (s *Store) commitLoop() {
 	defer s.wg.Done()
 	defer close(s.inflight)
