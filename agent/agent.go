@@ -24,6 +24,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/procs"
 	"github.com/edge-agent/edge-agent/sync"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -63,9 +64,19 @@ type Agent struct {
 	// history is the last minutes of each stream's lags and backlog, for the page.
 	history history
 
-	// mu guards errs.
-	mu   stdsync.Mutex
-	errs map[string]string // component → last error, for /status
+	// mu guards errs and procs.
+	mu    stdsync.Mutex
+	errs  map[string]string  // component → last error, for /status
+	procs func() procs.Stats // how the process sizes GOMAXPROCS (ReportProcs)
+}
+
+// ReportProcs makes /status and /metrics show how the process sizes
+// GOMAXPROCS (package procs): `edge-agent run` does that, not the Agent,
+// as GOMAXPROCS is the whole process's.
+func (a *Agent) ReportProcs(stats func() procs.Stats) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.procs = stats
 }
 
 // New checks the configuration and resolves the agent id. It starts nothing.

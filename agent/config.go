@@ -52,6 +52,16 @@ type Config struct {
 	Central CentralConfig `yaml:"central"`
 	// Devices configures the drone registry, host health and disk pressure.
 	Devices DevicesConfig `yaml:"devices"`
+	// Runtime configures the Go runtime of `edge-agent run`.
+	Runtime RuntimeConfig `yaml:"runtime"`
+}
+
+// RuntimeConfig configures the Go runtime of `edge-agent run`.
+type RuntimeConfig struct {
+	// Procs is GOMAXPROCS. 0 (default): sized to the load, between 1 and
+	// the CPUs the process may use (package procs); N > 0 fixes it at N.
+	// A GOMAXPROCS environment variable fixes it too.
+	Procs int `yaml:"procs"`
 }
 
 // LogConfig configures log/slog.
@@ -323,6 +333,9 @@ func (c Config) Validate() error {
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		return bad("log.format", "%q: want text or json", c.Log.Format)
+	}
+	if c.Runtime.Procs < 0 {
+		return bad("runtime.procs", "%d: want 0 (sized to the load) or the number of Ps", c.Runtime.Procs)
 	}
 	if c.HTTP.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Listen); err != nil {

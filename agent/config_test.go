@@ -59,6 +59,7 @@ func TestGoldenConfig(t *testing.T) {
 	want.Devices.Disk.RetainBelow = devices.Threshold{Bytes: 4 << 30}
 	want.Devices.Disk.ShedBelow = devices.Threshold{Bytes: 2 << 30}
 	want.Devices.Disk.Policy = []devices.ShedRule{{Stream: "video", AllowUnreplicated: true}, {Stream: "telemetry"}}
+	want.Runtime.Procs = 2
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("golden config:\n got %+v\nwant %+v", got, want)
 	}
@@ -106,6 +107,7 @@ func TestConfigErrors(t *testing.T) {
 		{"store: {value_log_file_size: -1}", "store.value_log_file_size: -1 is negative"},
 		{"store: {value_log_file_size: 1048576}", "store.value_log_file_size: 1048576: want at least 2 × max_event_bytes (8388608)"},
 		{"devices: {offline_after: -1s}", "devices: health_interval, offline_after and max_drones must not be negative"},
+		{"runtime: {procs: -1}", "runtime.procs: -1: want 0 (sized to the load) or the number of Ps"},
 		{"unknown_key: 1", "field unknown_key not found"},
 	}
 	for _, c := range cases {

@@ -57,6 +57,9 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 	if s.Video != nil {
 		emitStruct(ch, "edge_video", nil, nil, reflect.ValueOf(*s.Video))
 	}
+	if s.Procs != nil {
+		emitStruct(ch, "edge_procs", nil, nil, reflect.ValueOf(*s.Procs))
+	}
 	if s.Telemetry != nil {
 		emitStruct(ch, "edge_telemetry", nil, nil, reflect.ValueOf(*s.Telemetry))
 	}

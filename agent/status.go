@@ -8,6 +8,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/procs"
 	"github.com/edge-agent/edge-agent/sync"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -35,6 +36,9 @@ type Status struct {
 	Telemetry *telemetry.Stats `json:"telemetry,omitempty"`
 	// Devices is the drone registry, host health and disk pressure.
 	Devices any `json:"devices,omitempty"`
+	// Procs is how `edge-agent run` sizes GOMAXPROCS (absent in a
+	// process that does not: tests, the library).
+	Procs *procs.Stats `json:"procs,omitempty"`
 	// Errors holds the latest error of each part that has one.
 	Errors map[string]string `json:"errors"`
 }
@@ -75,7 +79,12 @@ func (a *Agent) Status() Status {
 		Errors: map[string]string{}}
 	a.mu.Lock()
 	maps.Copy(s.Errors, a.errs)
+	procsStats := a.procs
 	a.mu.Unlock()
+	if procsStats != nil {
+		ps := procsStats()
+		s.Procs = &ps
+	}
 	if nc := a.centralConn(); nc != nil && !s.CentralConnected {
 		msg := "not connected to " + s.Central + " (check central.url and that the server runs; capturing locally meanwhile)"
 		if err := nc.LastError(); err != nil {

@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 
 	"github.com/edge-agent/edge-agent/agent"
+	"github.com/edge-agent/edge-agent/procs"
 )
 
 func init() {
@@ -112,6 +115,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		return err
 	}
+	defer startProcs(cfg.Runtime, a, log)()
 	if path := os.Getenv("EDGE_AGENT_CPUPROFILE"); path != "" {
 		// Profiling a run (BENCHMARKS.md, CPU per event): written at
 		// a graceful stop.
@@ -128,4 +132,27 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("agent %s: %w", a.ID(), err)
 	}
 	return nil
+}
+
+// startProcs sizes GOMAXPROCS for the run to the agent's load (package
+// procs) unless runtime.procs or the GOMAXPROCS environment variable fixes
+// it; the returned func stops the sizing.
+func startProcs(cfg agent.RuntimeConfig, a *agent.Agent, log *slog.Logger) (stop func()) {
+	switch {
+	case cfg.Procs > 0:
+		runtime.GOMAXPROCS(cfg.Procs)
+		fallthrough
+	case os.Getenv("GOMAXPROCS") != "":
+		a.ReportProcs(procs.Fixed)
+		return func() {}
+	}
+	c := procs.New(procs.Config{Logger: log})
+	a.ReportProcs(c.Stats)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Run(ctx)
+	}()
+	return func() { cancel(); <-done }
 }

@@ -1,0 +1,253 @@
+// Package procs sizes the Go scheduler to the agent's load.
+//
+// With more Ps (GOMAXPROCS) than its Go code keeps busy, the runtime pays
+// for the idle ones: every goroutine made runnable while a P is idle wakes
+// an OS thread to spin for work (a futex wake, a context switch, then the
+// thread parks again), and a P left behind by a thread blocked in a system
+// call (Badger's msync of its WAL, a socket read) is handed to another
+// thread. A ground station's agent moves events from goroutine to
+// goroutine (connection, drone lane, committer, completer, replicator)
+// hundreds of thousands of times a second at well under one core of Go
+// code, so on a small box those wake-ups are a large share of its CPU
+// (BENCHMARKS.md, "Sizing the scheduler to the load": a seventh of the
+// agent's CPU per event at one drone on 2 cores).
+//
+// A Controller therefore keeps GOMAXPROCS at the fewest Ps the load needs
+// and gives the agent every CPU when it needs them. Each Interval it
+// reads the process's user CPU time (getrusage): Go code, the runtime
+// and the spinning threads run in user mode, and only a thread holding a
+// P runs Go code, so user CPU over the interval divided by the Ps is how
+// busy the Ps were. A busy share at or above Raise in one interval raises
+// the Ps at once, to the fewest that would have been busy at most Target
+// (at least one more, at most Max); when every interval of the last Hold
+// would have fitted in fewer Ps at Target, it lowers them to that. System
+// calls do not hold a P (the runtime hands it on when one blocks), so
+// blocking I/O and syncs run in parallel whatever the count.
+package procs
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config configures a Controller. The zero value is the default.
+type Config struct {
+	// Max is the most Ps. Default: GOMAXPROCS when the Controller is made
+	// (the CPUs the process may use: Go honours a cgroup CPU limit).
+	Max int
+	// Min is the fewest Ps. Default 1.
+	Min int
+	// Interval is how often the load is sampled. Default 100 ms.
+	Interval time.Duration
+	// Raise is the busy share of the Ps (user CPU / (Ps × Interval)) at
+	// or above which one interval raises them. Default 0.75.
+	Raise float64
+	// Target is the busy share a new count aims at. Default 0.5: the
+	// gap to Raise keeps a load at the edge from flapping.
+	Target float64
+	// Hold is how long the load must have fitted in fewer Ps at Target
+	// before they are lowered. Default 5 s.
+	Hold time.Duration
+	// Logger receives a debug record per change. Default slog.Default().
+	Logger *slog.Logger
+
+	// UserCPU returns the process's user CPU time so far. Default
+	// getrusage(RUSAGE_SELF); tests inject a load.
+	UserCPU func() time.Duration
+	// SetProcs sets GOMAXPROCS (n > 0) and returns the previous value
+	// (as runtime.GOMAXPROCS, the default).
+	SetProcs func(n int) int
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.SetProcs == nil {
+		c.SetProcs = runtime.GOMAXPROCS
+	}
+	if c.Max <= 0 {
+		c.Max = c.SetProcs(0)
+	}
+	if c.Min <= 0 {
+		c.Min = 1
+	}
+	c.Min = min(c.Min, c.Max)
+	if c.Interval <= 0 {
+		c.Interval = 100 * time.Millisecond
+	}
+	if c.Raise <= 0 || c.Raise > 1 {
+		c.Raise = 0.75
+	}
+	if c.Target <= 0 || c.Target > c.Raise {
+		c.Target = min(0.5, c.Raise)
+	}
+	if c.Hold <= 0 {
+		c.Hold = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.UserCPU == nil {
+		c.UserCPU = userCPU
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Stats is what a Controller did.
+type Stats struct {
+	// Procs is GOMAXPROCS now; MaxProcs and MinProcs its bounds.
+	Procs    int `json:"gomaxprocs"`
+	MaxProcs int `json:"max"`
+	MinProcs int `json:"min"`
+	// Raised and Lowered count the changes.
+	Raised  uint64 `json:"raised"`
+	Lowered uint64 `json:"lowered"`
+	// Busy is the busy share of the Ps over the last interval.
+	Busy float64 `json:"busy"`
+	// Sized is false when GOMAXPROCS is fixed (runtime.procs or the
+	// GOMAXPROCS environment variable) and nothing sizes it.
+	Sized bool `json:"sized"`
+}
+
+// Controller keeps GOMAXPROCS at what the load needs (see the package
+// comment). Run it once.
+type Controller struct {
+	cfg Config
+
+	mu    sync.Mutex
+	stats Stats
+	// The load of the intervals within Hold: the Ps each needed at Target.
+	need  []sample
+	since time.Time // when the count last changed (or Run started)
+}
+
+type sample struct {
+	at   time.Time
+	need int
+}
+
+// New returns a Controller; nothing changes until Run.
+func New(cfg Config) *Controller {
+	cfg = cfg.withDefaults()
+	return &Controller{cfg: cfg, stats: Stats{Procs: cfg.SetProcs(0), MaxProcs: cfg.Max, MinProcs: cfg.Min, Sized: true}}
+}
+
+// Run samples the load and sets GOMAXPROCS until ctx ends, then gives
+// the process Max Ps again. It starts at Min: a load that needs more
+// raises it within an Interval.
+func (c *Controller) Run(ctx context.Context) error {
+	lastCPU, last := c.cfg.UserCPU(), c.cfg.Now()
+	defer c.set(c.cfg.Now(), c.cfg.Max, "stopped")
+	c.set(last, c.cfg.Min, "started")
+	t := time.NewTicker(c.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		cpu, now := c.cfg.UserCPU(), c.cfg.Now()
+		c.Observe(now, cpu-lastCPU, now.Sub(last))
+		lastCPU, last = cpu, now
+	}
+}
+
+// Observe takes one interval's load: user CPU time used over elapsed
+// wall time, ending at now. Run calls it; it is exported for tests that
+// drive a Controller with a chosen load.
+func (c *Controller) Observe(now time.Time, used, elapsed time.Duration) {
+	if elapsed <= 0 {
+		return
+	}
+	cores := used.Seconds() / elapsed.Seconds() // the cores of Go code the interval used
+	c.mu.Lock()
+	procs := c.stats.Procs
+	busy := cores / float64(procs)
+	c.stats.Busy = busy
+	need := c.clamp(int(math.Ceil(cores / c.cfg.Target)))
+	if c.since.IsZero() {
+		c.since = now.Add(-elapsed)
+	}
+	c.need = append(c.need, sample{at: now, need: need})
+	drop := 0
+	for drop < len(c.need) && now.Sub(c.need[drop].at) > c.cfg.Hold {
+		drop++
+	}
+	c.need = append(c.need[:0], c.need[drop:]...)
+	// Lower only to what every interval of the last Hold needed, and
+	// only once Hold has passed at this count.
+	peak := 0
+	for _, s := range c.need {
+		peak = max(peak, s.need)
+	}
+	held := now.Sub(c.since) >= c.cfg.Hold
+	c.mu.Unlock()
+
+	switch {
+	case busy >= c.cfg.Raise && procs < c.cfg.Max:
+		c.set(now, max(need, procs+1), "raised")
+	case held && peak < procs:
+		c.set(now, peak, "lowered")
+	}
+}
+
+func (c *Controller) clamp(n int) int { return min(c.cfg.Max, max(c.cfg.Min, n)) }
+
+// set makes GOMAXPROCS n at now; a change restarts the Hold.
+func (c *Controller) set(now time.Time, n int, why string) {
+	n = c.clamp(n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prev := c.stats.Procs
+	if n == prev && why != "started" {
+		return
+	}
+	c.cfg.SetProcs(n)
+	c.stats.Procs = n
+	c.need = c.need[:0]
+	c.since = now
+	switch {
+	case n > prev:
+		if why == "raised" {
+			c.stats.Raised++
+		}
+	case n < prev:
+		if why == "lowered" {
+			c.stats.Lowered++
+		}
+	}
+	if n != prev {
+		c.cfg.Logger.Debug("procs: GOMAXPROCS", "procs", n, "was", prev, "why", why, "busy", c.stats.Busy)
+	}
+}
+
+// Stats returns what the Controller did so far.
+func (c *Controller) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Fixed is the Stats of a process whose GOMAXPROCS nothing sizes.
+func Fixed() Stats {
+	n := runtime.GOMAXPROCS(0)
+	return Stats{Procs: n, MaxProcs: n, MinProcs: n}
+}
+
+// userCPU is the process's user CPU time (all threads).
+func userCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano())
+}
