@@ -20,6 +20,7 @@ import (
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/procs"
 	"github.com/edge-agent/edge-agent/sync"
 )
 
@@ -46,6 +47,9 @@ func startAgent(t *testing.T, cfg Config) (*Agent, context.CancelFunc, <-chan er
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As `edge-agent run` does (it sizes GOMAXPROCS; a test process's is
+	// left alone): /status and /metrics show procs.
+	a.ReportProcs(procs.Fixed)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

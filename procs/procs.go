@@ -1,28 +1,3 @@
-// Package procs sizes the Go scheduler to the agent's load.
-//
-// With more Ps (GOMAXPROCS) than its Go code keeps busy, the runtime pays
-// for the idle ones: every goroutine made runnable while a P is idle wakes
-// an OS thread to spin for work (a futex wake, a context switch, then the
-// thread parks again), and a P left behind by a thread blocked in a system
-// call (Badger's msync of its WAL, a socket read) is handed to another
-// thread. A ground station's agent moves events from goroutine to
-// goroutine (connection, drone lane, committer, completer, replicator)
-// hundreds of thousands of times a second at well under one core of Go
-// code, so on a small box those wake-ups are a large share of its CPU
-// (BENCHMARKS.md, "Sizing the scheduler to the load": a seventh of the
-// agent's CPU per event at one drone on 2 cores).
-//
-// A Controller therefore keeps GOMAXPROCS at the fewest Ps the load needs
-// and gives the agent every CPU when it needs them. Each Interval it
-// reads the process's user CPU time (getrusage): Go code, the runtime
-// and the spinning threads run in user mode, and only a thread holding a
-// P runs Go code, so user CPU over the interval divided by the Ps is how
-// busy the Ps were. A busy share at or above Raise in one interval raises
-// the Ps at once, to the fewest that would have been busy at most Target
-// (at least one more, at most Max); when every interval of the last Hold
-// would have fitted in fewer Ps at Target, it lowers them to that. System
-// calls do not hold a P (the runtime hands it on when one blocks), so
-// blocking I/O and syncs run in parallel whatever the count.
 package procs
 
 import (
@@ -30,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"syscall"
 	"time"
@@ -59,6 +35,10 @@ type Config struct {
 	// UserCPU returns the process's user CPU time so far. Default
 	// getrusage(RUSAGE_SELF); tests inject a load.
 	UserCPU func() time.Duration
+	// Waits returns the runtime's histogram of how long runnable
+	// goroutines waited for a P (/sched/latencies:seconds). Default
+	// runtime/metrics.
+	Waits func() *metrics.Float64Histogram
 	// SetProcs sets GOMAXPROCS (n > 0) and returns the previous value
 	// (as runtime.GOMAXPROCS, the default).
 	SetProcs func(n int) int
@@ -95,6 +75,9 @@ func (c Config) withDefaults() Config {
 	if c.UserCPU == nil {
 		c.UserCPU = userCPU
 	}
+	if c.Waits == nil {
+		c.Waits = schedLatencies
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -112,6 +95,13 @@ type Stats struct {
 	Lowered uint64 `json:"lowered"`
 	// Busy is the busy share of the Ps over the last interval.
 	Busy float64 `json:"busy"`
+	// WaitP99 and WaitMax are the 99th percentile and the longest of
+	// how long goroutines made runnable in the last interval waited to
+	// run (the upper bounds of the runtime's /sched/latencies buckets):
+	// for a P, or for the CPU when other processes hold it. Shown, not
+	// acted on: waits for the CPU are as long at any count.
+	WaitP99 float64 `json:"wait_p99_seconds"`
+	WaitMax float64 `json:"wait_max_seconds"`
 	// Sized is false when GOMAXPROCS is fixed (runtime.procs or the
 	// GOMAXPROCS environment variable) and nothing sizes it.
 	Sized bool `json:"sized"`
@@ -144,7 +134,7 @@ func New(cfg Config) *Controller {
 // the process Max Ps again. It starts at Min: a load that needs more
 // raises it within an Interval.
 func (c *Controller) Run(ctx context.Context) error {
-	lastCPU, last := c.cfg.UserCPU(), c.cfg.Now()
+	lastCPU, last, lastWaits := c.cfg.UserCPU(), c.cfg.Now(), c.cfg.Waits()
 	defer c.set(c.cfg.Now(), c.cfg.Max, "stopped")
 	c.set(last, c.cfg.Min, "started")
 	t := time.NewTicker(c.cfg.Interval)
@@ -155,24 +145,34 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		cpu, now := c.cfg.UserCPU(), c.cfg.Now()
-		c.Observe(now, cpu-lastCPU, now.Sub(last))
-		lastCPU, last = cpu, now
+		cpu, now, waits := c.cfg.UserCPU(), c.cfg.Now(), c.cfg.Waits()
+		c.Observe(now, Load{Elapsed: now.Sub(last), UserCPU: cpu - lastCPU, WaitP99: quantile(lastWaits, waits, 0.99), WaitMax: quantile(lastWaits, waits, 1)})
+		lastCPU, last, lastWaits = cpu, now, waits
 	}
 }
 
-// Observe takes one interval's load: user CPU time used over elapsed
-// wall time, ending at now. Run calls it; it is exported for tests that
-// drive a Controller with a chosen load.
-func (c *Controller) Observe(now time.Time, used, elapsed time.Duration) {
-	if elapsed <= 0 {
+// Load is one interval's load.
+type Load struct {
+	// Elapsed is the interval's wall time; UserCPU the user CPU time the
+	// process used in it.
+	Elapsed, UserCPU time.Duration
+	// WaitP99 and WaitMax are the 99th percentile and the longest of
+	// how long the goroutines made runnable in the interval waited for a P.
+	WaitP99, WaitMax time.Duration
+}
+
+// Observe takes the load of the interval ending at now. Run calls it; it
+// is exported for tests that drive a Controller with a chosen load.
+func (c *Controller) Observe(now time.Time, l Load) {
+	if l.Elapsed <= 0 {
 		return
 	}
-	cores := used.Seconds() / elapsed.Seconds() // the cores of Go code the interval used
+	elapsed := l.Elapsed
+	cores := l.UserCPU.Seconds() / elapsed.Seconds() // the cores of Go code the interval used
 	c.mu.Lock()
 	procs := c.stats.Procs
 	busy := cores / float64(procs)
-	c.stats.Busy = busy
+	c.stats.Busy, c.stats.WaitP99, c.stats.WaitMax = busy, l.WaitP99.Seconds(), l.WaitMax.Seconds()
 	need := c.clamp(int(math.Ceil(cores / c.cfg.Target)))
 	if c.since.IsZero() {
 		c.since = now.Add(-elapsed)
@@ -241,6 +241,48 @@ func (c *Controller) Stats() Stats {
 func Fixed() Stats {
 	n := runtime.GOMAXPROCS(0)
 	return Stats{Procs: n, MaxProcs: n, MinProcs: n}
+}
+
+// schedLatencies reads /sched/latencies:seconds.
+func schedLatencies() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	return s[0].Value.Float64Histogram()
+}
+
+// quantile is the q quantile of the observations between two readings of
+// a cumulative histogram (the upper bound of its bucket; 0 with none).
+func quantile(before, after *metrics.Float64Histogram, q float64) time.Duration {
+	if after == nil {
+		return 0
+	}
+	var total uint64
+	delta := make([]uint64, len(after.Counts))
+	for i, n := range after.Counts {
+		if before != nil && i < len(before.Counts) {
+			n -= before.Counts[i]
+		}
+		delta[i] = n
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i, n := range delta {
+		if seen += n; seen >= rank {
+			upper := after.Buckets[i+1]
+			if math.IsInf(upper, 1) {
+				upper = after.Buckets[i]
+			}
+			return time.Duration(upper * float64(time.Second))
+		}
+	}
+	return 0
 }
 
 // userCPU is the process's user CPU time (all threads).

@@ -2,7 +2,9 @@ package procs
 
 import (
 	"context"
+	"math"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,7 +41,7 @@ func newDriven(t *testing.T, cfg Config) *driven {
 func (d *driven) load(cores float64, dur time.Duration) {
 	for end := d.now.Add(dur); d.now.Before(end); {
 		d.now = d.now.Add(d.step)
-		d.c.Observe(d.now, time.Duration(cores*float64(d.step)), d.step)
+		d.c.Observe(d.now, Load{Elapsed: d.step, UserCPU: time.Duration(cores * float64(d.step))})
 	}
 }
 
@@ -95,6 +97,39 @@ func TestLoadAtTheEdgeStays(t *testing.T) {
 	d.want(1, "the Hold passed without a spike")
 	if s := d.c.Stats(); s.Raised != 1 || s.Lowered != 1 {
 		t.Fatalf("stats %+v, want one change each way", s)
+	}
+}
+
+// Waits are shown, not acted on (see the package comment).
+func TestWaitsShown(t *testing.T) {
+	d := newDriven(t, Config{Max: 2})
+	d.now = d.now.Add(d.step)
+	d.c.Observe(d.now, Load{Elapsed: d.step, UserCPU: d.step / 5, WaitP99: 6 * time.Millisecond, WaitMax: 9 * time.Millisecond})
+	d.want(1, "long waits at a fifth of a core")
+	if s := d.c.Stats(); s.WaitP99 != 0.006 || s.WaitMax != 0.009 || math.Abs(s.Busy-0.2) > 1e-9 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	h := func(counts ...uint64) *metrics.Float64Histogram {
+		return &metrics.Float64Histogram{Counts: counts, Buckets: []float64{0, 0.001, 0.002, 0.004, math.Inf(1)}}
+	}
+	before, after := h(10, 0, 0, 0), h(108, 1, 1, 0) // this interval: 98 under 1 ms, 1 under 2, 1 under 4
+	if got := quantile(before, after, 0.98); got != time.Millisecond {
+		t.Errorf("p98 %v, want 1ms", got)
+	}
+	if got := quantile(before, after, 0.99); got != 2*time.Millisecond {
+		t.Errorf("p99 %v, want 2ms", got)
+	}
+	if got := quantile(before, after, 1); got != 4*time.Millisecond {
+		t.Errorf("max %v, want 4ms", got)
+	}
+	if got := quantile(after, after, 0.99); got != 0 {
+		t.Errorf("nothing observed: %v, want 0", got)
+	}
+	if got := quantile(before, h(10, 0, 0, 5), 1); got != 4*time.Millisecond {
+		t.Errorf("the open last bucket: %v, want its lower bound 4ms", got)
 	}
 }
 
