@@ -36,8 +36,8 @@ type Config struct {
 	// getrusage(RUSAGE_SELF); tests inject a load.
 	UserCPU func() time.Duration
 	// Waits returns the runtime's histogram of how long runnable
-	// goroutines waited for a P (/sched/latencies:seconds). Default
-	// runtime/metrics.
+	// goroutines waited to run (/sched/latencies:seconds), shown in
+	// Stats. Default runtime/metrics.
 	Waits func() *metrics.Float64Histogram
 	// SetProcs sets GOMAXPROCS (n > 0) and returns the previous value
 	// (as runtime.GOMAXPROCS, the default).
@@ -157,7 +157,7 @@ type Load struct {
 	// process used in it.
 	Elapsed, UserCPU time.Duration
 	// WaitP99 and WaitMax are the 99th percentile and the longest of
-	// how long the goroutines made runnable in the interval waited for a P.
+	// how long the goroutines made runnable in the interval waited to run.
 	WaitP99, WaitMax time.Duration
 }
 
@@ -167,15 +167,14 @@ func (c *Controller) Observe(now time.Time, l Load) {
 	if l.Elapsed <= 0 {
 		return
 	}
-	elapsed := l.Elapsed
-	cores := l.UserCPU.Seconds() / elapsed.Seconds() // the cores of Go code the interval used
+	cores := l.UserCPU.Seconds() / l.Elapsed.Seconds() // the cores of Go code the interval used
 	c.mu.Lock()
 	procs := c.stats.Procs
 	busy := cores / float64(procs)
 	c.stats.Busy, c.stats.WaitP99, c.stats.WaitMax = busy, l.WaitP99.Seconds(), l.WaitMax.Seconds()
 	need := c.clamp(int(math.Ceil(cores / c.cfg.Target)))
 	if c.since.IsZero() {
-		c.since = now.Add(-elapsed)
+		c.since = now.Add(-l.Elapsed)
 	}
 	c.need = append(c.need, sample{at: now, need: need})
 	drop := 0
