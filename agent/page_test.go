@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -94,6 +95,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	type row map[string]string
 	type rendered struct {
 		Agent, Central, CentralState string
+		Procs                        string
 		Streams, Drones              map[string]row
 		Errors                       []string
 		Points                       []int
@@ -110,6 +112,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	    Agent: document.getElementById("agent").textContent,
 	    Central: document.getElementById("central").textContent,
 	    CentralState: document.getElementById("central-state").textContent,
+	    Procs: document.getElementById("procs-box").hidden ? "" : document.getElementById("procs").textContent,
 	    Streams: rows("#streams tbody tr[data-stream]", "data-stream"),
 	    Drones: rows("#drones tbody tr[data-drone]", "data-drone"),
 	    Errors: [...document.querySelectorAll("#errors li")].map(li => li.textContent),
@@ -148,6 +151,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if page.Agent != s.Agent || page.Central != s.Central || page.CentralState != "connected" || !s.CentralConnected {
 		t.Errorf("header: agent %q central %q %q; /status %q %q connected=%v", page.Agent, page.Central, page.CentralState,
 			s.Agent, s.Central, s.CentralConnected)
+	}
+	if s.Procs == nil || page.Procs != fmt.Sprintf("%d of %d Ps", s.Procs.Procs, s.Procs.MaxProcs) {
+		t.Errorf("header: Go %q; /status procs %+v", page.Procs, s.Procs)
 	}
 	for _, st := range s.Streams {
 		r, ok := page.Streams[st.Name]

@@ -156,6 +156,11 @@ function render(s) {
   cs.textContent = s.central ? (s.central_connected ? "connected" : "disconnected") : "off";
   cs.className = "pill " + (s.central ? (s.central_connected ? "ok" : "bad") : "");
   document.getElementById("uptime").textContent = fmtSec(s.uptime_seconds);
+  document.getElementById("procs-box").hidden = !s.procs;
+  if (s.procs) {
+    document.getElementById("procs").textContent =
+      `${s.procs.gomaxprocs} of ${s.procs.max} Ps` + (s.procs.sized ? " (sized to the load)" : "");
+  }
   document.getElementById("updated").textContent = new Date(s.time).toLocaleTimeString();
 
   // Streams.
