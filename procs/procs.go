@@ -14,7 +14,9 @@ import (
 // Config configures a Controller. The zero value is the default.
 type Config struct {
 	// Max is the most Ps. Default: GOMAXPROCS when the Controller is made
-	// (the CPUs the process may use: Go honours a cgroup CPU limit).
+	// (the CPUs the process may use: Go honours a cgroup CPU limit). It is
+	// read once: setting GOMAXPROCS stops the runtime's own updates when
+	// that limit changes, so a changed limit takes a restart.
 	Max int
 	// Min is the fewest Ps. Default 1.
 	Min int
