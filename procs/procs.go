@@ -34,18 +34,10 @@ type Config struct {
 	// Logger receives a debug record per change. Default slog.Default().
 	Logger *slog.Logger
 
-	// UserCPU returns the process's user CPU time so far. Default
-	// getrusage(RUSAGE_SELF); tests inject a load.
-	UserCPU func() time.Duration
-	// Waits returns the runtime's histogram of how long runnable
-	// goroutines waited to run (/sched/latencies:seconds), shown in
-	// Stats. Default runtime/metrics.
-	Waits func() *metrics.Float64Histogram
 	// SetProcs sets GOMAXPROCS (n > 0) and returns the previous value
-	// (as runtime.GOMAXPROCS, the default).
+	// (as runtime.GOMAXPROCS, the default; tests that drive a Controller
+	// through Observe keep it in a variable).
 	SetProcs func(n int) int
-	// Now is the clock. Default time.Now.
-	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -73,15 +65,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.UserCPU == nil {
-		c.UserCPU = userCPU
-	}
-	if c.Waits == nil {
-		c.Waits = schedLatencies
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return c
 }
@@ -136,8 +119,8 @@ func New(cfg Config) *Controller {
 // the process Max Ps again. It starts at Min: a load that needs more
 // raises it within an Interval.
 func (c *Controller) Run(ctx context.Context) error {
-	lastCPU, last, lastWaits := c.cfg.UserCPU(), c.cfg.Now(), c.cfg.Waits()
-	defer c.set(c.cfg.Now(), c.cfg.Max, "stopped")
+	lastCPU, last, lastWaits := userCPU(), time.Now(), schedLatencies()
+	defer func() { c.set(time.Now(), c.cfg.Max, "stopped") }()
 	c.set(last, c.cfg.Min, "started")
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
@@ -147,8 +130,9 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		cpu, now, waits := c.cfg.UserCPU(), c.cfg.Now(), c.cfg.Waits()
-		c.Observe(now, Load{Elapsed: now.Sub(last), UserCPU: cpu - lastCPU, WaitP99: quantile(lastWaits, waits, 0.99), WaitMax: quantile(lastWaits, waits, 1)})
+		cpu, now, waits := userCPU(), time.Now(), schedLatencies()
+		p99, longest := waited(lastWaits, waits)
+		c.Observe(now, Load{Elapsed: now.Sub(last), UserCPU: cpu - lastCPU, WaitP99: p99, WaitMax: longest})
 		lastCPU, last, lastWaits = cpu, now, waits
 	}
 }
@@ -216,15 +200,11 @@ func (c *Controller) set(now time.Time, n int, why string) {
 	c.stats.Procs = n
 	c.need = c.need[:0]
 	c.since = now
-	switch {
-	case n > prev:
-		if why == "raised" {
-			c.stats.Raised++
-		}
-	case n < prev:
-		if why == "lowered" {
-			c.stats.Lowered++
-		}
+	switch why {
+	case "raised":
+		c.stats.Raised++
+	case "lowered":
+		c.stats.Lowered++
 	}
 	if n != prev {
 		c.cfg.Logger.Debug("procs: GOMAXPROCS", "procs", n, "was", prev, "why", why, "busy", c.stats.Busy)
@@ -254,36 +234,42 @@ func schedLatencies() *metrics.Float64Histogram {
 	return s[0].Value.Float64Histogram()
 }
 
-// quantile is the q quantile of the observations between two readings of
-// a cumulative histogram (the upper bound of its bucket; 0 with none).
-func quantile(before, after *metrics.Float64Histogram, q float64) time.Duration {
+// waited is the 99th percentile and the longest of the waits observed
+// between two readings of the cumulative /sched/latencies histogram: the
+// upper bounds of their buckets (the lower bound of the open last one);
+// 0 with none.
+func waited(before, after *metrics.Float64Histogram) (p99, longest time.Duration) {
 	if after == nil {
-		return 0
+		return 0, 0
 	}
-	var total uint64
-	delta := make([]uint64, len(after.Counts))
-	for i, n := range after.Counts {
+	count := func(i int) uint64 {
+		n := after.Counts[i]
 		if before != nil && i < len(before.Counts) {
 			n -= before.Counts[i]
 		}
-		delta[i] = n
-		total += n
+		return n
 	}
-	if total == 0 {
-		return 0
+	bound := func(i int) time.Duration {
+		upper := after.Buckets[i+1]
+		if math.IsInf(upper, 1) {
+			upper = after.Buckets[i]
+		}
+		return time.Duration(upper * float64(time.Second))
 	}
-	rank := uint64(math.Ceil(q * float64(total)))
-	var seen uint64
-	for i, n := range delta {
-		if seen += n; seen >= rank {
-			upper := after.Buckets[i+1]
-			if math.IsInf(upper, 1) {
-				upper = after.Buckets[i]
-			}
-			return time.Duration(upper * float64(time.Second))
+	var total uint64
+	for i := range after.Counts {
+		if n := count(i); n > 0 {
+			total += n
+			longest = bound(i)
 		}
 	}
-	return 0
+	rank, seen := uint64(math.Ceil(0.99*float64(total))), uint64(0)
+	for i := range after.Counts {
+		if seen += count(i); total > 0 && seen >= rank {
+			return bound(i), longest
+		}
+	}
+	return 0, 0
 }
 
 // userCPU is the process's user CPU time (all threads).

@@ -30,7 +30,6 @@ func newDriven(t *testing.T, cfg Config) *driven {
 		}
 		return prev
 	}
-	cfg.Now = func() time.Time { return d.now }
 	cfg.Interval = d.step
 	d.c = New(cfg)
 	d.c.set(d.now, d.c.cfg.Min, "started")
@@ -111,25 +110,23 @@ func TestWaitsShown(t *testing.T) {
 	}
 }
 
-func TestQuantile(t *testing.T) {
+func TestWaited(t *testing.T) {
 	h := func(counts ...uint64) *metrics.Float64Histogram {
 		return &metrics.Float64Histogram{Counts: counts, Buckets: []float64{0, 0.001, 0.002, 0.004, math.Inf(1)}}
 	}
-	before, after := h(10, 0, 0, 0), h(108, 1, 1, 0) // this interval: 98 under 1 ms, 1 under 2, 1 under 4
-	if got := quantile(before, after, 0.98); got != time.Millisecond {
-		t.Errorf("p98 %v, want 1ms", got)
+	// This interval: 98 under 1 ms, 1 under 2, 1 under 4.
+	if p99, longest := waited(h(10, 0, 0, 0), h(108, 1, 1, 0)); p99 != 2*time.Millisecond || longest != 4*time.Millisecond {
+		t.Errorf("p99 %v, longest %v: want 2ms and 4ms", p99, longest)
 	}
-	if got := quantile(before, after, 0.99); got != 2*time.Millisecond {
-		t.Errorf("p99 %v, want 2ms", got)
+	// 99 under 1 ms, 1 under 4: the 99th is in the first bucket.
+	if p99, longest := waited(nil, h(99, 0, 1, 0)); p99 != time.Millisecond || longest != 4*time.Millisecond {
+		t.Errorf("p99 %v, longest %v: want 1ms and 4ms", p99, longest)
 	}
-	if got := quantile(before, after, 1); got != 4*time.Millisecond {
-		t.Errorf("max %v, want 4ms", got)
+	if p99, longest := waited(h(10, 1, 1, 0), h(10, 1, 1, 0)); p99 != 0 || longest != 0 {
+		t.Errorf("nothing observed: %v %v, want 0", p99, longest)
 	}
-	if got := quantile(after, after, 0.99); got != 0 {
-		t.Errorf("nothing observed: %v, want 0", got)
-	}
-	if got := quantile(before, h(10, 0, 0, 5), 1); got != 4*time.Millisecond {
-		t.Errorf("the open last bucket: %v, want its lower bound 4ms", got)
+	if p99, longest := waited(h(10, 0, 0, 0), h(10, 0, 0, 5)); p99 != 4*time.Millisecond || longest != 4*time.Millisecond {
+		t.Errorf("the open last bucket: %v %v, want its lower bound 4ms", p99, longest)
 	}
 }
 
