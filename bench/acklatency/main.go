@@ -30,7 +30,7 @@ func main() {
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
-	perTick := max(1, *rate / *clients / 1000) // messages per client per millisecond
+	perClient := float64(*rate) / float64(*clients) // messages per second
 	for c := range *clients {
 		opts := mqtt.NewClientOptions().AddBroker(*broker).SetClientID(fmt.Sprintf("%s-%d", *id, c)).
 			SetCleanSession(true).SetMaxResumePubInFlight(1000).SetAutoReconnect(false)
@@ -46,9 +46,12 @@ func main() {
 			var waits sync.WaitGroup
 			t := time.NewTicker(time.Millisecond)
 			defer t.Stop()
-			for end := time.Now().Add(*dur); time.Now().Before(end); {
+			begin, sent := time.Now(), 0
+			for end := begin.Add(*dur); time.Now().Before(end); {
 				<-t.C
-				for range perTick {
+				// What the rate owes by now: a late tick sends more.
+				due := int(perClient * time.Since(begin).Seconds())
+				for ; sent < due; sent++ {
 					start := time.Now()
 					tok := cl.Publish(topic, 1, false, payload)
 					waits.Go(func() {
