@@ -355,7 +355,7 @@ func (a *Agent) startCentral() error {
 }
 
 // checkIntakeLimits refuses intake settings that let one stored event be
-// larger than a central message (DESIGN.md rule 13): everything stored
+// larger than a central message (docs/design.md rule 13): everything stored
 // must be sendable. The max payload is the connected server's (else
 // nats-server's default, 1 MiB).
 func (a *Agent) checkIntakeLimits(l sync.Limits) error {

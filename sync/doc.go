@@ -3,7 +3,7 @@
 // the central store back (for `edge-agent read`, `export video` and the
 // demo's verification).
 //
-// # Central layout (public contract, see DESIGN.md "The central store")
+// # Central layout (public contract; docs/sync.md describes it in full)
 //
 // One JetStream stream per local stream, EDGE_<STREAM> (upper case),
 // subjects "edge.<stream>.>", file storage, allow_atomic: true, created by

@@ -12,7 +12,7 @@ import (
 )
 
 // Limits are the central server's limits that every transaction must fit
-// (DESIGN.md rule 13). The server announces only its max payload (in the
+// (docs/design.md rule 13). The server announces only its max payload (in the
 // INFO of every connection); the others are server configuration a client
 // cannot read, so they are configured (defaults: nats-server's defaults)
 // and lowered to what the server's rejections say: a batch over the

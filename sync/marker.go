@@ -10,7 +10,7 @@ import (
 )
 
 // replace sends a marker in place of an event the centre cannot take
-// (DESIGN.md rule 13): the events around it flow on in the same
+// (docs/design.md rule 13): the events around it flow on in the same
 // transaction. Any other error of Add is returned.
 func (r *Replicator) replace(ctx context.Context, txn Txn, rec localstream.Record, err error) error {
 	if !errors.Is(err, ErrMessageTooLarge) {

@@ -33,7 +33,7 @@ import (
 // events with time ≤ T not flagged late has all of them, exactly once — the
 // way to run exactly-once windowed analytics on what the agents deliver.
 //
-// Agents bound event times by their receiving clock (DESIGN.md rule 12),
+// Agents bound event times by their receiving clock (docs/design.md rule 12),
 // so lower_ns never passes an agent's clock: a time cut at T completes only
 // after T (plus the commit interval), and a stream with no drone follows the
 // agent's clock (max_clock_behind behind it), so it completes too.

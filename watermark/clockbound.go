@@ -6,7 +6,7 @@ import (
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
-// This file bounds event time by the receiving clock (DESIGN.md rule 12).
+// This file bounds event time by the receiving clock (docs/design.md rule 12).
 //
 // An event's time t comes from the drone's clock; its ingest time i from
 // the ground station's. With skew S (MaxClockSkew) and B (MaxClockBehind):

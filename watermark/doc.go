@@ -1,6 +1,6 @@
 // Package watermark turns the times writers note into watermarks: triples
 // (lower, upper, cut) saying "every event after cut that is not flagged
-// late has an event time of at least lower". It keeps DESIGN.md rules 5–7:
+// late has an event time of at least lower". It keeps rules 5–7 of docs/design.md:
 // a committed watermark uses only marks inside the committed cut, and
 // watermarks never move back in time or in cut.
 //

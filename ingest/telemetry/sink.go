@@ -22,7 +22,7 @@ type MetaScanner interface {
 // Marks is what the ingest needs from the watermark tracker of its stream.
 type Marks interface {
 	// Admit, before the append, gives the event's flags (late, clock
-	// skew) and the bound of its mark (DESIGN.md rule 12).
+	// skew) and the bound of its mark (docs/design.md rule 12).
 	Admit(writer string, eventTimeNs, ingestNs int64) watermark.Admission
 	// NoteAdmitted records the event's bounded time at its durable
 	// position (after the append).

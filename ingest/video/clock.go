@@ -39,7 +39,7 @@ func unixNanoToNTP(ns int64) uint64 {
 // date the chunks after it 1968 or 2104. Without such a mapping it is
 // used (the sender's clock is just off): the chunks keep the sender's
 // time and the watermark tracker flags them clock-skew and bounds their
-// marks (DESIGN.md rule 12).
+// marks (docs/design.md rule 12).
 type clock struct {
 	rate    int64
 	maxJump int64

@@ -25,7 +25,7 @@ type Marks interface {
 	// Admit, before the append, gives the flags of an event of writer at
 	// eventTimeNs received at ingestNs (late: behind the published
 	// watermark; clock skew: outside the receiving clock's bounds) and
-	// the bound of its mark (DESIGN.md rule 12).
+	// the bound of its mark (docs/design.md rule 12).
 	Admit(writer string, eventTimeNs, ingestNs int64) watermark.Admission
 	// NoteAdmitted records, after the durable append at pos, that
 	// writer's later events have times ≥ the admitted bound of eventTimeNs.
