@@ -3,6 +3,9 @@ package procs
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -11,10 +14,10 @@ import (
 
 // pipeline passes messages through four goroutines on channels (the
 // agent's shape: connection, drone lane, committer, completer); each stage
-// hashes the message work times. burst messages are sent every period
+// does work on every message. burst messages are sent every period
 // (period 0: flat out) for dur. It returns the messages done and the
 // process's user+system CPU time meanwhile.
-func pipeline(burst int, period, dur time.Duration, work int) (msgs int, cpu time.Duration) {
+func pipeline(burst int, period, dur time.Duration, work func(stage int, m []byte)) (msgs int, cpu time.Duration) {
 	const stages = 4
 	chans := make([]chan []byte, stages+1)
 	for i := range chans {
@@ -23,10 +26,7 @@ func pipeline(burst int, period, dur time.Duration, work int) (msgs int, cpu tim
 	for i := range stages {
 		go func() {
 			for m := range chans[i] {
-				for range work {
-					sum := sha256.Sum256(m)
-					m[0] ^= sum[0]
-				}
+				work(i, m)
 				chans[i+1] <- m
 			}
 			close(chans[i+1])
@@ -60,16 +60,41 @@ func pipeline(burst int, period, dur time.Duration, work int) (msgs int, cpu tim
 	return msgs, processCPU() - before
 }
 
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+// hashes is stage work of Go code: n SHA-256 sums of the message.
+func hashes(n int) func(int, []byte) {
+	return func(_ int, m []byte) {
+		for range n {
+			sum := sha256.Sum256(m)
+			m[0] ^= sum[0]
+		}
+	}
+}
+
+// pwrites is stage work of short system calls: n pwrites of the message
+// to the stage's own file in dir (a page cache copy each), as the
+// agent's socket reads and writes and its WAL writes are.
+func pwrites(b *testing.B, dir string, n int) func(int, []byte) {
+	fds := make([]int, 4)
+	for i := range fds {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprint("stage-", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { f.Close() })
+		fds[i] = int(f.Fd())
+	}
+	return func(stage int, m []byte) {
+		for range n {
+			syscall.Pwrite(fds[stage], m, 0)
+		}
+	}
 }
 
 // BenchmarkProcs runs the pipeline with GOMAXPROCS fixed at the CPUs
 // (fixed) and sized by a Controller (sized), alternating, one second each:
 // paced at a load well under one core (CPU per message: what the sizing
-// saves) and flat out (messages per second: what it must not cost).
+// saves) and flat out (messages per second: what it must not cost), the
+// flat-out work Go code (hashing) or system calls (pwrites, issue 29).
 //
 //	go test -run '^$' -bench BenchmarkProcs -benchtime 3x ./procs/
 func BenchmarkProcs(b *testing.B) {
@@ -79,7 +104,7 @@ func BenchmarkProcs(b *testing.B) {
 	}
 	defer runtime.GOMAXPROCS(maxProcs)
 	type result struct{ msgs, cpu, procs float64 }
-	run := func(sized bool, burst int, period time.Duration, work int) result {
+	run := func(sized bool, burst int, period time.Duration, work func(int, []byte)) result {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		if sized {
@@ -99,10 +124,11 @@ func BenchmarkProcs(b *testing.B) {
 		name   string
 		burst  int
 		period time.Duration
-		work   int
+		work   func(int, []byte)
 	}{
-		{"paced-30k-per-s", 30, time.Millisecond, 1},
-		{"flat-out", 0, 0, 8},
+		{"paced-30k-per-s", 30, time.Millisecond, hashes(1)},
+		{"flat-out", 0, 0, hashes(8)},
+		{"flat-out-syscalls", 0, 0, pwrites(b, b.TempDir(), 4)},
 	} {
 		b.Run(load.name, func(b *testing.B) {
 			var fixed, sized result

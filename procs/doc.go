@@ -14,15 +14,18 @@
 //
 // A Controller therefore keeps GOMAXPROCS at the fewest Ps the load needs
 // and gives the agent every CPU when it needs them. Each Interval it
-// reads the process's user CPU time (getrusage): Go code, the runtime
-// and the spinning threads run in user mode, and only a thread holding a
-// P runs Go code, so user CPU over the interval divided by the Ps is how
-// busy the Ps were. A busy share at or above Raise in one interval raises
+// reads the process's CPU time, user and system (getrusage): only a
+// thread holding a P runs Go code, and a goroutine in a short system call
+// (a socket read or write, a pwrite) keeps its P for the call, so CPU
+// time over the interval divided by the Ps is how busy the Ps were. (User
+// time alone left a load of short system calls at one P, busy 0.00, at
+// 0.68× the messages of fixed GOMAXPROCS=2: issue 29, BENCHMARKS.md.) A busy share at or above Raise in one interval raises
 // the Ps at once, to the fewest that would have been busy at most Target
 // (at least one more, at most Max); when every interval of the last Hold
-// would have fitted in fewer Ps at Target, it lowers them to that. System
-// calls do not hold a P (the runtime hands it on when one blocks), so
-// blocking I/O and syncs run in parallel whatever the count.
+// would have fitted in fewer Ps at Target, it lowers them to that. A
+// system call that blocks (an msync waiting for the disk) does not keep
+// its P (the runtime hands it on) and waits off the CPU, so blocking I/O
+// and syncs run in parallel whatever the count and hardly count as load.
 //
 // How long runnable goroutines waited to run (the runtime's
 // /sched/latencies histogram) is shown in Stats but does not raise the

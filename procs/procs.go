@@ -22,7 +22,7 @@ type Config struct {
 	Min int
 	// Interval is how often the load is sampled. Default 100 ms.
 	Interval time.Duration
-	// Raise is the busy share of the Ps (user CPU / (Ps × Interval)) at
+	// Raise is the busy share of the Ps (CPU time / (Ps × Interval)) at
 	// or above which one interval raises them. Default 0.75.
 	Raise float64
 	// Target is the busy share a new count aims at. Default 0.5: the
@@ -119,7 +119,7 @@ func New(cfg Config) *Controller {
 // the process Max Ps again. It starts at Min: a load that needs more
 // raises it within an Interval.
 func (c *Controller) Run(ctx context.Context) error {
-	lastCPU, last, lastWaits := userCPU(), time.Now(), schedLatencies()
+	lastCPU, last, lastWaits := processCPU(), time.Now(), schedLatencies()
 	defer func() { c.set(time.Now(), c.cfg.Max, "stopped") }()
 	c.set(last, c.cfg.Min, "started")
 	t := time.NewTicker(c.cfg.Interval)
@@ -130,18 +130,18 @@ func (c *Controller) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		cpu, now, waits := userCPU(), time.Now(), schedLatencies()
+		cpu, now, waits := processCPU(), time.Now(), schedLatencies()
 		p99, longest := waited(lastWaits, waits)
-		c.Observe(now, Load{Elapsed: now.Sub(last), UserCPU: cpu - lastCPU, WaitP99: p99, WaitMax: longest})
+		c.Observe(now, Load{Elapsed: now.Sub(last), CPU: cpu - lastCPU, WaitP99: p99, WaitMax: longest})
 		lastCPU, last, lastWaits = cpu, now, waits
 	}
 }
 
 // Load is one interval's load.
 type Load struct {
-	// Elapsed is the interval's wall time; UserCPU the user CPU time the
-	// process used in it.
-	Elapsed, UserCPU time.Duration
+	// Elapsed is the interval's wall time; CPU the CPU time the process
+	// used in it, user and system (see processCPU).
+	Elapsed, CPU time.Duration
 	// WaitP99 and WaitMax are the 99th percentile and the longest of
 	// how long the goroutines made runnable in the interval waited to run.
 	WaitP99, WaitMax time.Duration
@@ -153,7 +153,7 @@ func (c *Controller) Observe(now time.Time, l Load) {
 	if l.Elapsed <= 0 {
 		return
 	}
-	cores := l.UserCPU.Seconds() / l.Elapsed.Seconds() // the cores of Go code the interval used
+	cores := l.CPU.Seconds() / l.Elapsed.Seconds() // the cores the interval used
 	c.mu.Lock()
 	procs := c.stats.Procs
 	busy := cores / float64(procs)
@@ -272,11 +272,17 @@ func waited(before, after *metrics.Float64Histogram) (p99, longest time.Duration
 	return 0, 0
 }
 
-// userCPU is the process's user CPU time (all threads).
-func userCPU() time.Duration {
+// processCPU is the process's CPU time (all threads), user and system.
+// System time counts because a goroutine in a short system call (a
+// pwrite, a socket read or write) holds its P for the whole call: a load
+// of them keeps its Ps busy with hardly any user time (TestSyscallLoadGetsItsPs).
+// What it overcounts is small: a call that blocks (an msync waiting for the
+// disk) gives its P away but spends that wait off the CPU, and the
+// wake-ups of idle Ps it would charge are what a busy P has few of.
+func processCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return time.Duration(ru.Utime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -40,7 +40,7 @@ func newDriven(t *testing.T, cfg Config) *driven {
 func (d *driven) load(cores float64, dur time.Duration) {
 	for end := d.now.Add(dur); d.now.Before(end); {
 		d.now = d.now.Add(d.step)
-		d.c.Observe(d.now, Load{Elapsed: d.step, UserCPU: time.Duration(cores * float64(d.step))})
+		d.c.Observe(d.now, Load{Elapsed: d.step, CPU: time.Duration(cores * float64(d.step))})
 	}
 }
 
@@ -103,7 +103,7 @@ func TestLoadAtTheEdgeStays(t *testing.T) {
 func TestWaitsShown(t *testing.T) {
 	d := newDriven(t, Config{Max: 2})
 	d.now = d.now.Add(d.step)
-	d.c.Observe(d.now, Load{Elapsed: d.step, UserCPU: d.step / 5, WaitP99: 6 * time.Millisecond, WaitMax: 9 * time.Millisecond})
+	d.c.Observe(d.now, Load{Elapsed: d.step, CPU: d.step / 5, WaitP99: 6 * time.Millisecond, WaitMax: 9 * time.Millisecond})
 	d.want(1, "long waits at a fifth of a core")
 	if s := d.c.Stats(); s.WaitP99 != 0.006 || s.WaitMax != 0.009 || math.Abs(s.Busy-0.2) > 1e-9 {
 		t.Fatalf("stats %+v", s)
