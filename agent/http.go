@@ -34,6 +34,10 @@ func (a *Agent) Handler() http.Handler {
 				http.StatusServiceUnavailable)
 			return
 		}
+		if p := a.telemetryProblems(time.Now()); len(p) > 0 {
+			http.Error(w, "telemetry: "+strings.Join(p, "; "), http.StatusServiceUnavailable)
+			return
+		}
 		if p := a.replicationProblems(time.Now()); len(p) > 0 {
 			http.Error(w, "sync: "+strings.Join(p, "; "), http.StatusServiceUnavailable)
 			return

@@ -54,9 +54,10 @@ type Config struct {
 	LaneDepth int `yaml:"lane_depth"`
 	// MaxDrones bounds the drones (lanes). When all are taken, a new drone
 	// takes the slot of a drone that is offline or silent for
-	// DroneIdleTimeout; if none is, it is refused (Stats.DronesOverLimit,
-	// logged) and delivery waits with its message unacknowledged until a
-	// slot frees. Default 1024.
+	// DroneIdleTimeout; if none is, its message is refused at once
+	// (Stats.DronesOverLimit, logged, Problems): no PUBACK on the
+	// listener, acked and dropped from the broker (see Ingester.refuse).
+	// Default 1024.
 	MaxDrones int `yaml:"max_drones"`
 	// DroneIdleTimeout is the silence after which a drone's slot may be
 	// given to a new drone (its writer closed for watermarks). Default 60 s.

@@ -7,6 +7,7 @@
 //	broker ──► paho (one delivery goroutine, in order) ─┐
 //	drones ──► listener (a goroutine per connection) ──┤ deliver, one at a time (deliverMu)
 //	             │ status? unknown topic? retained (broker)? too big? → ack, count
+//	             │ new drone, every slot held? → refuse, count (never waits)
 //	             ▼
 //	           lane per drone (bounded FIFO, Config.LaneDepth)
 //	             │ dispatcher: round-robin over lanes, ≤32 items per lane per round
@@ -66,7 +67,11 @@
 //   - JSON time field of the wrong type or out of range: stored, estimated time (TimeInvalid);
 //   - status "offline" (or the last will): the drone's writer is closed once
 //     its earlier events are durable; "online" cancels a close still waiting;
-//   - more than MaxDrones drones: dropped and acked (DronesOverLimit);
+//   - a new drone while MaxDrones drones hold a slot: refused at once, no
+//     delivery waits (DronesOverLimit, Problems): no PUBACK on the
+//     listener, acked and dropped from the broker (see Ingester.refuse);
+//   - retained status replayed by the broker: acked, skipped (RetainedSkipped);
+//     status messages never take a slot;
 //   - a full lane makes delivery wait (LaneFullWaits): keep LaneDepth ≥ the
 //     broker's max_inflight_messages;
 //   - a store append error stops Run with ErrStore (restart: nothing acked is lost).

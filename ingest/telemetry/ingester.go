@@ -41,6 +41,11 @@ type Ingester struct {
 	ring    []*lane
 	// buffered counts the items queued in all lanes (at most LaneDepth).
 	buffered atomic.Int64
+	// refusedAt is the receive time (Unix ns) of the last message refused
+	// for want of a drone slot (0: none); waitingSince is when the
+	// delivery waiting for lane space now began (0: none waits). Problems
+	// reads them.
+	refusedAt, waitingSince atomic.Int64
 
 	// wake nudges the dispatcher (capacity 1); space tells a waiting
 	// delivery that the dispatcher took an item (capacity 1).
@@ -338,20 +343,20 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 
 // deliver takes one message from the broker client or a listener
 // connection, with in.deliverMu held (one delivery at a time: laneFor and
-// enqueue rely on it). It never touches the store: drops are acked here,
-// everything else goes to the drone's lane, waiting while the lanes are
-// full. ack sends the message's PUBACK in its connection's order; d keeps
-// its dedup entry (nil: none, QoS 0 or a clean session). fromBroker: a
-// retained message is a broker's replay of one already stored.
+// enqueue rely on it). It never touches the store and never waits for a
+// drone slot: drops are acked here, a new drone that finds every slot held
+// is refused (see refuse), everything else goes to the drone's lane,
+// waiting while the lanes are full. ack sends the message's PUBACK in its
+// connection's order; d keeps its dedup entry (nil: none, QoS 0 or a clean
+// session). fromBroker: a retained message is a broker's replay of one
+// already handled.
 func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroker bool) {
 	in.c.received.Add(1)
 	recv := in.cfg.Now().UnixNano()
 	topic := m.Topic()
 	if in.status != nil {
 		if drone, ok := in.status.Match(topic); ok {
-			if l := in.waitForLane(in.droneID(drone), recv); l != nil {
-				in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv, status: true})
-			}
+			in.deliverStatus(m, ack, in.droneID(drone), recv, fromBroker)
 			return
 		}
 	}
@@ -376,9 +381,40 @@ func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroke
 		in.ack(ack)
 		return
 	}
-	if l := in.waitForLane(drone, recv); l != nil {
-		in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv, dedup: d})
+	l := in.laneFor(drone, recv)
+	if l == nil {
+		in.refuse(m, ack, recv)
+		return
 	}
+	in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv, dedup: d})
+}
+
+// deliverStatus handles a status message. It takes no slot: a drone with a
+// lane gets it through the lane (after its earlier telemetry); one without
+// has no open writer to close, and the status is counted and acked here.
+// A retained status from the broker is its replay of the last status at
+// (re)subscribe — the live one came when it was published — and is
+// skipped: a fleet's retained statuses must not fill the slots, and a
+// replayed "offline" must not close the writer of a drone flying again.
+func (in *Ingester) deliverStatus(m paho.Message, ack func(), drone string, recv int64, fromBroker bool) {
+	if fromBroker && m.Retained() {
+		in.c.retained.Add(1)
+		in.ack(ack)
+		return
+	}
+	if l := in.knownLane(drone); l != nil {
+		in.enqueue(l, item{msg: m, ack: ack, topic: m.Topic(), recv: recv, status: true})
+		return
+	}
+	switch online, known := parseStatus(m.Payload()); {
+	case !known:
+		in.c.statusUnknown.Add(1)
+	case online:
+		in.c.statusOnline.Add(1)
+	default:
+		in.c.statusOffline.Add(1)
+	}
+	in.ack(ack)
 }
 
 // droneID bounds a topic level as a drone id (see DroneID), counting the
@@ -391,31 +427,25 @@ func (in *Ingester) droneID(level string) string {
 	return id
 }
 
-// waitForLane returns the drone's lane. While MaxDrones drones hold a slot
-// and none can be given back, the drone is refused — counted, logged by
-// reportDrops — and delivery waits, the message unacknowledged, until a
-// slot frees (a drone goes offline or idle) or the ingester stops (nil:
-// the broker keeps the message and delivers it to the next run). A
-// refused message is never acknowledged and dropped. It waits with
-// in.deliverMu held: every delivery, from the broker or any listener
-// connection, waits with it (as one broker session would).
-func (in *Ingester) waitForLane(drone string, recv int64) *lane {
-	if l := in.laneFor(drone, recv); l != nil {
-		return l
-	}
+// refuse turns away a message of a new drone while MaxDrones drones hold a
+// slot and none can be given back: counted (DronesOverLimit), logged by
+// reportDrops and reported by Problems, at once — no delivery waits for a
+// slot, so known drones are never delayed by new ones.
+//
+// On the listener a refused QoS 1/2 message gets no PUBACK (its place in
+// the connection's ack order is passed over, so later acks still go):
+// the publisher keeps it and sends it again after a reconnect. From the
+// broker it is acknowledged and dropped: MQTT 3.1.1 has no negative
+// acknowledgement, and a message held unacked would take one of the
+// broker's in-flight slots for this session until it reconnects — enough
+// of them stall every drone — and the reconnect would deliver it again.
+func (in *Ingester) refuse(m paho.Message, ack func(), recv int64) {
 	in.c.dronesOverLimit.Add(1)
-	t := time.NewTicker(50 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-in.stopping:
-			return nil
-		}
-		if l := in.laneFor(drone, in.cfg.Now().UnixNano()); l != nil {
-			return l
-		}
+	in.refusedAt.Store(recv)
+	if r, ok := m.(interface{ refuse() }); ok {
+		r.refuse()
 	}
+	in.ack(ack)
 }
 
 // process handles one item on the dispatcher goroutine; false = stop.

@@ -122,6 +122,13 @@ func (l *lane) done() {
 	l.mu.Unlock()
 }
 
+// knownLane returns the drone's lane, nil if it has none.
+func (in *Ingester) knownLane(drone string) *lane {
+	in.lanesMu.RLock()
+	defer in.lanesMu.RUnlock()
+	return in.lanes[drone]
+}
+
 // laneFor returns the drone's lane, creating it; when MaxDrones lanes
 // exist it first gives back the slot of a lane that is releasable (its
 // drone offline, or silent for DroneIdleTimeout); nil if there is none.
@@ -180,6 +187,8 @@ func (in *Ingester) enqueue(l *lane, it item) {
 		}
 		if !counted {
 			in.c.laneFullWaits.Add(1)
+			in.waitingSince.Store(in.cfg.Now().UnixNano())
+			defer in.waitingSince.Store(0)
 			counted = true
 		}
 		select {

@@ -451,7 +451,12 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 	defer in.deliverMu.Unlock()
 	if p.Qos > 0 {
 		n, a := c.order.number(), pubAck{id: p.MessageID, qos: p.Qos}
-		ack = func() { c.order.release(n, a, c.sendAck) }
+		ack = func() {
+			if m.refused {
+				a.none = true // passed over in the order, not sent
+			}
+			c.order.release(n, a, c.sendAck)
+		}
 		if c.dedup != nil { // not a typed nil in d
 			d = c.dedup
 		}
@@ -464,10 +469,11 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 }
 
 // pubAck is the acknowledgement a PUBLISH is owed: a PUBACK (QoS 1) or a
-// PUBREC (QoS 2) of its packet id.
+// PUBREC (QoS 2) of its packet id; none: a refused message's, never sent.
 type pubAck struct {
-	id  uint16
-	qos byte
+	id   uint16
+	qos  byte
+	none bool
 }
 
 // appendPubAck appends a's packet: the fixed header (type, no flags,
@@ -485,6 +491,9 @@ func appendPubAck(b []byte, a pubAck) []byte {
 // sendAck sends a PUBLISH's acknowledgement. Called on the acker
 // goroutine; the write never blocks (a failed connection drops it).
 func (c *serverConn) sendAck(a pubAck) {
+	if a.none {
+		return
+	}
 	var b [4]byte
 	_, _ = c.bc.Write(appendPubAck(b[:0], a))
 }
@@ -520,9 +529,15 @@ type inMessage struct {
 	retained bool
 	id       uint16
 	// c is the connection a PUBLISH came on (nil: a will).
-	c    *serverConn
-	once sync.Once
+	c *serverConn
+	// refused: no drone slot for it (Ingester.refuse); set before its
+	// ack is queued, read by the ack.
+	refused bool
+	once    sync.Once
 }
+
+// refuse marks the message refused: its ack sends nothing.
+func (m *inMessage) refuse() { m.refused = true }
 
 func (m *inMessage) Duplicate() bool   { return m.dup }
 func (m *inMessage) Qos() byte         { return m.qos }

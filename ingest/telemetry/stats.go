@@ -14,7 +14,7 @@ type Stats struct {
 	Oversize uint64 `json:"oversize"`
 	// UnknownTopic: messages on no configured pattern: dropped and acked.
 	UnknownTopic uint64 `json:"unknown_topic"`
-	// RetainedSkipped: retained telemetry replayed by the broker on (re)subscribe: acked, not stored.
+	// RetainedSkipped: retained telemetry and status replayed by the broker on (re)subscribe: acked, not stored.
 	RetainedSkipped uint64 `json:"retained_skipped"`
 	// InvalidJSON: payloads that start like JSON but do not parse: stored raw.
 	InvalidJSON uint64 `json:"invalid_json"`
@@ -35,9 +35,9 @@ type Stats struct {
 	StatusUnknown uint64 `json:"status_unknown"`
 	// WritersClosed: writers closed after an offline status.
 	WritersClosed uint64 `json:"writers_closed"`
-	// DronesOverLimit: messages of new drones refused while MaxDrones
-	// drones held a slot: delivery waited, the message unacknowledged,
-	// until a slot was given back (never acked and dropped).
+	// DronesOverLimit: messages of new drones refused, at once, while
+	// MaxDrones drones held a slot: on the listener not acknowledged (the
+	// publisher resends), from the broker acknowledged and dropped.
 	DronesOverLimit uint64 `json:"drones_over_limit"`
 	// DronesReleased: slots given back (drone offline, or silent for
 	// DroneIdleTimeout) to let a new drone in.
