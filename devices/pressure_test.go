@@ -329,10 +329,7 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 	if _, err := p.Check(ctx); err != nil { // sheds all 40: 4 markers at the tail
 		t.Fatal(err)
 	}
-	var firstMarkers []localstream.Record
-	for _, r := range readAll(t, v) {
-		firstMarkers = append(firstMarkers, r)
-	}
+	firstMarkers := readAll(t, v)
 	fill(t, v, 2) // 8 events after the markers
 	mu.Lock()
 	storeFree = 0

@@ -147,13 +147,10 @@ func TestCommittedCutTruncateShed(t *testing.T) {
 	s := openStore(t, dir, Options{})
 	st := mustStream(t, s, "video", 1)
 	ctx := context.Background()
-	var pos []Position
 	for i := range 20 {
-		p, err := st.Append(ctx, Event{RoutingKey: fmt.Sprint("d", i%2), Writer: "w", EventTime: int64(i + 1), Payload: []byte{byte(i)}})
-		if err != nil {
+		if _, err := st.Append(ctx, Event{RoutingKey: fmt.Sprint("d", i%2), Writer: "w", EventTime: int64(i + 1), Payload: []byte{byte(i)}}); err != nil {
 			t.Fatal(err)
 		}
-		pos = append(pos, p)
 	}
 	at := func(off uint64) StreamCut { return StreamCut{Stream: "video", Positions: map[SegmentID]uint64{0: off}} }
 	if err := st.Truncate(at(5)); !errors.Is(err, ErrNotReplicated) {

@@ -292,7 +292,6 @@ func runProperty(seed uint64, lateness bool) (propStats, error) {
 			}
 			base := committedCut
 			if base.IsZero() {
-				base = topo.OpenAtZero()
 				// The stream's first segments at 0 (the cut before anything).
 				base = firstCut(topo)
 			}
