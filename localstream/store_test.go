@@ -284,9 +284,12 @@ func TestLiveTailReader(t *testing.T) {
 }
 
 func TestDiskFullAdmission(t *testing.T) {
-	var free atomic.Int64
+	// The filesystem's free space goes down by what was appended, as a real
+	// one does, so a measurement between appends (every 250 ms, however slow
+	// the machine) sees the appends of before it.
+	var free, used atomic.Int64
 	free.Store(10 << 20)
-	s := openStore(t, t.TempDir(), Options{MinFreeBytes: 8 << 20, FreeSpace: func(string) (int64, error) { return free.Load(), nil }})
+	s := openStore(t, t.TempDir(), Options{MinFreeBytes: 8 << 20, FreeSpace: func(string) (int64, error) { return free.Load() - used.Load(), nil }})
 	st := mustStream(t, s, "video", 1)
 	ctx := context.Background()
 	ok := 0
@@ -295,6 +298,7 @@ func TestDiskFullAdmission(t *testing.T) {
 		if _, err = st.Append(ctx, Event{RoutingKey: "d", Writer: "w", Payload: make([]byte, 100<<10)}); err != nil {
 			break
 		}
+		used.Add(100 << 10)
 		ok++
 	}
 	if !errors.Is(err, ErrDiskFull) || ok == 0 || ok > 21 {
@@ -306,7 +310,7 @@ func TestDiskFullAdmission(t *testing.T) {
 	if got := len(readAll(t, st)); got != ok {
 		t.Fatalf("%d stored, %d acknowledged", got, ok)
 	}
-	free.Store(1 << 30) // space returns
+	free.Store(1<<30 + used.Load()) // space returns
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		_, err = st.Append(ctx, Event{RoutingKey: "d", Writer: "w"})
