@@ -173,11 +173,11 @@ type CentralConfig struct {
 	CommitInterval time.Duration `yaml:"commit_interval"`
 	// Layout is the central layout written: 2 (one message per
 	// transaction, packed and compressed) or 1 (one message per event).
-	// Both are read by the reader API, `read` and `export`. Default 0:
-	// 2 with the embedded central (new, self-contained), 1 with a central
-	// URL, where existing consumers may read the messages raw — a fleet
-	// moves to 2 by setting it, once its consumers read through the
-	// reader API or sync.DecodeMessage (docs/sync.md).
+	// Both are read by the reader API, `read` and `export`. Default 0 =
+	// 2, with the embedded central and a central URL alike: layout 1's
+	// atomic batches are what the server's in-flight limits bound, and it
+	// sends 1.7x the bytes (docs/fleet.md); 1 stays for consumers that
+	// read one raw message per event (docs/sync.md).
 	Layout int `yaml:"layout"`
 	// MaxTxnEvents bounds a transaction's events. Default 0 = the
 	// layout's bound (layout 2: 100,000, the max payload binds first;
@@ -210,17 +210,12 @@ type CentralConfig struct {
 	Takeover bool `yaml:"-"`
 }
 
-// EffectiveLayout is the layout written: Layout, or for 0 the default
-// (2 with the embedded central, 1 with a central URL).
+// EffectiveLayout is the layout written: Layout, or 2 for 0.
 func (c CentralConfig) EffectiveLayout() int {
-	switch {
-	case c.Layout != 0:
+	if c.Layout != 0 {
 		return c.Layout
-	case c.URL == "embedded":
-		return 2
-	default:
-		return 1
 	}
+	return 2
 }
 
 // EmbeddedCentral configures an in-process JetStream server.
@@ -517,7 +512,7 @@ func (c CentralConfig) validate() error {
 		}
 	}
 	if c.Layout < 0 || c.Layout > 2 {
-		return bad("central.layout", "%d: want 2 (packed), 1 (a message per event) or 0 (2 with the embedded central, 1 with a URL)", c.Layout)
+		return bad("central.layout", "%d: want 2 (packed), 1 (a message per event) or 0 (the default, 2)", c.Layout)
 	}
 	if c.MaxTxnEvents < 0 || c.EffectiveLayout() == 1 && c.MaxTxnEvents > 999 || c.MaxTxnEvents > 100_000 {
 		return bad("central.max_txn_events", "%d: want 0 (the layout's bound) or 1..999 for layout 1 (the server's batch limit is 1000 with the commit record), 1..100000 for layout 2", c.MaxTxnEvents)

@@ -205,3 +205,19 @@ func TestListenTurnsTheDefaultBrokerOff(t *testing.T) {
 		t.Fatalf("neither broker nor listen: %v", err)
 	}
 }
+
+// TestLayoutTwoByDefault: layout 2 is written by default with a central URL
+// as with the embedded central (issue 31); layout 1 only when asked for.
+func TestLayoutTwoByDefault(t *testing.T) {
+	for _, c := range []struct {
+		url    string
+		layout int
+		want   int
+	}{{"embedded", 0, 2}, {"nats://central.example:4222", 0, 2}, {"nats://central.example:4222", 1, 1}, {"embedded", 1, 1}} {
+		cfg := NewDefaultConfig()
+		cfg.Central.URL, cfg.Central.Layout = c.url, c.layout
+		if got := cfg.Central.EffectiveLayout(); got != c.want {
+			t.Errorf("url %s layout %d: writes layout %d, want %d", c.url, c.layout, got, c.want)
+		}
+	}
+}

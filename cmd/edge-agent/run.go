@@ -43,7 +43,7 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 		"written {drone}, or the single + level: drones/+/telemetry and drones/{drone}/telemetry/# both work;\n"+
 		"with {drone}, other + levels match anything; # only as the last level")
 	centralURL := fs.String("central", "", "central JetStream: nats://host:port[,...] or embedded (overrides central.url)")
-	layout := fs.Int("central-layout", 0, "central layout written: 2 (packed), 1 (a message per event); 0: 2 with the embedded central, 1 with a URL (overrides central.layout)")
+	layout := fs.Int("central-layout", 0, "central layout written: 2 (packed, the default), 1 (a message per event) (overrides central.layout)")
 	httpListen := fs.String("http-listen", "", "HTTP HOST:PORT for /metrics, /healthz, /status (overrides http.listen)")
 	logFormat := fs.String("log-format", "", "text or json (overrides log.format)")
 	pprof := fs.Bool("pprof", false, "serve /debug/pprof on the HTTP listener (overrides http.pprof)")
