@@ -1,0 +1,165 @@
+package mavlink
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/bluenviron/gomavlib/v3/pkg/frame"
+)
+
+// TestSplitGomavlibFrames: frames written by gomavlib (v1, v2, v2 signed)
+// split back byte for byte, with their header fields, also run together
+// and with garbage between them.
+func TestSplitGomavlibFrames(t *testing.T) {
+	d := DefaultDialect()
+	key := frame.NewV2Key(bytes.Repeat([]byte{7}, 32))
+	for _, tc := range []struct {
+		name string
+		v1   bool
+		key  *frame.V2Key
+	}{{"v1", true, nil}, {"v2", false, nil}, {"v2-signed", false, key}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWriter(t, tc.v1, 7, 1, tc.key)
+			var all, stream []byte
+			var frames [][]byte
+			for i := range 20 {
+				for _, m := range sampleMessages(i) {
+					if tc.v1 && m.GetID() > 255 {
+						continue
+					}
+					f := w.frame(t, m)
+					frames = append(frames, f)
+					all = append(all, f...)
+					stream = append(append(stream, 0xFE, 0xFD, 0x00, 0x55), f...) // garbage, including magics
+				}
+			}
+			for _, b := range [][]byte{all, stream} {
+				var got [][]byte
+				for i := 0; i < len(b); {
+					f, n, res := split(b[i:], d)
+					if res != splitFrame {
+						i++
+						continue
+					}
+					if f.SysID != 7 || f.CompID != 1 || f.V2 == tc.v1 || f.Signed != (tc.key != nil) {
+						t.Fatalf("frame %d: header %+v", len(got), f)
+					}
+					got = append(got, f.Raw)
+					i += n
+				}
+				if len(got) != len(frames) {
+					t.Fatalf("%d frames split, want %d", len(got), len(frames))
+				}
+				for i := range got {
+					if !bytes.Equal(got[i], frames[i]) {
+						t.Fatalf("frame %d: % x, want % x", i, got[i], frames[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSplitRefuses: a wrong checksum, an unknown message, an unknown
+// incompatibility flag; and a cut frame waits for more.
+func TestSplitRefuses(t *testing.T) {
+	d := DefaultDialect()
+	f := newWriter(t, false, 1, 1, nil).frame(t, sampleMessages(0)[1])
+	bad := append([]byte(nil), f...)
+	bad[len(bad)-1] ^= 0xFF
+	if _, _, res := split(bad, d); res != splitBadCRC {
+		t.Errorf("wrong checksum: %v", res)
+	}
+	unknown := append([]byte(nil), f...)
+	unknown[7], unknown[8], unknown[9] = 0xEE, 0xEE, 0xEE
+	if _, _, res := split(unknown, d); res != splitUnknown {
+		t.Errorf("unknown message: %v", res)
+	}
+	flag := append([]byte(nil), f...)
+	flag[2] = 0x02
+	if _, _, res := split(flag, d); res != splitGarbage {
+		t.Errorf("unknown incompatibility flag: %v", res)
+	}
+	for i := range len(f) {
+		if _, _, res := split(f[:i], d); res != splitShort {
+			t.Fatalf("cut at %d: %v", i, res)
+		}
+	}
+}
+
+// TestSignatureAgainstGomavlib: gomavlib's signed frames verify with the
+// key and not with another; a changed byte fails.
+func TestSignatureAgainstGomavlib(t *testing.T) {
+	key, _ := parseKey("correct horse battery staple")
+	other, _ := parseKey("wrong")
+	w := newWriter(t, false, 3, 1, frame.NewV2Key(key[:]))
+	raw := w.frame(t, sampleMessages(1)[2])
+	f, _, res := split(raw, DefaultDialect())
+	if res != splitFrame {
+		t.Fatal(res)
+	}
+	if !(&signer{key: key}).verify(&f) {
+		t.Fatal("gomavlib's signature does not verify")
+	}
+	if (&signer{key: other}).verify(&f) {
+		t.Fatal("another key verifies")
+	}
+	raw[len(raw)-1] ^= 1
+	f, _, _ = split(raw, DefaultDialect())
+	if (&signer{key: key}).verify(&f) {
+		t.Fatal("a changed signature verifies")
+	}
+}
+
+// TestDecode: a frame decodes to its MAVLink name and fields.
+func TestDecode(t *testing.T) {
+	d := DefaultDialect()
+	raw := newWriter(t, false, 9, 1, nil).frame(t, sampleMessages(3)[2])
+	m, err := d.Decode(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Name != "GLOBAL_POSITION_INT" || m.SysID != 9 || m.Version != 2 || m.Fields["lat"] != int32(473977423) || m.Fields["time_boot_ms"] != uint32(1060) {
+		t.Fatalf("decoded %+v", m)
+	}
+	if _, err := d.Decode(raw[:len(raw)-1]); err == nil {
+		t.Fatal("a cut frame decodes")
+	}
+}
+
+func FuzzSplit(f *testing.F) {
+	w := newWriter(f, false, 1, 1, frame.NewV2Key(make([]byte, 32)))
+	for _, m := range sampleMessages(1) {
+		f.Add(w.frame(f, m))
+	}
+	f.Add(newWriter(f, true, 1, 1, nil).frame(f, sampleMessages(1)[0]))
+	f.Add([]byte{0xFD, 0xFF, 1, 0, 0, 1, 1, 0, 0, 0})
+	d := DefaultDialect()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for i := 0; i < len(b); {
+			fr, n, res := split(b[i:], d)
+			if res != splitFrame {
+				i++
+				continue
+			}
+			if n != len(fr.Raw) || n > maxFrameLen || n < minFrameLen || !bytes.Equal(fr.Raw, b[i:i+n]) {
+				t.Fatalf("frame of %d bytes at %d: raw %d", n, i, len(fr.Raw))
+			}
+			if fr.Signed {
+				(&signer{}).verify(&fr)
+			}
+			if m, err := d.Decode(fr.Raw); err == nil && m.ID != fr.MsgID {
+				t.Fatalf("decoded id %d, frame %d", m.ID, fr.MsgID)
+			}
+			i += n
+		}
+	})
+}
+
+func FuzzParseKey(f *testing.F) {
+	f.Add("00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff")
+	f.Add("passphrase")
+	f.Fuzz(func(t *testing.T, s string) {
+		parseKey(s)
+	})
+}

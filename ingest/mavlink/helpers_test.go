@@ -1,0 +1,159 @@
+package mavlink
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
+	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
+	"github.com/bluenviron/gomavlib/v3/pkg/frame"
+	"github.com/bluenviron/gomavlib/v3/pkg/message"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/localstream"
+)
+
+// openStore opens a real Badger store and its telemetry stream.
+func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
+	t.Helper()
+	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.CreateStream("telemetry", localstream.StreamConfig{})
+	if err != nil {
+		s.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, st
+}
+
+// waitFor polls cond until true or timeout.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// runIntake starts an intake; the returned function stops it and returns Run's error.
+func runIntake(t testing.TB, cfg Config, st telemetry.Appender, marks telemetry.Marks) (*Intake, func() error) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	in, err := New(cfg, Sink{Stream: st, Marks: marks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Bind(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- in.Run(ctx) }()
+	<-in.Ready()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() { cancel(); runErr = <-errc })
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	return in, stop
+}
+
+func localConfig() Config {
+	cfg := NewDefaultConfig()
+	cfg.UDPListen, cfg.TCPListen = "127.0.0.1:0", "127.0.0.1:0"
+	return cfg
+}
+
+// gomavlibWriter is gomavlib's own frame writer (not this package's
+// code) writing to a buffer: frames made by it are what a real sender sends.
+type gomavlibWriter struct {
+	buf bytes.Buffer
+	w   *frame.Writer
+}
+
+func newWriter(t testing.TB, v1 bool, sysid, compid uint8, key *frame.V2Key) *gomavlibWriter {
+	t.Helper()
+	g := &gomavlibWriter{}
+	rw := DefaultDialect().rw
+	ver := frame.V2
+	if v1 {
+		ver = frame.V1
+	}
+	g.w = &frame.Writer{ByteWriter: &g.buf, DialectRW: rw, OutVersion: ver, OutSystemID: sysid,
+		OutComponentID: compid, OutKey: key}
+	if err := g.w.Initialize(); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// frame writes msg and returns the frame's bytes.
+func (g *gomavlibWriter) frame(t testing.TB, msg message.Message) []byte {
+	t.Helper()
+	g.buf.Reset()
+	if err := g.w.WriteMessage(msg); err != nil {
+		t.Fatal(err)
+	}
+	return append([]byte(nil), g.buf.Bytes()...)
+}
+
+// sampleMessages are one of each message a drone sends most.
+func sampleMessages(i int) []message.Message {
+	return []message.Message{
+		&ardupilotmega.MessageHeartbeat{Type: 2, Autopilot: 3, BaseMode: 81, CustomMode: uint32(i), SystemStatus: 4, MavlinkVersion: 3},
+		&common.MessageAttitude{TimeBootMs: uint32(1000 + i*20), Roll: 0.1, Pitch: -0.2, Yaw: float32(i) / 100},
+		&common.MessageGlobalPositionInt{TimeBootMs: uint32(1000 + i*20), Lat: 473977420 + int32(i), Lon: 85455940, Alt: 488000, RelativeAlt: 10000},
+		&common.MessageVfrHud{Airspeed: 12, Groundspeed: 11.5, Heading: 90, Throttle: 40, Alt: 488, Climb: 0.1},
+		&common.MessageStatustext{Severity: 6, Text: "edge " + strconv.Itoa(i)},
+	}
+}
+
+// udpSender is a client socket to the intake's UDP server.
+func udpSender(t testing.TB, addr net.Addr) *net.UDPConn {
+	t.Helper()
+	c, err := net.DialUDP("udp", nil, addr.(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// seedFor returns the test's random seed: EDGE_SEED if set, else the clock.
+func seedFor(t testing.TB) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGE_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("EDGE_SEED: %v", err)
+		}
+		seed = v
+	}
+	t.Logf("seed=%d (rerun with EDGE_SEED=%d)", seed, seed)
+	return seed
+}
+
+// rounds returns EDGE_ROUNDS or def.
+func rounds(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

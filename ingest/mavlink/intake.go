@@ -1,0 +1,391 @@
+package mavlink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edge-agent/edge-agent/ingest/droplog"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// Event headers and content type of a stored frame.
+const (
+	// ContentType is the content type of an event holding one MAVLink
+	// frame, byte for byte as received (v1 or v2, signature included).
+	ContentType = "application/x-mavlink"
+	// HeaderMsgID is the frame's message id, decimal.
+	HeaderMsgID = "mavlink-msgid"
+	// HeaderCompID is the frame's component id, decimal.
+	HeaderCompID = "mavlink-compid"
+)
+
+// Intake receives MAVLink over UDP and TCP and appends each frame that
+// passes its checks to the telemetry stream. New starts nothing; Run
+// opens the endpoints and blocks until ctx ends (or the store fails), and
+// returns once every goroutine it started has stopped. Stats is safe for
+// concurrent use.
+type Intake struct {
+	cfg    Config
+	sink   Sink
+	signer *signer
+	rates  map[uint32]int64 // msgid → least ns between two kept; -1 drop
+	c      counters
+
+	// mu serializes the frames of every endpoint: drone state, filters
+	// and the append order (one drone's events reach the store in the
+	// order they were taken from the sockets).
+	mu       sync.Mutex
+	slots    slots
+	ctx      context.Context
+
+	udp      *net.UDPConn
+	tcp      net.Listener
+	ran      atomic.Bool
+	ready    chan struct{}
+	fatal    chan error
+	inflight sync.WaitGroup
+}
+
+// New checks cfg, reads the signing key and returns an intake; it starts nothing.
+func New(cfg Config, sink Sink) (*Intake, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if sink.Stream == nil {
+		return nil, fmt.Errorf("%w: sink needs a stream", ErrConfig)
+	}
+	s, err := loadSigner(cfg.Signing)
+	if err != nil {
+		return nil, err
+	}
+	in := &Intake{cfg: cfg, sink: sink, signer: s, rates: map[uint32]int64{},
+		ready: make(chan struct{}), fatal: make(chan error, 1)}
+	for name, hz := range cfg.Rates {
+		id, _ := cfg.Dialect.ID(name)
+		if hz == 0 {
+			in.rates[id] = -1
+		} else {
+			in.rates[id] = int64(float64(time.Second) / hz)
+		}
+	}
+	return in, nil
+}
+
+// Bind opens the listening sockets now (Run does it otherwise), so that
+// an address in use is reported before anything else starts. The error
+// wraps ErrListen.
+func (in *Intake) Bind() error {
+	if in.cfg.UDPListen != "" && in.udp == nil {
+		addr, err := net.ResolveUDPAddr("udp", in.cfg.UDPListen)
+		if err != nil {
+			return fmt.Errorf("%w: udp_listen %s: %w", ErrListen, in.cfg.UDPListen, err)
+		}
+		c, err := net.ListenUDP("udp", addr)
+		if err != nil {
+			return fmt.Errorf("%w: udp_listen: %w", ErrListen, err)
+		}
+		c.SetReadBuffer(in.cfg.SocketBuffer)
+		in.udp = c
+	}
+	if in.cfg.TCPListen != "" && in.tcp == nil {
+		l, err := net.Listen("tcp", in.cfg.TCPListen)
+		if err != nil {
+			return fmt.Errorf("%w: tcp_listen: %w", ErrListen, err)
+		}
+		in.tcp = l
+	}
+	return nil
+}
+
+// UDPAddr is the bound UDP server address (nil when off or not bound).
+func (in *Intake) UDPAddr() net.Addr {
+	if in.udp == nil {
+		return nil
+	}
+	return in.udp.LocalAddr()
+}
+
+// TCPAddr is the bound TCP server address (nil when off or not bound).
+func (in *Intake) TCPAddr() net.Addr {
+	if in.tcp == nil {
+		return nil
+	}
+	return in.tcp.Addr()
+}
+
+// Ready is closed once every endpoint is open (or being dialled).
+func (in *Intake) Ready() <-chan struct{} { return in.ready }
+
+// Run opens the endpoints and takes frames until ctx ends (then it
+// returns nil, after the appends it queued are durable) or the store
+// fails (an error wrapping ErrStore). A second Run returns ErrClosed.
+func (in *Intake) Run(ctx context.Context) error {
+	if !in.ran.CompareAndSwap(false, true) {
+		return fmt.Errorf("%w: Run called twice", ErrClosed)
+	}
+	if err := in.Bind(); err != nil {
+		return err
+	}
+	// The appends outlive ctx: queued ones become durable after it ends.
+	appendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	in.ctx = appendCtx
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	if in.udp != nil {
+		wg.Go(func() { in.readUDP(in.udp, nil) })
+	}
+	if in.tcp != nil {
+		wg.Go(func() { in.acceptTCP(runCtx, in.tcp) })
+	}
+	for _, a := range in.cfg.UDPConnect {
+		wg.Go(func() { in.connectUDP(runCtx, a) })
+	}
+	for _, a := range in.cfg.TCPConnect {
+		wg.Go(func() { in.dialTCP(runCtx, a) })
+	}
+	dropStop := make(chan struct{})
+	var dropWG sync.WaitGroup
+	dropWG.Go(func() { droplog.Run(dropStop, in.drops, in.reportDrops) })
+	close(in.ready)
+	in.cfg.Logger.Info("mavlink: running", "udp", in.UDPAddr(), "tcp", in.TCPAddr(),
+		"udp_connect", in.cfg.UDPConnect, "tcp_connect", in.cfg.TCPConnect, "signing", in.signer != nil)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-in.fatal:
+		cancel()
+	}
+	stop()
+	if in.udp != nil {
+		in.udp.Close()
+	}
+	if in.tcp != nil {
+		in.tcp.Close()
+	}
+	wg.Wait()
+	in.inflight.Wait()
+	close(dropStop)
+	dropWG.Wait()
+	if runErr == nil {
+		select {
+		case runErr = <-in.fatal:
+		default:
+		}
+	}
+	in.cfg.Logger.Info("mavlink: stopped", "stats", in.Stats())
+	return runErr
+}
+
+// consume takes the frames at the start of b, received at recv; it
+// returns how many bytes it used: the rest is the start of a frame that
+// has not wholly arrived (a stream keeps it for the next read; a
+// datagram's rest is counted as garbage).
+func (in *Intake) consume(b []byte, recv int64) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	used := 0
+	for used < len(b) {
+		f, n, res := split(b[used:], in.cfg.Dialect)
+		switch res {
+		case splitShort:
+			return used
+		case splitFrame:
+			in.frame(&f, recv)
+			used += n
+			continue
+		case splitBadCRC:
+			in.c.badCRC.Add(1)
+		case splitUnknown:
+			in.c.unknownMessage.Add(1)
+		}
+		in.c.garbageBytes.Add(1)
+		used++
+	}
+	return used
+}
+
+// frame checks one frame and appends it. in.mu is held.
+func (in *Intake) frame(f *Frame, recv int64) {
+	in.c.frames.Add(1)
+	if s := in.signer; s != nil {
+		switch {
+		case !f.Signed && s.require:
+			in.c.unsigned.Add(1)
+			return
+		case f.Signed && !s.verify(f):
+			in.c.badSignature.Add(1)
+			return
+		}
+	}
+	d := in.droneFor(f.SysID, recv)
+	if d == nil {
+		return
+	}
+	if f.Signed && in.signer != nil && !d.signatureFresh(f) {
+		in.c.signatureReplayed.Add(1)
+		return
+	}
+	d.lastActive, d.st.Last = recv, recv
+	d.st.Frames++
+	c := &d.comps[f.CompID]
+	crc := uint16(f.Raw[len(f.Raw)-2-sigLen(f)]) | uint16(f.Raw[len(f.Raw)-1-sigLen(f)])<<8
+	flags := localstream.Flags(0)
+	switch out, lost := c.note(f.Seq, crc); out {
+	case seqDuplicate:
+		d.st.Duplicates++
+		in.c.duplicates.Add(1)
+		return
+	case seqGap:
+		d.st.Lost += uint64(lost)
+		in.c.lost.Add(uint64(lost))
+		flags |= localstream.FlagDiscontinuity
+	case seqJump:
+		flags |= localstream.FlagDiscontinuity
+	}
+	info, _ := in.cfg.Dialect.lookup(f.MsgID)
+	evTime, mapped := c.eventTime(f, info)
+	if every, ok := in.rates[f.MsgID]; ok && !d.keep(f, every, recv) {
+		d.st.Sampled++
+		in.c.sampled.Add(1)
+		if flags.Has(localstream.FlagDiscontinuity) {
+			d.discontinue = true // the next stored event says it
+		}
+		return
+	}
+	if d.discontinue {
+		flags |= localstream.FlagDiscontinuity
+		d.discontinue = false
+	}
+	if mapped {
+		d.st.TimeMapped++
+	} else {
+		evTime = recv
+		flags |= localstream.FlagEstimatedTime
+		d.st.TimeEstimated++
+	}
+	in.append(d, f, evTime, recv, flags)
+}
+
+func sigLen(f *Frame) int {
+	if f.Signed {
+		return signatureLen
+	}
+	return 0
+}
+
+// keep applies a message's rate: every < 0 drops it, else a frame is
+// kept when the last kept of its component and message is every ns old.
+func (d *drone) keep(f *Frame, every, recv int64) bool {
+	if every < 0 {
+		return false
+	}
+	if d.rateLast == nil {
+		d.rateLast = map[uint64]int64{}
+	}
+	k := uint64(f.CompID)<<32 | uint64(f.MsgID)
+	if last, ok := d.rateLast[k]; ok && recv-last < every {
+		return false
+	}
+	d.rateLast[k] = recv
+	return true
+}
+
+// signatureFresh applies MAVLink 2's replay rule: a signed frame's
+// timestamp must be newer than the last of its (component, link).
+func (d *drone) signatureFresh(f *Frame) bool {
+	_, link, ts, _ := f.signatureParts()
+	if d.sigTimestamps == nil {
+		d.sigTimestamps = map[uint16]uint64{}
+	}
+	k := uint16(f.CompID)<<8 | uint16(link)
+	last, ok := d.sigTimestamps[k]
+	if ok && ts <= last {
+		return false
+	}
+	if !ok && len(d.sigTimestamps) >= maxSignatureStreams {
+		return false
+	}
+	d.sigTimestamps[k] = ts
+	return true
+}
+
+// append queues the frame's event. in.mu is held: appends reach the
+// store's queue in frame order.
+func (in *Intake) append(d *drone, f *Frame, evTime, recv int64, flags localstream.Flags) {
+	ev := localstream.Event{RoutingKey: d.id, Writer: d.writer, EventTime: evTime, IngestTime: recv,
+		Flags: flags, ContentType: ContentType,
+		Headers: []localstream.Header{{Key: HeaderMsgID, Value: strconv.FormatUint(uint64(f.MsgID), 10)},
+			{Key: HeaderCompID, Value: strconv.Itoa(int(f.CompID))}},
+		Payload: append([]byte(nil), f.Raw...)}
+	var adm watermark.Admission
+	if in.sink.Marks != nil {
+		adm = in.sink.Marks.Admit(d.writer, ev.EventTime, ev.IngestTime)
+		ev.Flags |= adm.Flags()
+		if adm.Skew != watermark.SkewNone {
+			d.st.ClockSkew++
+			in.c.clockSkew.Add(1)
+		}
+		if adm.Late {
+			in.c.late.Add(1)
+		}
+	}
+	if ev.Flags.Has(localstream.FlagDiscontinuity) {
+		d.st.Discontinuities++
+	}
+	d.pending.Add(1)
+	in.inflight.Add(1)
+	err := in.sink.Stream.AppendAsync(in.ctx, ev, func(pos localstream.Position, err error) {
+		in.appended(d, adm, evTime, pos, err)
+	})
+	if err == nil {
+		return
+	}
+	in.inflight.Done()
+	d.pending.Add(-1)
+	d.discontinue = true
+	switch {
+	case errors.Is(err, localstream.ErrDiskFull):
+		in.c.diskFullDrops.Add(1)
+	case in.ctx.Err() != nil:
+	default:
+		in.c.storeDrops.Add(1)
+		in.fail(err)
+	}
+}
+
+// appended is the store's callback, in append order.
+func (in *Intake) appended(d *drone, adm watermark.Admission, t int64, pos localstream.Position, err error) {
+	defer in.inflight.Done()
+	// Not in.mu: the frame goroutine may hold it while it waits for room
+	// in the store's queue, which this callback makes.
+	d.pending.Add(-1)
+	if err != nil {
+		in.fail(err)
+		return
+	}
+	d.stored.Add(1)
+	in.c.stored.Add(1)
+	if in.sink.Marks != nil {
+		if err := in.sink.Marks.NoteAdmitted(d.writer, adm, t, pos); err != nil {
+			in.c.markErrors.Add(1)
+		}
+	}
+}
+
+func (in *Intake) fail(err error) {
+	select {
+	case in.fatal <- fmt.Errorf("%w: %w", ErrStore, err):
+	default:
+	}
+}

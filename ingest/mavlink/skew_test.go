@@ -1,0 +1,77 @@
+package mavlink
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// TestGPSTimeHourOff: drone A's GPS time is an hour ahead, drone B's is
+// right. A keeps its time but is flagged clock-skew (counted per drone);
+// B is never late, and no watermark is ahead of the receiving clock plus
+// the allowed skew (the real watermark tracker of the telemetry stream).
+func TestGPSTimeHourOff(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	const skew = 10 * time.Second
+	tr, err := watermark.NewTracker(st, s, watermark.Options{Now: clk.Now, MaxClockSkew: skew})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := localConfig()
+	cfg.Now = clk.Now
+	cfg.Drones = map[uint8]string{1: "a", 2: "b"}
+	in, _ := runIntake(t, cfg, st, tr)
+	c, err := net.Dial("tcp", in.TCPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wa, wb := newWriter(t, false, 1, 1, nil), newWriter(t, false, 2, 1, nil)
+	frames := 0
+	for i := range 60 {
+		now := clk.Now()
+		boot := uint32(10_000 + i*100)
+		if i < 30 || i%2 == 0 { // A alone for 3 s, then both
+			c.Write(wa.frame(t, &common.MessageSystemTime{TimeUnixUsec: uint64(now.Add(time.Hour).UnixMicro()), TimeBootMs: boot}))
+			c.Write(wa.frame(t, &common.MessageGlobalPositionInt{TimeBootMs: boot}))
+			frames += 2
+		}
+		if i >= 30 {
+			c.Write(wb.frame(t, &common.MessageSystemTime{TimeUnixUsec: uint64(now.UnixMicro()), TimeBootMs: boot}))
+			c.Write(wb.frame(t, &common.MessageGlobalPositionInt{TimeBootMs: boot}))
+			frames += 2
+		}
+		waitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == uint64(frames) })
+		w, err := tr.Local()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit := now.Add(skew).UnixNano(); w.LowerNs > limit || w.UpperNs > limit {
+			t.Fatalf("step %d: local watermark %s ahead of the receiving clock + %s", i, w, skew)
+		}
+		clk.Add(100 * time.Millisecond)
+	}
+	recs := byDrone(t, st)
+	for _, r := range recs["b"] {
+		if r.Flags.Has(localstream.FlagLate) || r.Flags.Has(localstream.FlagClockSkew) {
+			t.Fatalf("b's event %s flagged %b", r.Position, r.Flags)
+		}
+	}
+	for _, r := range recs["a"] {
+		if !r.Flags.Has(localstream.FlagClockSkew) || r.EventTime < r.IngestTime+int64(59*time.Minute) {
+			t.Fatalf("a's event %s: flags %b, time %s after arrival", r.Position, r.Flags, time.Duration(r.EventTime-r.IngestTime))
+		}
+	}
+	st2 := in.Stats()
+	da, _ := st2.Drone(1)
+	db, _ := st2.Drone(2)
+	if da.ClockSkew != uint64(len(recs["a"])) || db.ClockSkew != 0 || st2.Late != 0 {
+		t.Fatalf("clock skew a %d (of %d) b %d, late %d", da.ClockSkew, len(recs["a"]), db.ClockSkew, st2.Late)
+	}
+}

@@ -1,0 +1,106 @@
+package mavlink
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// readStream takes frames from a byte stream until it ends; a frame cut
+// by a read waits for the rest in the next one.
+func (in *Intake) readStream(c net.Conn) {
+	buf := make([]byte, 16<<10)
+	have := 0
+	for {
+		n, err := c.Read(buf[have:])
+		if n > 0 {
+			have += n
+			used := in.consume(buf[:have], in.cfg.Now().UnixNano())
+			have = copy(buf, buf[used:have]) // < maxFrameLen: the start of one frame
+		}
+		if err != nil {
+			if have > 0 {
+				in.c.garbageBytes.Add(uint64(have)) // a frame cut by the end of the stream
+				in.c.truncated.Add(1)
+			}
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				in.c.readErrors.Add(1)
+			}
+			return
+		}
+	}
+}
+
+// acceptTCP serves TCP connections until ctx ends, at most MaxConnections
+// at once (more are closed at once, counted).
+func (in *Intake) acceptTCP(ctx context.Context, l net.Listener) {
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	var wg sync.WaitGroup
+	defer func() {
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	}()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			in.c.readErrors.Add(1)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		mu.Lock()
+		if len(conns) >= in.cfg.MaxConnections {
+			mu.Unlock()
+			in.c.connectionsRefused.Add(1)
+			c.Close()
+			continue
+		}
+		conns[c] = struct{}{}
+		mu.Unlock()
+		in.c.connections.Add(1)
+		wg.Go(func() {
+			in.readStream(c)
+			c.Close()
+			mu.Lock()
+			delete(conns, c)
+			mu.Unlock()
+		})
+	}
+}
+
+// dialTCP is a client of a TCP server endpoint: it reads from it,
+// redialling with a backoff from 100 ms to 5 s after every loss, until ctx ends.
+func (in *Intake) dialTCP(ctx context.Context, addr string) {
+	backoff := 100 * time.Millisecond
+	var d net.Dialer
+	for ctx.Err() == nil {
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			in.c.connections.Add(1)
+			backoff = 100 * time.Millisecond
+			stop := context.AfterFunc(ctx, func() { c.Close() })
+			in.readStream(c)
+			stop()
+			c.Close()
+			in.c.connectionsLost.Add(1)
+		} else if ctx.Err() == nil {
+			in.c.readErrors.Add(1)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
