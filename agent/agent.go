@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -56,6 +57,7 @@ type Agent struct {
 	repl     *sync.Replication
 	video    *video.Ingest
 	telem    *telemetry.Ingester
+	mavlink  *mavlink.Intake
 	devices  *deviceParts
 	httpAddr string
 
@@ -418,6 +420,11 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 			return err
 		}
 	}
+	if a.cfg.MAVLink.Enabled {
+		if err := a.newMAVLink(d); err != nil {
+			return err
+		}
+	}
 	d.start(ctx, g)
 	if a.cfg.Video.Enabled {
 		st, tr := a.streams["video"], a.trackers["video"]
@@ -450,6 +457,7 @@ func (a *Agent) startIntake(ctx context.Context, g *errgroup.Group) error {
 			a.log.Warn("telemetry: not subscribed yet; running on, the broker session keeps messages once it is", "broker", a.cfg.Telemetry.Broker)
 		}
 	}
+	a.startMAVLink(ctx, g)
 	return nil
 }
 

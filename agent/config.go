@@ -48,6 +48,8 @@ type Config struct {
 	Video VideoConfig `yaml:"video"`
 	// Telemetry configures MQTT capture.
 	Telemetry TelemetryConfig `yaml:"telemetry"`
+	// MAVLink configures MAVLink capture into the telemetry stream.
+	MAVLink MAVLinkConfig `yaml:"mavlink"`
 	// Central configures replication to the central JetStream.
 	Central CentralConfig `yaml:"central"`
 	// Devices configures the drone registry, host health and disk pressure.
@@ -256,6 +258,7 @@ func NewDefaultConfig() Config {
 			MaxClockSkew: watermark.DefaultMaxClockSkew, MaxClockBehind: watermark.DefaultMaxClockBehind},
 		Video:     VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
 		Telemetry: TelemetryConfig{Enabled: true, Config: defaultTelemetry()},
+		MAVLink:   MAVLinkConfig{Config: defaultMAVLink()},
 		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
 			CommitInterval: 100 * time.Millisecond, MaxTxnBytes: 8 << 20,
 			MaxBatchSize: 1000, MaxBatchInflight: 50, BatchTimeout: 10 * time.Second, MaxControlLine: 4096,
@@ -392,6 +395,9 @@ func (c Config) Validate() error {
 		if (c.Telemetry.CertFile == "") != (c.Telemetry.KeyFile == "") {
 			return bad("telemetry.cert_file", "a client certificate needs both cert_file and key_file")
 		}
+	}
+	if err := c.MAVLink.validate(); err != nil {
+		return err
 	}
 	if err := c.Central.validate(); err != nil {
 		return err

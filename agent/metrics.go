@@ -63,6 +63,9 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 	if s.Telemetry != nil {
 		emitStruct(ch, "edge_telemetry", nil, nil, reflect.ValueOf(*s.Telemetry))
 	}
+	if s.MAVLink != nil {
+		emitStruct(ch, "edge_mavlink", nil, nil, reflect.ValueOf(*s.MAVLink))
+	}
 	if s.Devices != nil {
 		emitStruct(ch, "edge_devices", nil, nil, reflect.ValueOf(s.Devices))
 	}

@@ -115,6 +115,10 @@ func newRedactor(c Config) *redactor {
 	if c.Telemetry.PasswordEnv != "" {
 		add(os.Getenv(c.Telemetry.PasswordEnv))
 	}
+	readFile(c.MAVLink.Signing.KeyFile)
+	if c.MAVLink.Signing.KeyEnv != "" {
+		add(os.Getenv(c.MAVLink.Signing.KeyEnv))
+	}
 	return r
 }
 

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -34,6 +35,8 @@ type Status struct {
 	// Video and Telemetry are the intake counters (nil when disabled).
 	Video     *video.Stats     `json:"video,omitempty"`
 	Telemetry *telemetry.Stats `json:"telemetry,omitempty"`
+	// MAVLink is the MAVLink intake's counters, per drone too (nil when disabled).
+	MAVLink *mavlink.Stats `json:"mavlink,omitempty"`
 	// Devices is the drone registry, host health and disk pressure.
 	Devices any `json:"devices,omitempty"`
 	// Procs is how `edge-agent run` sizes GOMAXPROCS (absent in a
@@ -138,6 +141,10 @@ func (a *Agent) Status() Status {
 	if a.telem != nil {
 		t := a.telem.Stats()
 		s.Telemetry = &t
+	}
+	if a.mavlink != nil {
+		m := a.mavlink.Stats()
+		s.MAVLink = &m
 	}
 	s.Devices = a.devices.status()
 	return s

@@ -19,7 +19,7 @@ type drone struct {
 	sysid         uint8
 	discovered    bool // not in Config.Drones: it holds one of MaxDrones slots
 	id, writer    string
-	lastActive    int64 // receive time of its last frame, Unix ns
+	lastActive    int64        // receive time of its last frame, Unix ns
 	pending       atomic.Int64 // appends queued in the store, not yet durable (the store's callback changes it without Intake.mu)
 	stored        atomic.Uint64
 	comps         [256]component
@@ -42,9 +42,9 @@ type component struct {
 
 // DroneStats are one MAVLink drone's counters.
 type DroneStats struct {
-	// Drone and SysID name it.
-	Drone string `json:"drone"`
-	SysID uint8  `json:"sysid"`
+	// ID and SysID name it.
+	ID    string `json:"drone"`
+	SysID int    `json:"sysid"`
 	// Frames: frames received with a right checksum (before filters).
 	Frames uint64 `json:"frames"`
 	// Stored: events durable in the store.
@@ -97,7 +97,7 @@ func (in *Intake) droneFor(sysid uint8, now int64) *drone {
 		in.slots.n++
 	}
 	d := &drone{sysid: sysid, id: id, writer: WriterFor(id), lastActive: now, discovered: !mapped}
-	d.st.Drone, d.st.SysID = id, sysid
+	d.st.ID, d.st.SysID = id, int(sysid)
 	in.slots.bySys[sysid] = d
 	return d
 }

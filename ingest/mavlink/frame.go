@@ -56,11 +56,11 @@ type Frame struct {
 type splitResult int
 
 const (
-	splitFrame    splitResult = iota // a frame whose checksum is right
-	splitGarbage                     // the first byte starts no frame: skip it
-	splitBadCRC                      // a frame shape whose checksum is wrong: skip its first byte
-	splitUnknown                     // a frame of a message the dialect does not know: skip its first byte
-	splitShort                       // the buffer ends inside what may be a frame: wait for more
+	splitFrame   splitResult = iota // a frame whose checksum is right
+	splitGarbage                    // the first byte starts no frame: skip it
+	splitBadCRC                     // a frame shape whose checksum is wrong: skip its first byte
+	splitUnknown                    // a frame of a message the dialect does not know: skip its first byte
+	splitShort                      // the buffer ends inside what may be a frame: wait for more
 )
 
 // split reads the frame at the start of b. A checksum is only known for

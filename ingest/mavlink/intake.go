@@ -41,9 +41,9 @@ type Intake struct {
 	// mu serializes the frames of every endpoint: drone state, filters
 	// and the append order (one drone's events reach the store in the
 	// order they were taken from the sockets).
-	mu       sync.Mutex
-	slots    slots
-	ctx      context.Context
+	mu    sync.Mutex
+	slots slots
+	ctx   context.Context
 
 	udp      *net.UDPConn
 	tcp      net.Listener

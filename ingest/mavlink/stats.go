@@ -61,11 +61,11 @@ type Stats struct {
 
 type counters struct {
 	datagrams, connections, connectionsRefused, connectionsLost, readErrors atomic.Uint64
-	frames, stored, garbageBytes, badCRC, unknownMessage, truncated          atomic.Uint64
-	unsigned, badSignature, signatureReplayed                                atomic.Uint64
-	unmapped, dronesOverLimit, dronesReleased                                atomic.Uint64
-	lost, duplicates, sampled, late, clockSkew                               atomic.Uint64
-	diskFullDrops, storeDrops, markErrors                                    atomic.Uint64
+	frames, stored, garbageBytes, badCRC, unknownMessage, truncated         atomic.Uint64
+	unsigned, badSignature, signatureReplayed                               atomic.Uint64
+	unmapped, dronesOverLimit, dronesReleased                               atomic.Uint64
+	lost, duplicates, sampled, late, clockSkew                              atomic.Uint64
+	diskFullDrops, storeDrops, markErrors                                   atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters and of every drone's.
@@ -93,7 +93,7 @@ func (in *Intake) Stats() Stats {
 
 // Drone returns the counters of the drone holding sysid's slot.
 func (s Stats) Drone(sysid uint8) (DroneStats, bool) {
-	i := slices.IndexFunc(s.Drones, func(d DroneStats) bool { return d.SysID == sysid })
+	i := slices.IndexFunc(s.Drones, func(d DroneStats) bool { return d.SysID == int(sysid) })
 	if i < 0 {
 		return DroneStats{}, false
 	}
