@@ -52,7 +52,8 @@ type DroneStats struct {
 	// Lost: frames missing from its components' sequence numbers.
 	Lost uint64 `json:"lost"`
 	// Discontinuities: events flagged discontinuity (after a loss, a
-	// reordered or restarted sequence, or a drop by the store).
+	// reordered or restarted sequence, a drop by the store, and the first
+	// frame of each component in a run: what came before it is unknown).
 	Discontinuities uint64 `json:"discontinuities"`
 	// Duplicates: frames equal to the last one of their component (same
 	// sequence number and checksum): dropped.

@@ -250,7 +250,7 @@ func (in *Intake) frame(f *Frame, recv int64) {
 		d.st.Lost += uint64(lost)
 		in.c.lost.Add(uint64(lost))
 		flags |= localstream.FlagDiscontinuity
-	case seqJump:
+	case seqJump, seqFirst:
 		flags |= localstream.FlagDiscontinuity
 	}
 	info, _ := in.cfg.Dialect.lookup(f.MsgID)

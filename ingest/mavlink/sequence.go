@@ -4,7 +4,8 @@ package mavlink
 type seqOutcome int
 
 const (
-	seqNext      seqOutcome = iota // the next number (or the component's first frame)
+	seqNext      seqOutcome = iota // the next number
+	seqFirst                       // the component's first frame in this run: what came before is unknown
 	seqGap                         // numbers were skipped: frames lost
 	seqDuplicate                   // the last frame again (same number and checksum)
 	seqJump                        // a number behind the last: reordered or restarted
@@ -19,7 +20,7 @@ const reorderWindow = 64
 func (c *component) note(seq uint8, crc uint16) (seqOutcome, int) {
 	if !c.seen {
 		c.seen, c.seq, c.crc = true, seq, crc
-		return seqNext, 0
+		return seqFirst, 0
 	}
 	if seq == c.seq && crc == c.crc {
 		return seqDuplicate, 0

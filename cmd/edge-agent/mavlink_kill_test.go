@@ -1,0 +1,292 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	gosync "sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// nodeMAVLink returns the directory of the node-mavlink sender with its
+// packages installed (npm ci from the lock file when missing); it skips
+// when node or npm is not installed.
+func nodeMAVLink(t *testing.T) string {
+	t.Helper()
+	for _, bin := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not installed (apt-get install -y nodejs npm): the node-mavlink sender cannot run", bin)
+		}
+	}
+	dir, err := filepath.Abs(filepath.Join("testdata", "node-mavlink"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "node-mavlink")); err != nil {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return dir
+}
+
+// linkProxy is a TCP link between a sender and the agent that the test
+// can cut: every connection through it is closed at once, the bytes in
+// flight lost, as a radio link drops.
+type linkProxy struct {
+	ln     net.Listener
+	target string
+	mu     gosync.Mutex
+	conns  []net.Conn
+	cuts   int
+}
+
+func newLinkProxy(t *testing.T, target string) *linkProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &linkProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.cut() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *linkProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.(*net.TCPConn).SetLinger(0) // a reset: what is in flight is lost
+		c.Close()
+	}
+	if len(p.conns) > 0 {
+		p.cuts++
+	}
+	p.conns = nil
+}
+
+// sentFrame is one frame the node sender wrote.
+type sentFrame struct {
+	sysid, index int
+}
+
+// readSentLog reads the sender's log: frame bytes (hex) → which frame.
+func readSentLog(t *testing.T, path string) (map[string]sentFrame, map[int]int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	byHex, last := map[string]sentFrame{}, map[int]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.Fields(sc.Text())
+		if len(parts) != 3 {
+			t.Fatalf("sender log line %q", sc.Text())
+		}
+		sys, _ := strconv.Atoi(parts[0])
+		idx, _ := strconv.Atoi(parts[1])
+		if _, dup := byHex[parts[2]]; dup {
+			t.Fatalf("the sender wrote the same bytes twice (%s): the frames would not be told apart", parts[2])
+		}
+		byHex[parts[2]] = sentFrame{sys, idx}
+		last[sys] = max(last[sys], idx)
+	}
+	return byHex, last
+}
+
+// TestNodeMAVLinkThroughKillsAndCuts: three drones played by node-mavlink
+// (not this project's code; MAVLink 1 and 2) send over TCP, through a link
+// the test cuts, to `edge-agent run`, which is SIGKILLed and restarted
+// mid-stream. At the centre every frame is byte for byte one the sender
+// wrote, per drone in the order written, none twice; every frame lost on
+// the way (cut, kill) is before an event flagged discontinuity — never
+// silent — and after the last fault every frame arrives.
+func TestNodeMAVLinkThroughKillsAndCuts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a 20 s fault test")
+	}
+	nodeDir := nodeMAVLink(t)
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGE_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed=%d (rerun with EDGE_SEED=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 25))
+	dir := t.TempDir()
+	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "central")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := csrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer csrv.Close()
+	httpPort, mavPort := freePort(t), freePort(t)
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: mav-kill
+data_dir: %s
+http: {listen: "127.0.0.1:%d"}
+log: {level: warn}
+store: {min_free_bytes: 16777216}
+video: {enabled: false}
+telemetry: {enabled: false}
+mavlink: {enabled: true, udp_listen: "", tcp_listen: "127.0.0.1:%d", drones: {1: drone-a}}
+central: {url: %q, shutdown_timeout: 10s}
+devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
+`, filepath.Join(dir, "agent"), httpPort, mavPort, csrv.ClientURL())), 0o644)
+	start := func() *exec.Cmd {
+		cmd := startRun(t, cfgPath, httpPort)
+		t.Cleanup(func() { cmd.Process.Kill() })
+		return cmd
+	}
+	cmd := start()
+	proxy := newLinkProxy(t, fmt.Sprintf("127.0.0.1:%d", mavPort))
+
+	count := 2000 * rounds(1)
+	const drones, rate = 3, 200
+	sentLog := filepath.Join(dir, "sent.log")
+	sender := exec.Command("node", "sender.js", proxy.ln.Addr().String(), strconv.Itoa(drones), strconv.Itoa(count), strconv.Itoa(rate), sentLog)
+	sender.Dir = nodeDir
+	sender.Stderr = os.Stderr
+	if err := sender.Start(); err != nil {
+		t.Fatal(err)
+	}
+	senderDone := make(chan error, 1)
+	go func() { senderDone <- sender.Wait() }()
+	t.Cleanup(func() { sender.Process.Kill() })
+
+	// Faults in the first 60 % of the run: two cuts and three kills, in a
+	// random order at random times; then the run ends cleanly.
+	faults := []string{"cut", "cut", "kill", "kill", "kill"}
+	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
+	runFor := time.Duration(count/rate) * time.Second
+	kills := 0
+	for _, f := range faults {
+		time.Sleep(runFor*6/10/time.Duration(len(faults)) + time.Duration(rng.IntN(200))*time.Millisecond)
+		switch f {
+		case "cut":
+			proxy.cut()
+		case "kill":
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+				t.Fatalf("agent not killed: %v", cmd.ProcessState)
+			}
+			kills++
+			cmd = start()
+		}
+	}
+	select {
+	case err := <-senderDone:
+		if err != nil {
+			t.Fatalf("node sender: %v", err)
+		}
+	case <-time.After(2*runFor + 30*time.Second):
+		t.Fatal("node sender did not finish")
+	}
+	time.Sleep(500 * time.Millisecond) // the last frames reach the agent
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v (want exit status 0)", err)
+	}
+
+	byHex, last := readSentLog(t, sentLog)
+	nc, err := nats.Connect(csrv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	items, err := sync.ReadAll(context.Background(), nc, "telemetry", sync.ReadOptions{Agent: "mav-kill"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	droneOf := map[int]string{1: "drone-a", 2: mavlink.DiscoveredID(2), 3: mavlink.DiscoveredID(3)}
+	next := map[int]int{} // per sysid: the next index expected
+	seen := map[int]int{}
+	gaps := 0
+	for _, it := range items {
+		if it.Kind != sync.ItemEvent {
+			continue
+		}
+		r := it.Event.Record
+		if r.ContentType != mavlink.ContentType {
+			t.Fatalf("event %v: content type %q", r.Position, r.ContentType)
+		}
+		sf, ok := byHex[hex.EncodeToString(r.Payload)]
+		if !ok {
+			t.Fatalf("event %v of %s: % x is no frame the sender wrote", r.Position, r.RoutingKey, r.Payload)
+		}
+		if droneOf[sf.sysid] != r.RoutingKey {
+			t.Fatalf("frame of system %d stored as drone %q", sf.sysid, r.RoutingKey)
+		}
+		exp, started := next[sf.sysid]
+		switch {
+		case started && sf.index < exp:
+			t.Fatalf("drone %s: frame %d after frame %d: duplicate or out of order", r.RoutingKey, sf.index, exp-1)
+		case started && sf.index > exp:
+			gaps++
+			if !r.Flags.Has(localstream.FlagDiscontinuity) {
+				t.Fatalf("drone %s: frames %d..%d lost before frame %d, which is not flagged discontinuity", r.RoutingKey, exp, sf.index-1, sf.index)
+			}
+		}
+		next[sf.sysid] = sf.index + 1
+		seen[sf.sysid]++
+	}
+	for sys := 1; sys <= drones; sys++ {
+		if next[sys] != count || last[sys] != count-1 {
+			t.Fatalf("system %d: the centre ends at frame %d, the sender wrote up to %d of %d", sys, next[sys]-1, last[sys], count)
+		}
+		t.Logf("drone %s: %d of %d frames at the centre", droneOf[sys], seen[sys], count)
+	}
+	t.Logf("%d kills, %d cuts, %d gaps flagged", kills, proxy.cuts, gaps)
+	if kills != 3 || proxy.cuts < 1 || gaps == 0 {
+		t.Fatalf("the faults did not happen: %d kills, %d cuts, %d gaps", kills, proxy.cuts, gaps)
+	}
+}
+
+// rounds returns EDGE_ROUNDS or def.
+func rounds(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
