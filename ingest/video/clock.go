@@ -33,13 +33,19 @@ func unixNanoToNTP(ns int64) uint64 {
 // more than maxJump for the same RTP timestamp is a clock jump: the caller
 // marks a discontinuity instead of shifting time silently.
 //
-// A Sender Report whose NTP time is more than maxSkew from its arrival
-// (an absurd value: 2^31 s, random bits) is ignored while the mapping of
-// an earlier SR agrees with the arrival clock: one bad report must not
-// date the chunks after it 1968 or 2104. Without such a mapping it is
-// used (the sender's clock is just off): the chunks keep the sender's
-// time and the watermark tracker flags them clock-skew and bounds their
-// marks (docs/design.md rule 12).
+// A Sender Report far from the receiving clock — its NTP time more than
+// maxSkew from its arrival (an absurd value: 2^31 s, random bits, a
+// spoofer's +1 h), or its mapping dating the last frame more than maxSkew
+// from that frame's arrival (an RTP time off by an hour) — is ignored
+// while the mapping in use is good: it dated the last frame within
+// maxSkew of that frame's arrival. So one bad report, or any number,
+// never moves the frames after it away from the time the good mapping
+// gives them. Whether the mapping in use is good is judged by a frame it
+// dated, never by the report's own RTP time (which whoever sent the
+// report chose). Without a good mapping the report is used (the sender's
+// clock is just off): the chunks keep the sender's time and the
+// watermark tracker flags them clock-skew and bounds their marks
+// (docs/design.md rule 12).
 type clock struct {
 	rate    int64
 	maxJump int64
@@ -53,6 +59,12 @@ type clock struct {
 	haveEst bool
 	estNs   int64
 	estRTP  uint32
+
+	// haveLast: lastRTP is the RTP time of the last frame dated, which
+	// arrived at lastArrival (Unix ns).
+	haveLast    bool
+	lastRTP     uint32
+	lastArrival int64
 }
 
 func newClock(rate int, maxJump, maxSkew time.Duration) *clock {
@@ -68,11 +80,8 @@ func (c *clock) delta(a, b uint32) int64 { return int64(int32(a-b)) * 1e9 / c.ra
 // ignored as skewed (see clock).
 func (c *clock) onSR(ntp uint64, rtpTS uint32, arrival time.Time) (jump, skewed bool) {
 	ns := ntpToUnixNano(ntp)
-	if c.maxSkew > 0 && c.haveSR && !arrival.IsZero() {
-		a := arrival.UnixNano()
-		if abs64(ns-a) > c.maxSkew && abs64(c.srNs+c.delta(rtpTS, c.srRTP)-a) <= c.maxSkew {
-			return false, true
-		}
+	if c.maxSkew > 0 && c.haveSR && !arrival.IsZero() && c.good(rtpTS, arrival) && c.far(ns, rtpTS, arrival) {
+		return false, true
 	}
 	switch {
 	case c.haveSR:
@@ -84,10 +93,33 @@ func (c *clock) onSR(ntp uint64, rtpTS uint32, arrival time.Time) (jump, skewed 
 	return jump, false
 }
 
+// good reports whether the sender-report mapping in use agrees with the
+// receiving clock: for the last frame it dated, else (no frame yet) for a
+// report with RTP time rtpTS arriving at arrival.
+func (c *clock) good(rtpTS uint32, arrival time.Time) bool {
+	if c.haveLast {
+		return abs64(c.srNs+c.delta(c.lastRTP, c.srRTP)-c.lastArrival) <= c.maxSkew
+	}
+	return abs64(c.srNs+c.delta(rtpTS, c.srRTP)-arrival.UnixNano()) <= c.maxSkew
+}
+
+// far reports whether the mapping of a report (ns at rtpTS) arriving at
+// arrival disagrees with the receiving clock: for the report itself, or
+// for the last frame dated.
+func (c *clock) far(ns int64, rtpTS uint32, arrival time.Time) bool {
+	if abs64(ns-arrival.UnixNano()) > c.maxSkew {
+		return true
+	}
+	return c.haveLast && abs64(ns+c.delta(c.lastRTP, rtpTS)-c.lastArrival) > c.maxSkew
+}
+
 // pts returns the wall-clock time of RTP timestamp ts whose frame arrived
 // at arrival; estimated is true before the first SR; jump is true when the
 // estimate had to be re-anchored (sender clock stalled or raced).
 func (c *clock) pts(ts uint32, arrival time.Time) (ns int64, estimated, jump bool) {
+	if !arrival.IsZero() {
+		c.haveLast, c.lastRTP, c.lastArrival = true, ts, arrival.UnixNano()
+	}
 	if c.haveSR {
 		return c.srNs + c.delta(ts, c.srRTP), false, false
 	}

@@ -152,29 +152,44 @@ func TestAbsurdFirstSenderReport(t *testing.T) {
 
 // FuzzClockSenderReports drives one RTP clock with arbitrary sender
 // reports (NTP and RTP times, arrival offsets) and frame times: it never
-// panics; a report is ignored only when its NTP time is beyond the skew
-// from its arrival while the mapping in use is within it, and an ignored
-// report leaves that mapping as it was.
+// panics; a report is ignored only when it is far from the receiving
+// clock (its NTP time, or its mapping of the last frame dated, beyond the
+// skew) while the mapping in use dates that frame within it; an ignored
+// report leaves that mapping as it was, and later frames keep its time.
 func FuzzClockSenderReports(f *testing.F) {
-	f.Add(uint64(1<<31<<32), uint32(1000), int64(0), uint32(4000))
-	f.Add(uint64(0xffffffffffffffff), uint32(0), int64(-5e9), uint32(1<<31))
-	f.Add(unixNanoToNTP(1_800_000_000_000_000_000), uint32(90000), int64(3e9), uint32(0))
-	f.Fuzz(func(t *testing.T, ntp uint64, rtpTS uint32, arrivalOff int64, frameTS uint32) {
+	f.Add(uint64(1<<31<<32), uint32(1000), int64(0), uint32(4000), false)
+	f.Add(uint64(0xffffffffffffffff), uint32(0), int64(-5e9), uint32(1<<31), true)
+	f.Add(unixNanoToNTP(1_800_000_000_000_000_000), uint32(90000), int64(3e9), uint32(0), true)
+	f.Add(unixNanoToNTP(1_800_000_000_000_000_000), uint32(3600*90000), int64(0), uint32(9000), true)
+	f.Fuzz(func(t *testing.T, ntp uint64, rtpTS uint32, arrivalOff int64, frameTS uint32, frameFirst bool) {
 		const skew = int64(10 * time.Second)
 		arrival := time.Unix(0, 1_800_000_000_000_000_000+arrivalOff%int64(time.Hour))
 		c := newClock(90000, 500*time.Millisecond, time.Duration(skew))
-		// A good first report, then the fuzzed one.
+		// A good first report, maybe a frame it dates, then the fuzzed report.
 		c.onSR(unixNanoToNTP(arrival.UnixNano()), 0, arrival)
 		srNs, srRTP := c.srNs, c.srRTP
-		_, skewed := c.onSR(ntp, rtpTS, arrival)
-		ns := ntpToUnixNano(ntp)
-		pred := srNs + c.delta(rtpTS, srRTP)
-		want := abs64(ns-arrival.UnixNano()) > skew && abs64(pred-arrival.UnixNano()) <= skew
-		if skewed != want {
-			t.Fatalf("skewed=%v for NTP %d (arrival %d, mapping predicts %d)", skewed, ns, arrival.UnixNano(), pred)
+		if frameFirst {
+			c.pts(0, arrival)
 		}
-		if skewed && (c.srNs != srNs || c.srRTP != srRTP) {
-			t.Fatal("an ignored report changed the mapping")
+		_, skewed := c.onSR(ntp, rtpTS, arrival)
+		ns, a := ntpToUnixNano(ntp), arrival.UnixNano()
+		var want bool
+		if frameFirst { // the frame at RTP 0 arrived at a, dated a: the mapping is good
+			want = abs64(ns-a) > skew || abs64(ns+c.delta(0, rtpTS)-a) > skew
+		} else {
+			want = abs64(ns-a) > skew && abs64(srNs+c.delta(rtpTS, srRTP)-a) <= skew
+		}
+		if skewed != want {
+			t.Fatalf("skewed=%v for NTP %d RTP %d (arrival %d, frame first %v)", skewed, ns, rtpTS, a, frameFirst)
+		}
+		if skewed {
+			if c.srNs != srNs || c.srRTP != srRTP {
+				t.Fatal("an ignored report changed the mapping")
+			}
+			if p, _, _ := c.pts(frameTS, arrival); p != srNs+c.delta(frameTS, srRTP) {
+				t.Fatalf("a frame after an ignored report dated %d, the mapping in use gives %d", p, srNs+c.delta(frameTS, srRTP))
+			}
+			return
 		}
 		c.pts(frameTS, arrival)
 	})

@@ -42,6 +42,11 @@ type Config struct {
 	// EvictIdle is the silence after which a discovered drone may lose its
 	// slot to a newcomer when max_drones are taken, default 2s.
 	EvictIdle time.Duration `yaml:"evict_idle"`
+	// RebindAfter is the silence of an SSRC's source after which another
+	// source may take the SSRC over, default 5s. Until then RTP and
+	// sender reports for the SSRC from any other address or port are
+	// dropped (counted spoofed): RFC 3550 §8.2, a collision or a spoof.
+	RebindAfter time.Duration `yaml:"rebind_after"`
 	// ReorderPackets bounds the reorder buffer per drone, default 256 (max 511).
 	ReorderPackets int `yaml:"reorder_packets"`
 	// ReorderMaxWait is how long a gap may hold packets back, default 50ms.
@@ -126,6 +131,7 @@ func NewDefaultConfig() Config {
 		Discover:         &t,
 		MaxDrones:        64,
 		EvictIdle:        2 * time.Second,
+		RebindAfter:      5 * time.Second,
 		ReorderPackets:   256,
 		ReorderMaxWait:   50 * time.Millisecond,
 		ChunkMaxDuration: 2 * time.Second,
@@ -181,6 +187,7 @@ func (c Config) withDefaults() Config {
 	setD(&c.MaxClockJump, d.MaxClockJump)
 	setD(&c.SessionTimeout, d.SessionTimeout)
 	setD(&c.EvictIdle, d.EvictIdle)
+	setD(&c.RebindAfter, d.RebindAfter)
 	setD(&c.RawBatchAge, d.RawBatchAge)
 	if c.Logger == nil {
 		c.Logger = slog.Default()

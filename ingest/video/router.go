@@ -22,6 +22,8 @@ type item struct {
 	rtcp    bool
 	// owned: b is the item's own copy (the readers' buffers are reused).
 	owned bool
+	// src is the datagram's source (checked when a held report is released).
+	src netip.AddrPort
 }
 
 // own copies the datagram out of the reader's buffer, once.
@@ -37,12 +39,31 @@ type droneRun struct {
 	ch    chan item
 	ssrcs []uint32 // bound SSRCs (router lock)
 	gone  bool     // removed from the router (router lock)
-	// configured: the drone is in Config.Drones and is never evicted.
-	configured bool
+	// dc is the drone's configuration; nil for a discovered drone, which
+	// may be evicted.
+	dc *DroneConfig
 	// lastSeen is the arrival of the last datagram routed to it (router lock).
 	lastSeen time.Time
 	// evict is closed when the router gave the drone's slot to another.
 	evict chan struct{}
+}
+
+// binding is an SSRC bound to the source that started it (RFC 3550 §8.2:
+// the same SSRC from another transport address is a collision or a
+// loop — or, on a shared network, anyone speaking for the drone).
+type binding struct {
+	dr *droneRun
+	// src is the RTP source; its reports are taken from src or from the
+	// next port (RFC 3550 §11's pair), on the same address.
+	src netip.AddrPort
+	// last is the arrival of the last RTP packet from src: after
+	// rebind_after of silence another source may take the SSRC over.
+	last time.Time
+}
+
+// reportFrom reports whether an RTCP datagram from src may speak for b.
+func (b *binding) reportFrom(src netip.AddrPort) bool {
+	return src.Addr() == b.src.Addr() && (src.Port() == b.src.Port() || src.Port() == b.src.Port()+1)
 }
 
 // candidate is an SSRC on probation.
@@ -60,7 +81,7 @@ type router struct {
 	cfg       *Config
 	allow     []netip.Prefix
 	cfgBySSRC map[uint32]*DroneConfig
-	bySSRC    map[uint32]*droneRun
+	bySSRC    map[uint32]*binding
 	byID      map[string]*droneRun
 	cands     map[uint32]*candidate
 	rc        *receiveCounters
@@ -75,7 +96,7 @@ func newRouter(cfg *Config, rc *receiveCounters, start func(string, *DroneConfig
 	r := &router{
 		cfg: cfg, rc: rc, start: start, queued: new(atomic.Int64),
 		cfgBySSRC: map[uint32]*DroneConfig{},
-		bySSRC:    map[uint32]*droneRun{},
+		bySSRC:    map[uint32]*binding{},
 		byID:      map[string]*droneRun{},
 		cands:     map[uint32]*candidate{},
 	}
@@ -121,7 +142,7 @@ func (r *router) screen(b []byte, src netip.AddrPort) bool {
 // dispatch routes one screened datagram; rtcpPort is true for the RTCP socket.
 func (r *router) dispatch(b []byte, src netip.AddrPort, arrival time.Time, rtcpPort bool) {
 	src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
-	it := item{b: b, arrival: arrival}
+	it := item{b: b, arrival: arrival, src: src}
 	// RFC 5761 §4: RTCP packet types 192-223 occupy the second byte.
 	if rtcpPort || (b[1] >= 192 && b[1] <= 223) {
 		it.rtcp = true
@@ -135,19 +156,21 @@ func (r *router) dispatch(b []byte, src netip.AddrPort, arrival time.Time, rtcpP
 	r.routeRTP(binary.BigEndian.Uint32(b[8:12]), binary.BigEndian.Uint16(b[2:4]), src, it)
 }
 
+// routeRTCP routes a report by its sender SSRC: to the SSRC's drone when
+// it comes from the SSRC's source (else it is spoofed), or held with the
+// SSRC's candidate until its first RTP packets bind it.
 func (r *router) routeRTCP(ssrc uint32, it item) {
-	if dr := r.bySSRC[ssrc]; dr != nil {
-		r.enqueue(dr, it)
-		return
-	}
-	if dc := r.cfgBySSRC[ssrc]; dc != nil {
-		if dr := r.bind(ssrc, dc.ID, dc, it.arrival); dr != nil {
-			r.enqueue(dr, it)
+	if b := r.bySSRC[ssrc]; b != nil {
+		if !b.reportFrom(it.src) {
+			b.dr.d.c.spoofed.Add(1)
+			return
 		}
+		r.enqueue(b.dr, it)
 		return
 	}
-	// A report may come before the first RTP packet: hold it with the
-	// SSRC's candidate (creating one) so the first frames get its time.
+	// A report may come before the first RTP packet (also of a configured
+	// SSRC): hold it with the SSRC's candidate (creating one) so the first
+	// frames get its time once the RTP source is known.
 	c := r.cands[ssrc]
 	if c == nil {
 		r.evictCandidate()
@@ -163,12 +186,15 @@ func (r *router) routeRTCP(ssrc uint32, it item) {
 }
 
 func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) {
-	if dr := r.bySSRC[ssrc]; dr != nil {
-		r.enqueue(dr, it)
+	if b := r.bySSRC[ssrc]; b != nil {
+		if r.fromBound(b, src, it.arrival) {
+			r.enqueue(b.dr, it)
+		}
 		return
 	}
 	if dc := r.cfgBySSRC[ssrc]; dc != nil {
-		if dr := r.bind(ssrc, dc.ID, dc, it.arrival); dr != nil {
+		if dr := r.bind(ssrc, dc.ID, dc, src, it.arrival); dr != nil {
+			r.release(ssrc, dr)
 			r.enqueue(dr, it)
 		}
 		return
@@ -191,17 +217,61 @@ func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) 
 	if c.hits < probationPackets {
 		return
 	}
-	delete(r.cands, ssrc)
 	id, dc := r.identify(ssrc, src)
 	if id == "" {
+		delete(r.cands, ssrc)
 		r.rc.unverified.Add(uint64(len(c.held)))
 		return
 	}
-	dr := r.bind(ssrc, id, dc, it.arrival)
-	if dr == nil {
+	if dr := r.bind(ssrc, id, dc, src, it.arrival); dr != nil {
+		r.release(ssrc, dr)
 		return
 	}
+	delete(r.cands, ssrc)
+}
+
+// fromBound reports whether an RTP packet from src may speak for the
+// bound SSRC b: it comes from b's source, or that source has been silent
+// for rebind_after and src may belong to the drone (a configured
+// address must match), in which case src takes the SSRC over. Others are
+// counted spoofed.
+func (r *router) fromBound(b *binding, src netip.AddrPort, now time.Time) bool {
+	if src == b.src {
+		if now.After(b.last) {
+			b.last = now
+		}
+		return true
+	}
+	if now.Sub(b.last) < r.cfg.RebindAfter || (b.dr.dc != nil && !addrMatches(b.dr.dc.src, src)) {
+		b.dr.d.c.spoofed.Add(1)
+		return false
+	}
+	b.src, b.last = src, now
+	b.dr.d.c.rebinds.Add(1)
+	return true
+}
+
+// addrMatches reports whether src is the configured source want (any
+// source when want is unset; any port when its port is 0).
+func addrMatches(want, src netip.AddrPort) bool {
+	return !want.IsValid() || (want.Addr() == src.Addr() && (want.Port() == 0 || want.Port() == src.Port()))
+}
+
+// release queues for dr what the SSRC's candidate held, in order: its
+// RTP packets (all from the source that passed probation) and the
+// reports from that source (others are spoofed).
+func (r *router) release(ssrc uint32, dr *droneRun) {
+	c := r.cands[ssrc]
+	if c == nil {
+		return
+	}
+	delete(r.cands, ssrc)
+	b := r.bySSRC[ssrc]
 	for _, h := range c.held {
+		if h.rtcp && !b.reportFrom(h.src) {
+			dr.d.c.spoofed.Add(1)
+			continue
+		}
 		r.enqueue(dr, h)
 	}
 }
@@ -226,11 +296,11 @@ func (r *router) identify(ssrc uint32, src netip.AddrPort) (string, *DroneConfig
 	return "", nil
 }
 
-// bind maps ssrc to drone id, starting the drone if needed. When
+// bind maps ssrc to drone id, bound to src, starting the drone if needed. When
 // max_drones are running, a newcomer takes the slot of the discovered drone
 // silent the longest, if it has been silent for evict_idle (a configured
 // newcomer takes it however recent); else it is refused.
-func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, now time.Time) *droneRun {
+func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, src netip.AddrPort, now time.Time) *droneRun {
 	dr := r.byID[id]
 	if dr == nil {
 		if len(r.byID) >= r.cfg.MaxDrones && !r.evictIdlest(now, dc != nil) {
@@ -238,10 +308,10 @@ func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, now time.Time) *d
 			return nil
 		}
 		dr = r.start(id, dc)
-		dr.configured, dr.lastSeen = dc != nil, now
+		dr.dc, dr.lastSeen = dc, now
 		r.byID[id] = dr
 	}
-	r.bySSRC[ssrc] = dr
+	r.bySSRC[ssrc] = &binding{dr: dr, src: src, last: now}
 	dr.ssrcs = append(dr.ssrcs, ssrc)
 	if len(dr.ssrcs) > 4 { // an old SSRC of this drone stops mapping to it
 		delete(r.bySSRC, dr.ssrcs[0])
@@ -257,7 +327,7 @@ func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, now time.Time) *d
 func (r *router) evictIdlest(now time.Time, force bool) bool {
 	var victim *droneRun
 	for _, dr := range r.byID {
-		if !dr.configured && (victim == nil || dr.lastSeen.Before(victim.lastSeen)) {
+		if dr.dc == nil && (victim == nil || dr.lastSeen.Before(victim.lastSeen)) {
 			victim = dr
 		}
 	}
@@ -307,7 +377,7 @@ func (r *router) enqueue(dr *droneRun, it item) {
 func (r *router) remove(dr *droneRun) {
 	dr.gone = true
 	for _, s := range dr.ssrcs {
-		if r.bySSRC[s] == dr {
+		if b := r.bySSRC[s]; b != nil && b.dr == dr {
 			delete(r.bySSRC, s)
 		}
 	}

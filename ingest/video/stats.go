@@ -26,6 +26,7 @@ type droneCounters struct {
 	clockSkewChunks     atomic.Uint64
 	srSkewed            atomic.Uint64
 	ssrcChanges         atomic.Uint64
+	spoofed, rebinds    atomic.Uint64
 	discontinuities     atomic.Uint64
 }
 
@@ -82,6 +83,12 @@ type DroneStats struct {
 	SSRCChanges uint64 `json:"ssrc_changes"`
 	// Discontinuities are chunks flagged FlagDiscontinuity.
 	Discontinuities uint64 `json:"discontinuities"`
+	// Spoofed are RTP packets and RTCP reports for one of the drone's
+	// SSRCs from another source than the one the SSRC is bound to:
+	// dropped. Rebinds are SSRCs taken over by a new source after the
+	// old one was silent for rebind_after.
+	Spoofed uint64 `json:"spoofed"`
+	Rebinds uint64 `json:"rebinds"`
 }
 
 func (c *droneCounters) snapshot() DroneStats {
@@ -99,6 +106,7 @@ func (c *droneCounters) snapshot() DroneStats {
 		ClockJumps: c.clockJumps.Load(), SSRCChanges: c.ssrcChanges.Load(),
 		ClockSkewChunks: c.clockSkewChunks.Load(), SRSkewed: c.srSkewed.Load(),
 		Discontinuities: c.discontinuities.Load(),
+		Spoofed:         c.spoofed.Load(), Rebinds: c.rebinds.Load(),
 	}
 }
 
@@ -132,6 +140,8 @@ func (s *DroneStats) add(o DroneStats) {
 	s.SRSkewed += o.SRSkewed
 	s.SSRCChanges += o.SSRCChanges
 	s.Discontinuities += o.Discontinuities
+	s.Spoofed += o.Spoofed
+	s.Rebinds += o.Rebinds
 }
 
 // receiveCounters are the socket-level counters of an Ingest.
