@@ -386,9 +386,13 @@ func sendLooped(addr string, pkts []replay.Packet, ssrc uint32, loops int) error
 		}
 	}
 	tsSpan := last - first + 3000 // one frame more at 30 fps
+	span := pkts[len(pkts)-1].Time.Sub(pkts[0].Time) + time.Second/30
+	// One send, from one source port, as a real drone keeps it: the agent
+	// binds an SSRC to its source (another port is spoofed until the first
+	// has been silent for video.rebind_after).
+	var out []replay.Packet
 	for k := 0; k < loops; k++ {
-		out := make([]replay.Packet, len(pkts))
-		for i, p := range pkts {
+		for _, p := range pkts {
 			b := append([]byte(nil), p.Payload...)
 			switch {
 			case p.Kind == replay.RTP:
@@ -400,13 +404,12 @@ func sendLooped(addr string, pkts []replay.Packet, ssrc uint32, loops int) error
 				binary.BigEndian.PutUint32(b[16:], binary.BigEndian.Uint32(b[16:])+uint32(k)*tsSpan)
 			}
 			p.Payload = b
-			out[i] = p
-		}
-		if _, err := replay.SendPackets(context.Background(), out, 0, addr, replay.Options{Speed: 1, SSRC: ssrc, Mux: true}); err != nil {
-			return err
+			p.Time = p.Time.Add(time.Duration(k) * span)
+			out = append(out, p)
 		}
 	}
-	return nil
+	_, err := replay.SendPackets(context.Background(), out, 0, addr, replay.Options{Speed: 1, SSRC: ssrc, Mux: true})
+	return err
 }
 
 // sendGarbage sends random non-RTP, truncated, oversize and random-SSRC
