@@ -10,9 +10,9 @@ package telemetry
 // of later ones: the sender sends them again to the next run with DUP set
 // and the dedup entries skip them.
 //
-// T is what an ack needs: the broker client's message's Ack (func()), or
-// a listener connection's packet id and QoS (pubAck), which a held ack
-// keeps without a closure per message.
+// T is what an ack needs: the broker client's connection and message
+// (brokerAck), or a listener connection's packet id and QoS (pubAck),
+// which a held ack keeps without a closure per message.
 type ackOrder[T any] struct {
 	// delivered numbers the messages (the delivering goroutine only, with
 	// Ingester.deliverMu held).
@@ -53,6 +53,3 @@ func (o *ackOrder[T]) release(n uint64, a T, send func(T)) {
 		send(a)
 	}
 }
-
-// runAck sends an ack that is a function (the broker client's).
-func runAck(a func()) { a() }

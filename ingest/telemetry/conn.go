@@ -183,6 +183,15 @@ const (
 // dialBuffered opens tcp/mqtt and ssl/tls/mqtts connections for paho,
 // wrapped in a bufferedConn. (ws/wss use paho's own dialer.)
 func dialBuffered(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
+	c, err := dialConn(uri, o)
+	if err != nil {
+		return nil, err // not a typed nil
+	}
+	return c, nil
+}
+
+// dialConn dials as dialBuffered does.
+func dialConn(uri *url.URL, o paho.ClientOptions) (*bufferedConn, error) {
 	d := &net.Dialer{Timeout: o.ConnectTimeout}
 	var (
 		c   net.Conn

@@ -57,7 +57,9 @@ type Ingester struct {
 	// assume one delivering goroutine at a time.
 	deliverMu sync.Mutex
 	// brokerOrder orders the broker client's PUBACKs (see ackOrder).
-	brokerOrder ackOrder[func()]
+	brokerOrder ackOrder[brokerAck]
+	// brokerConn is the broker connection dialed last (see brokerAck).
+	brokerConn atomic.Pointer[bufferedConn]
 	// listener is the MQTT server for publishers (nil without Listen).
 	listener *listener
 	// stopping is closed when Run begins to stop.
@@ -268,8 +270,9 @@ func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
 	}
 }
 
-// clientOptions builds the paho options: persistent session, manual acks,
-// ordered delivery, reconnect with capped backoff.
+// clientOptions builds the paho options: persistent session, manual acks
+// (written by the ingester itself: brokerAck), ordered delivery, no paho
+// store (noStore), reconnect with capped backoff.
 func (in *Ingester) clientOptions() (*paho.ClientOptions, error) {
 	cfg := in.cfg
 	o := paho.NewClientOptions().AddBroker(cfg.Broker).SetClientID(cfg.ClientID).
@@ -277,14 +280,14 @@ func (in *Ingester) clientOptions() (*paho.ClientOptions, error) {
 		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(500 * time.Millisecond).
 		SetMaxReconnectInterval(cfg.MaxReconnectInterval).SetKeepAlive(cfg.KeepAlive).
 		SetPingTimeout(cfg.KeepAlive).SetConnectTimeout(cfg.ConnectTimeout).
-		SetResumeSubs(true).SetDefaultPublishHandler(in.onMessage).
+		SetResumeSubs(false).SetStore(noStore{}).SetDefaultPublishHandler(in.onMessage).
 		SetOnConnectHandler(in.onConnect).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			in.c.connectionLost.Add(1)
 			in.cfg.Logger.Warn("telemetry: connection lost", "broker", cfg.Broker, "err", err)
 		})
 	if !strings.HasPrefix(cfg.Broker, "ws") {
-		o.SetCustomOpenConnectionFn(dialBuffered)
+		o.SetCustomOpenConnectionFn(in.dialBroker)
 	}
 	if cfg.Username != "" {
 		o.SetUsername(cfg.Username)
@@ -337,8 +340,8 @@ func (in *Ingester) Subscribed() <-chan struct{} { return in.subscribed }
 func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
-	n, a := in.brokerOrder.number(), m.Ack
-	in.deliver(m, func() { in.brokerOrder.release(n, a, runAck) }, in.brokerDedup, true)
+	n, a := in.brokerOrder.number(), in.brokerAckOf(m)
+	in.deliver(m, func() { in.brokerOrder.release(n, a, sendBrokerAck) }, in.brokerDedup, true)
 }
 
 // deliver takes one message from the broker client or a listener
