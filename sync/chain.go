@@ -140,19 +140,20 @@ func (r *Replicator) loadOpens() error {
 	return nil
 }
 
-// recoveredAfter is ResumeInput.RecoveredAfter over the kept Opens. Only
-// the runs of another Open of the store count: a run of the same Open (a
-// replicator restarted in one process) saw the same recovered tail, and
-// nothing was lost since; for a run of this very Open the bound is the
-// current tail.
-func (r *Replicator) recoveredAfter(instance string) (localstream.StreamCut, bool) {
+// recoveredAfter is ResumeInput.RecoveredAfter over the kept Opens, in
+// topo (the topology the decision sees). Only the runs of another Open of
+// the store count: a run of the same Open (a replicator restarted in one
+// process) saw the same recovered tail, and nothing was lost since; for a
+// run of this very Open the bound is topo's tail — not the store's tail
+// now, which appends may have moved beyond topo (then it would not fit
+// topo, and the recovered tail of the Open would be taken for the bound).
+func (r *Replicator) recoveredAfter(topo localstream.Topology, instance string) (localstream.StreamCut, bool) {
 	start, open := 0, ""
 	for i, o := range r.opens {
 		if o.Instance == instance {
 			start, open = i+1, o.Open
 		}
 	}
-	topo := r.st.Topology()
 	var low localstream.StreamCut
 	found := false
 	for _, o := range r.opens[start:] {
@@ -271,7 +272,7 @@ func (r *Replicator) decide(c Committed) (ResumeAction, bool, error) {
 	in := ResumeInput{
 		Stream: r.st.Name(), Store: r.store, Instance: r.instance, KnownInstance: r.knownInstance,
 		Takeover: r.cfg.Takeover, Base: r.base,
-		Topo: topo, Head: r.st.HeadCut(), Recovered: r.recovered, RecoveredAfter: r.recoveredAfter,
+		Topo: topo, Head: r.st.HeadCut(), Recovered: r.recovered, RecoveredAfter: func(i string) (localstream.StreamCut, bool) { return r.recoveredAfter(topo, i) },
 		Committed: r.committedLocal(topo), RecordedAtOpen: r.recordedAtOpen, RecordedBy: r.recordedBy, Last: c,
 		Started: r.started, StartSeq: r.startSeq, KnownSeq: r.lastSeq(), OwnCommits: r.ownCommits, Adopted: r.foreign, Decided: r.decided,
 		WatchSeq: r.watchSeq, TakeoverAfter: r.cfg.TakeoverAfter, Now: r.cfg.Now(),
@@ -332,7 +333,7 @@ func (r *Replicator) lostSince() bool {
 	}
 	floor := r.recovered
 	if r.recordedBy != "" && r.recordedBy != r.instance {
-		if c, ok := r.recoveredAfter(r.recordedBy); ok && topo.Validate(c) == nil {
+		if c, ok := r.recoveredAfter(topo, r.recordedBy); ok && topo.Validate(c) == nil {
 			floor = c
 		}
 	}
