@@ -345,10 +345,16 @@ func (a *Agent) startCentral() error {
 	if err := a.checkIntakeLimits(sink.Limits()); err != nil {
 		return err
 	}
+	// The station identity tells this station's replaced disk or restored
+	// backup from another station with the same agent id (docs/sync.md).
+	station, err := sync.MachineStation()
+	if err != nil {
+		a.log.Warn("station identity unknown: a replaced disk or a restored backup waits for --takeover", "err", err)
+	}
 	a.repl = sync.NewReplication(a.store, sink, sync.ReplicationConfig{
 		Instance: a.instance, Priorities: c.Priorities, UplinkBytesPerSec: c.UplinkBytesPerSec,
 		Template: sync.ReplicatorConfig{MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
-			CommitInterval: c.CommitInterval, Takeover: c.Takeover},
+			CommitInterval: c.CommitInterval, Takeover: c.Takeover, Station: station},
 		Streams:    slices.Sorted(maps.Keys(a.streams)),
 		Watermarks: func(name string) sync.CommittedWatermarkFunc { return a.committedWatermark(name, a.trackers[name]) },
 		Logger:     a.log,

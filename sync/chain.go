@@ -35,13 +35,24 @@ import (
 
 // pendingResume is a decision waiting for its first commit.
 type pendingResume struct {
-	// Seq is the central record it was decided against.
-	Seq  uint64     `json:"seq"`
-	Kind ResumeKind `json:"kind"`
+	// Seq is the central record it was decided against; Txn and Instance
+	// are that record's (absent in decisions kept before them): a
+	// sequence alone may name another record by now (a centre restored
+	// from an older copy reuses sequences, a store restored from a
+	// backup finds a decision of long ago).
+	Seq      uint64     `json:"seq"`
+	Txn      uint64     `json:"txn,omitempty"`
+	Instance string     `json:"instance,omitempty"`
+	Kind     ResumeKind `json:"kind"`
 	// From is the local cut to send after (text form).
 	From localstream.StreamCut `json:"from"`
 	Base uint32                `json:"base"`
 	Lost *LostRange            `json:"lost,omitempty"`
+}
+
+// matches reports whether the decision was made against c.
+func (p pendingResume) matches(c Committed) bool {
+	return p.Seq == c.Seq && (p.Txn == 0 || p.Txn == c.Record.Txn && p.Instance == c.Record.Instance)
 }
 
 func (r *Replicator) metaKey(what string) string {
@@ -216,12 +227,6 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 		r.started, r.startSeq = true, c.Seq
 	}
 	switch act.Kind {
-	case ResumeWait:
-		if r.watchSeq == 0 {
-			r.watchSeq, r.watchAt = c.Seq, r.cfg.Now()
-			r.cfg.Logger.Warn("replication waits before taking over", "stream", r.st.Name(), "err", act.Err)
-		}
-		return localstream.StreamCut{}, act.Err
 	case ResumeRefuse:
 		return localstream.StreamCut{}, act.Err
 	case ResumeRebase, ResumeResend:
@@ -259,7 +264,6 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 		}
 	}
 	r.base = act.Base
-	r.watchSeq = 0
 	r.setLast(c)
 	r.decided = true
 	return act.From, nil
@@ -270,15 +274,12 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 func (r *Replicator) decide(c Committed) (ResumeAction, bool, error) {
 	topo := r.st.Topology()
 	in := ResumeInput{
-		Stream: r.st.Name(), Store: r.store, Instance: r.instance, KnownInstance: r.knownInstance,
+		Stream: r.st.Name(), Store: r.store, Instance: r.instance, KnownInstance: r.knownInstance, Station: r.cfg.Station,
 		Takeover: r.cfg.Takeover, Base: r.base,
 		Topo: topo, Head: r.st.HeadCut(), Recovered: r.recovered, RecoveredAfter: func(i string) (localstream.StreamCut, bool) { return r.recoveredAfter(topo, i) },
 		Committed: r.committedLocal(topo), RecordedAtOpen: r.recordedAtOpen, RecordedBy: r.recordedBy, Last: c,
 		Started: r.started, StartSeq: r.startSeq, KnownSeq: r.lastSeq(), OwnCommits: r.ownCommits, Adopted: r.foreign, Decided: r.decided,
-		WatchSeq: r.watchSeq, TakeoverAfter: r.cfg.TakeoverAfter, Now: r.cfg.Now(),
-	}
-	if r.watchSeq != 0 {
-		in.Watched = r.cfg.Now().Sub(r.watchAt)
+		Now: r.cfg.Now(),
 	}
 	p, ok, err := r.pendingDecision()
 	if err != nil {
@@ -288,7 +289,7 @@ func (r *Replicator) decide(c Committed) (ResumeAction, bool, error) {
 		// A kept decision holds while the chain is where it was decided
 		// against, unless the store lost what it knew it had committed
 		// since (then a new decision must see that).
-		if p.Seq == c.Seq && topo.Validate(p.From) == nil && !r.lostSince() && !in.lostRecorded() {
+		if p.matches(c) && topo.Validate(p.From) == nil && !r.lostSince() && !in.lostRecorded() {
 			return ResumeAction{Kind: p.Kind, From: p.From, Base: p.Base, Lost: p.Lost}, false, nil
 		}
 		if err := r.dropPending(); err != nil {
@@ -393,7 +394,7 @@ func (r *Replicator) keepPending(c Committed, act ResumeAction, committed *local
 	if err := r.keepHigh(act, committed); err != nil {
 		return err
 	}
-	b, err := json.Marshal(pendingResume{Seq: c.Seq, Kind: act.Kind, From: act.From, Base: act.Base, Lost: act.Lost})
+	b, err := json.Marshal(pendingResume{Seq: c.Seq, Txn: c.Record.Txn, Instance: c.Record.Instance, Kind: act.Kind, From: act.From, Base: act.Base, Lost: act.Lost})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,7 @@
 //	body:   uvarint kind   1 = ends a transaction: commit record follows
 //	                       2 = a part: uvarint txn follows
 //	                       3 = as 1, the commit record with chain fields
+//	                       4 = as 3, then the station
 //	        [commit record | uvarint txn]
 //	        uvarint nstrings, nstrings × (uvarint len, bytes)   string table
 //	        uvarint nevents, nevents × event metadata
@@ -44,6 +45,7 @@
 //	                 lost = 1: string reason, string store, cut from,
 //	                 cut to (n = 0: unknown), uvarint central_seq,
 //	                 varint found_at_ns]
+//	                [kind 4: string station]
 //	cut:            uvarint n, n × (uvarint segment id, uvarint offset),
 //	                ascending segment ids
 //	string:         uvarint len, bytes
@@ -205,10 +207,12 @@
 //
 // One chain per store identity at a time (resume.go): the decision after
 // every central read is Decide, a deterministic function of the local
-// store's state and the chain's last record. A record of another store,
-// or of a run this store never had, written while this run watched or
-// ran, means another live store uses this agent id: the stream stops
-// with ErrTwin or ErrFenced, naming both identities. A store that lost
-// data, or takes over a dead store's chain, continues under a new epoch
-// base and reports the loss in the next commit record.
+// store's state and the chain's last record; never of how long the last
+// writer was silent. A record of another station's store, or of a copy
+// of this store elsewhere, means another station uses this agent id: the
+// stream stops with ErrTwin, naming both identities, until an operator
+// takes over; another store committing while this one runs means this
+// one was taken over (ErrFenced). A store that lost data, was restored
+// from a backup, or takes over its station's replaced disk continues
+// under a new epoch base and reports the loss in the next commit record.
 package sync

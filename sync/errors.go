@@ -12,15 +12,17 @@ var (
 	// ErrFenced: another agent process with the same agent id committed to
 	// this stream; this replicator stopped. Permanent.
 	ErrFenced = errors.New("sync: fenced: another agent uses this agent id")
-	// ErrTwin: another live store writes this agent's chain (a twin with
-	// a copied configuration, or a copy of this store); this replicator
-	// stopped and the store keeps capturing locally. It wraps ErrFenced.
-	// Permanent until an operator stops one or takes over (--takeover).
+	// ErrTwin: the agent's chain is another station's (a second station
+	// with the same agent id, a record written before store identities
+	// that this store did not write), or a copy of this store elsewhere
+	// writes it; this replicator stopped and the store keeps capturing
+	// locally. It wraps ErrFenced. Permanent until an operator stops one
+	// or takes over (--takeover); never decided by how long the other was
+	// silent.
 	ErrTwin = fmt.Errorf("%w: another live store writes this agent's chain", ErrFenced)
-	// ErrTakeoverPending: the agent's chain was last written by another
-	// store; this one watches whether that store is alive before taking
-	// over. Retryable.
-	ErrTakeoverPending = errors.New("sync: waiting to take over the agent's chain")
+	// ErrNoStation: the machine has no usable machine id, so the station
+	// identity is unknown (MachineStation).
+	ErrNoStation = errors.New("sync: no machine id for the station identity")
 	// ErrAtomicUnsupported: the central server or stream does not support
 	// atomic batch publish (server 2.12+ and allow_atomic are needed). Permanent.
 	ErrAtomicUnsupported = errors.New("sync: central store does not support atomic batch publish (needs NATS server 2.12+ and allow_atomic)")

@@ -68,10 +68,10 @@ func replicatedThenStopped(t *testing.T, agent string) (*nats.Conn, string, *pro
 }
 
 // TestWipedStoreTakesOver (issue 11 case 1, replaced disk): the data
-// directory is deleted and the agent starts again with the same id. The
-// new store (a new identity) watches the chain, takes it over once it
-// stays still, sends all of its events beyond every old position, and
-// reports the old store's unsent events as lost.
+// directory is deleted and the agent starts again with the same id on the
+// same station. The new store (a new identity) takes the chain over at
+// once, sends all of its events beyond every old position, and reports
+// the old store's unsent events as lost.
 func TestWipedStoreTakesOver(t *testing.T) {
 	nc, dir, p, old := replicatedThenStopped(t, "agent-w")
 	if err := os.RemoveAll(dir); err != nil {
@@ -177,7 +177,7 @@ func TestTwinRefused(t *testing.T) {
 	sb0, stb := openStore(t, dirB)
 	q.add(t, stb, 60)
 	sb0.Close()
-	b := startNode(t, nc, dirB, "agent-tw", ReplicatorConfig{})
+	b := startNode(t, nc, dirB, "agent-tw", twinStation(ReplicatorConfig{}))
 	defer b.stop(t)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && b.rp.r.Stats().Stopped == "" {
@@ -221,7 +221,7 @@ func TestClonedStoreRefused(t *testing.T) {
 	defer a.stop(t)
 	p.add(t, a.st, 5)
 	waitAllAt(t, nc, a, "agent-cl", p, 20*time.Second)
-	b := startNode(t, nc, dirB, "agent-cl", ReplicatorConfig{})
+	b := startNode(t, nc, dirB, "agent-cl", twinStation(ReplicatorConfig{}))
 	defer b.stop(t)
 	if a.store.ID() != b.store.ID() {
 		t.Fatal("the copy has another identity")

@@ -304,6 +304,9 @@ func startNode(t testing.TB, nc *nats.Conn, dir, agent string, cfg ReplicatorCon
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Station == "" {
+		cfg.Station = testStation // one station, unless a test says another
+	}
 	n.rp = startReplica(t, nc, st, agent, cfg, JetStreamOptions{})
 	return n
 }

@@ -1,7 +1,9 @@
 package sync
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -30,6 +32,7 @@ type mEvent struct {
 
 type mStore struct {
 	id        string
+	station   string
 	events    []mEvent // by offset
 	head      uint64
 	recovered uint64
@@ -41,6 +44,27 @@ type mStore struct {
 	base      uint32
 	instances map[string]bool
 	pending   *pendingResume
+}
+
+// clone is a deep copy of the store (a backup).
+func (s *mStore) clone() *mStore {
+	c := *s
+	c.events = append([]mEvent(nil), s.events...)
+	c.opens = append([]mOpen(nil), s.opens...)
+	c.instances = maps.Clone(s.instances)
+	if s.record != nil {
+		r := *s.record
+		c.record = &r
+	}
+	if s.high != nil {
+		h := *s.high
+		c.high = &h
+	}
+	if s.pending != nil {
+		p := *s.pending
+		c.pending = &p
+	}
+	return &c
 }
 
 func (s *mStore) topo() localstream.Topology {
@@ -192,8 +216,6 @@ type mRun struct {
 	decided           bool
 	startSeq          uint64
 	own, adopted      int
-	watchSeq          uint64
-	watchAt           time.Time
 	takeover          bool
 	prev              Committed
 	from              uint64
@@ -204,7 +226,9 @@ type mRun struct {
 }
 
 type model struct {
-	trace   []string
+	trace []string
+	// backup is a copy of the store taken earlier (nil: none).
+	backup  *mStore
 	t       *testing.T
 	rng     *rand.Rand
 	now     time.Time
@@ -257,7 +281,7 @@ func (s *mStore) recoveredAfter(inst string) (localstream.StreamCut, bool) {
 
 func (m *model) newStore() {
 	m.stores++
-	m.store = &mStore{id: fmt.Sprintf("store%d", m.stores), instances: map[string]bool{}}
+	m.store = &mStore{id: fmt.Sprintf("store%d", m.stores), station: "M1", instances: map[string]bool{}}
 }
 
 func (m *model) resume() {
@@ -274,7 +298,7 @@ func (m *model) resume() {
 	stale := !r.decided && s.high != nil && *s.high > floor
 	var committed *uint64
 	in := m.input(c)
-	if s.pending != nil && s.pending.Seq == c.Seq && !stale && s.topo().Validate(s.pending.From) == nil && !in.lostRecorded() {
+	if s.pending != nil && s.pending.matches(c) && !stale && s.topo().Validate(s.pending.From) == nil && !in.lostRecorded() {
 		p := s.pending
 		act, fresh = ResumeAction{Kind: p.Kind, From: p.From, Base: p.Base, Lost: p.Lost}, false
 	} else {
@@ -292,19 +316,21 @@ func (m *model) resume() {
 	m.trace = append(m.trace, fmt.Sprintf("resume store %s run %s len %d rec %v recOpen %v recovered %d head %d base %d last seq %d %s(%s base %d) -> %s from %s base %d lost %v fresh %v err %v",
 		s.id, r.instance, len(s.events), ptrStr(s.record), ptrStr(r.recordedAtOpen), s.recovered, s.head, s.base, c.Seq, c.Record.CutText, c.Record.Store, c.Record.EpochBase, act.Kind, act.From, act.Base, act.Lost, fresh, act.Err))
 	switch act.Kind {
-	case ResumeWait:
-		if r.watchSeq == 0 {
-			r.watchSeq, r.watchAt = c.Seq, m.now
-		}
-		return
 	case ResumeRefuse:
-		// An operator acts: restart with --takeover.
+		// The station's own store is refused only behind a record of
+		// before store identities, or a late commit of a predecessor after
+		// it adopted one; then an operator acts: restart with --takeover.
+		if errors.Is(act.Err, ErrTwin) && (c.Record.Store != "" || c.Record.Txn > 1) {
+			m.t.Logf("trace:\n%s", strings.Join(m.trace[max(0, len(m.trace)-60):], "\n"))
+			m.t.Errorf("the station's own store refused: %v", act.Err)
+		}
 		r.refusals++
+		m.stats["refused"]++
 		m.newRun(true)
 		return
 	case ResumeRebase, ResumeResend:
 		if fresh {
-			s.pending = &pendingResume{Seq: c.Seq, Kind: act.Kind, From: act.From, Base: act.Base, Lost: act.Lost}
+			s.pending = &pendingResume{Seq: c.Seq, Txn: c.Record.Txn, Instance: c.Record.Instance, Kind: act.Kind, From: act.From, Base: act.Base, Lost: act.Lost}
 			switch {
 			case act.Kind == ResumeRebase:
 				s.high = nil
@@ -331,20 +357,19 @@ func (m *model) resume() {
 	s.base = act.Base
 	r.decided = true
 	r.from = act.From.Positions[0]
-	r.prev, r.ready, r.watchSeq = c, true, 0
+	r.prev, r.ready = c, true
 }
 
 // input is the decision's input, as chain.go builds it.
-func (m *model) input(c Committed) ResumeInput {
-	r, s := m.run, m.store
+func (m *model) input(c Committed) ResumeInput { return m.inputFor(m.run, m.store, c) }
+
+// inputFor is input for run r of store s.
+func (m *model) inputFor(r *mRun, s *mStore, c Committed) ResumeInput {
 	topo := s.topo()
-	in := ResumeInput{Stream: "t", Store: s.id, Instance: r.instance, KnownInstance: func(i string) bool { return s.instances[i] },
+	in := ResumeInput{Stream: "t", Store: s.id, Station: s.station, Instance: r.instance, KnownInstance: func(i string) bool { return s.instances[i] },
 		Takeover: r.takeover, Base: s.base, Topo: topo, Head: at(s.head), Recovered: at(s.recovered), RecoveredAfter: s.recoveredAfter, Last: c,
 		Started: r.started, StartSeq: r.startSeq, KnownSeq: r.prev.Seq, OwnCommits: r.own, Adopted: r.adopted, Decided: r.decided,
-		WatchSeq: r.watchSeq, TakeoverAfter: 3 * time.Second, Now: m.now}
-	if r.watchSeq != 0 {
-		in.Watched = m.now.Sub(r.watchAt)
-	}
+		Now: m.now}
 	if s.record != nil && *s.record <= uint64(len(s.events)) && *s.record >= s.head {
 		cut := at(*s.record)
 		in.Committed = &cut
@@ -384,7 +409,7 @@ func (m *model) commit() {
 	}
 	cut := at(r.from + k)
 	wm := monotoneWatermark(s.topo(), m.trackerWM(r.from+k), r.prev.Record, s.id, s.base)
-	rec := CommitRecord{Agent: "a", Stream: "t", Txn: r.prev.Record.Txn + 1, Instance: r.instance, Store: s.id,
+	rec := CommitRecord{Agent: "a", Stream: "t", Txn: r.prev.Record.Txn + 1, Instance: r.instance, Store: s.id, Station: s.station,
 		EpochBase: s.base, Lost: r.lost, Cut: toCentral(cut, s.base).Map(), CutText: toCentral(cut, s.base).String(),
 		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: toCentral(wm.Cut, s.base).Map()}, Events: int(k)}
 	b := mBatch{expect: r.prev.Seq, rec: rec}
@@ -399,6 +424,7 @@ func (m *model) commit() {
 			r.ready = false
 			return
 		}
+
 		r.prev, r.from, r.own = c, r.from+k, r.own+1
 		s.pending = nil
 		from := r.from
@@ -451,6 +477,11 @@ func (m *model) step() {
 		if k > n-m.store.head {
 			k = n - m.store.head
 		}
+		if b := m.backup; b != nil && b.id == m.store.id && n-k < uint64(len(b.events)) {
+			// A backup holds what was durable: a power cut after it
+			// never loses what it copied.
+			k = n - uint64(len(b.events))
+		}
 		m.store.events = m.store.events[:n-k]
 		if r := m.store.record; r != nil && *r > n-k && m.rng.IntN(2) == 0 {
 			m.store.record = nil // the record was lost too
@@ -476,12 +507,86 @@ func (m *model) step() {
 			m.store.head = *r
 			m.trace = append(m.trace, fmt.Sprintf("RETENTION head %d", *r))
 		}
+	case x < 97: // a backup of the store
+		m.backup = m.store.clone()
+		m.trace = append(m.trace, fmt.Sprintf("BACKUP at %d events", len(m.store.events)))
+	case x < 98: // the store restored from its backup (its later runs' notes gone)
+		if m.backup == nil || m.backup.id != m.store.id {
+			return
+		}
+		m.store = m.backup.clone()
+		m.newRun(false)
+		m.central.forget(m.store)
+		m.stats["restored"]++
+		m.trace = append(m.trace, fmt.Sprintf("RESTORED to %d events", len(m.store.events)))
+	case x < 99: // the incumbent is silent for an hour; a twin on another station starts
+		m.now = m.now.Add(time.Hour)
+		m.twin()
 	}
+}
+
+// twin is a second station's store with the same agent id deciding on
+// the chain as it is, however long the incumbent has been silent: it is
+// refused, naming both, whenever the chain holds a record.
+func (m *model) twin() {
+	c := m.central.last()
+	if c.Seq == 0 {
+		return
+	}
+	tw := &mStore{id: fmt.Sprintf("twin%d", m.nextID), station: "M2", instances: map[string]bool{"twinrun": true}}
+	for range m.rng.IntN(20) {
+		tw.events = append(tw.events, mEvent{id: -1, t: m.now.UnixNano()})
+	}
+	tw.recovered = uint64(len(tw.events))
+	tw.opens = []mOpen{{"twinrun", tw.recovered}}
+	act := Decide(m.inputFor(&mRun{instance: "twinrun"}, tw, c))
+	m.trace = append(m.trace, fmt.Sprintf("TWIN after an hour of silence: %s %v", act.Kind, act.Err))
+	m.stats["twin"]++
+	if act.Kind != ResumeRefuse || !errors.Is(act.Err, ErrTwin) {
+		m.t.Errorf("a twin on another station, after the incumbent was silent for an hour: %s (%v), want refused with ErrTwin", act.Kind, act.Err)
+	}
+}
+
+// preIdentity starts the chain with a commit record without a store
+// identity, as agents of before identities wrote, holding k events at
+// positions of base 0. legacy: the store is the one that wrote it
+// (upgraded in place: it holds those events and its local record of the
+// committed cut was written by the old version, no recorder noted); it
+// must continue the chain as its own. Otherwise the record is another
+// store's: the store is refused until the operator's takeover, and
+// nothing it holds is skipped.
+func (m *model) preIdentity(legacy bool) {
+	k := uint64(m.rng.IntN(8))
+	var b mBatch
+	for o := range k {
+		id := -m.nextID // another store's event
+		if legacy {
+			id = m.nextID
+			m.store.events = append(m.store.events, mEvent{id: id, t: m.now.UnixNano()})
+		}
+		m.nextID++
+		b.events = append(b.events, mCentralEvent{id: id, pos: localstream.Position{Segment: 0, Offset: o}})
+	}
+	b.rec = CommitRecord{Agent: "a", Stream: "t", Txn: 1, Instance: "old-version", Cut: at(k).Map(), CutText: at(k).String(), Events: int(k)}
+	if _, ok := m.central.apply(m.t, b); !ok {
+		m.t.Fatal("the first record did not land")
+	}
+	if legacy {
+		r := k
+		m.store.record = &r
+	}
+	m.stats["pre-identity"]++
+	m.trace = append(m.trace, fmt.Sprintf("PRE-IDENTITY record %s legacy %v", b.rec.CutText, legacy))
 }
 
 // TestResumePropertiesModel: over random interleavings of appends,
 // commits (acked, late, lost, ack lost), restarts, lost local tails,
-// wiped stores, centres restored from older copies and retention: the
+// wiped stores (a replaced disk on the same station), centres restored
+// from older copies, retention, stores restored from a backup, hour-long
+// silences of the incumbent while a twin on another station starts (it
+// is refused every time), and records of before store identities (the
+// store is refused until the operator's takeover, never continues as if
+// it were its own): the
 // chain's committed watermarks never move back, no central position ever
 // holds two events, no committed event lies inside a reported gap, and
 // the chain never stops moving (every interleaving ends caught up).
@@ -492,6 +597,12 @@ func TestResumePropertiesModel(t *testing.T) {
 		m := &model{t: t, rng: rng, now: time.Unix(1_700_000_000, 0), central: &mCentral{ever: map[localstream.Position]int{}}, stats: map[string]int{}}
 		m.central.trace = &m.trace
 		m.newStore()
+		switch round % 4 {
+		case 1:
+			m.preIdentity(false)
+		case 2:
+			m.preIdentity(true)
+		}
 		m.newRun(false)
 		for range 2000 {
 			m.step()
@@ -521,7 +632,7 @@ func TestResumePropertiesModel(t *testing.T) {
 			if msg.ev != nil {
 				ids[msg.ev.id]++
 				if ids[msg.ev.id] > 1 {
-					t.Logf("trace:\n%s", strings.Join(m.trace[max(0, len(m.trace)-400):], "\n"))
+					t.Logf("trace:\n%s", strings.Join(m.trace[max(0, len(m.trace)-4000):], "\n"))
 					t.Fatalf("round %d: event %d twice at the centre (second at %s)", round, msg.ev.id, msg.ev.pos)
 				}
 			}

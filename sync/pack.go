@@ -31,6 +31,9 @@ const (
 	// packFlagCommitChain: a commit record followed by its chain fields
 	// (store identity, epoch base, gap marker; see resume.go).
 	packFlagCommitChain = 3
+	// packFlagCommitStation: as packFlagCommitChain, the chain fields
+	// followed by the station identity.
+	packFlagCommitStation = 4
 	// maxPackBody bounds a decoded body: NATS caps a message at 64 MiB, and
 	// a writer compresses only bodies that fit its max payload raw.
 	maxPackBody = 64 << 20
@@ -67,7 +70,7 @@ type packCommit struct {
 
 // hasChain reports whether the commit needs the chain fields.
 func (c *packCommit) hasChain() bool {
-	return c.Chain.Store != "" || c.Chain.EpochBase != 0 || c.Chain.Lost != nil
+	return c.Chain.Store != "" || c.Chain.Station != "" || c.Chain.EpochBase != 0 || c.Chain.Lost != nil
 }
 
 // packWriter builds one pack body: the string table and the per-event
@@ -157,17 +160,21 @@ func appendCommit(b []byte, c *packCommit) []byte {
 	}
 	b = appendBytes(b, c.Chain.Store)
 	b = binary.AppendUvarint(b, uint64(c.Chain.EpochBase))
-	l := c.Chain.Lost
-	if l == nil {
-		return append(b, 0)
+	if l := c.Chain.Lost; l == nil {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = appendBytes(b, string(l.Reason))
+		b = appendBytes(b, l.Store)
+		b = appendCutJSON(b, l.From)
+		b = appendCutJSON(b, l.To)
+		b = binary.AppendUvarint(b, l.CentralSeq)
+		b = binary.AppendVarint(b, l.FoundAtNs)
 	}
-	b = append(b, 1)
-	b = appendBytes(b, string(l.Reason))
-	b = appendBytes(b, l.Store)
-	b = appendCutJSON(b, l.From)
-	b = appendCutJSON(b, l.To)
-	b = binary.AppendUvarint(b, l.CentralSeq)
-	return binary.AppendVarint(b, l.FoundAtNs)
+	if c.Chain.Station == "" {
+		return b
+	}
+	return appendBytes(b, c.Chain.Station)
 }
 
 // appendCutJSON encodes a JSON cut like appendCut (ids are decimal keys).
@@ -266,7 +273,10 @@ func (w *packWriter) encode(commit *packCommit, txn uint64, hint *packHint) []by
 	defer func() { *bp = body[:0] }()
 	if commit != nil {
 		flag := byte(packFlagCommit)
-		if commit.hasChain() {
+		switch {
+		case commit.Chain.Station != "":
+			flag = packFlagCommitStation
+		case commit.hasChain():
 			flag = packFlagCommitChain
 		}
 		body = append(body, flag)
@@ -334,10 +344,13 @@ func decodePack(stream string, b []byte) (decodedPack, error) {
 	d := packDecoder{b: body}
 	var out decodedPack
 	switch kind := d.uvarint(); kind {
-	case packFlagCommit, packFlagCommitChain:
+	case packFlagCommit, packFlagCommitChain, packFlagCommitStation:
 		c := d.commit(stream)
-		if d.err == nil && kind == packFlagCommitChain {
+		if d.err == nil && kind != packFlagCommit {
 			d.chain(stream, &c)
+		}
+		if d.err == nil && kind == packFlagCommitStation {
+			c.Chain.Station = d.str()
 		}
 		out.commit, out.txn = &c, c.Txn
 	case packFlagPart:

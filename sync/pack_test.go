@@ -69,6 +69,17 @@ func testChainCommit() *packCommit {
 	return c
 }
 
+// testStationCommit is a chain commit with a station (issue 29), with
+// and without a gap marker.
+func testStationCommit(lost bool) *packCommit {
+	c := testChainCommit()
+	c.Chain.Station = "7a1c0de5"
+	if !lost {
+		c.Chain.Lost = nil
+	}
+	return c
+}
+
 func TestPackRoundTrip(t *testing.T) {
 	for _, random := range []bool{false, true} {
 		for _, n := range []int{0, 1, 2, 500} {
@@ -77,7 +88,7 @@ func TestPackRoundTrip(t *testing.T) {
 			for i := range recs {
 				w.add(&recs[i])
 			}
-			for _, c := range []*packCommit{testCommit(), testChainCommit(), nil} {
+			for _, c := range []*packCommit{testCommit(), testChainCommit(), testStationCommit(true), testStationCommit(false), nil} {
 				b := w.encode(c, 42, nil)
 				p, err := decodePack("telemetry", b)
 				if err != nil {

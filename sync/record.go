@@ -32,9 +32,13 @@ type CommitRecord struct {
 	Instance string `json:"instance"`
 	// Store is the identity of the local store whose events the
 	// transaction holds (localstream.Store.ID). Records written before
-	// store identities have none; the store that reads such a record as
-	// its agent's last takes it for its own.
+	// store identities have none: another store's, unless the reading
+	// store wrote records before identities itself (resume.go).
 	Store string `json:"store,omitempty"`
+	// Station is the identity of the station the store ran on
+	// (MachineStation; absent: unknown). It tells a replaced disk or a
+	// restored backup of this station from another station (resume.go).
+	Station string `json:"station,omitempty"`
 	// EpochBase is added to the epoch of every segment id of the store in
 	// this transaction (data messages' Edge-Segment, Cut, Watermark.Cut),
 	// so that a store that lost data, or replaced another, never reuses a
@@ -59,17 +63,18 @@ type CommitRecord struct {
 // CommitMeta is what a replicator adds to a commit record besides the
 // cut and the watermark.
 type CommitMeta struct {
-	// Store, EpochBase and Lost are copied to the record's fields.
-	Store     string
-	EpochBase uint32
-	Lost      *LostRange
+	// Store, Station, EpochBase and Lost are copied to the record's
+	// fields.
+	Store, Station string
+	EpochBase      uint32
+	Lost           *LostRange
 }
 
 // newCommitRecord fills a record. cut and wm are in central positions.
 func newCommitRecord(agent, stream, instance string, txn uint64, cut localstream.StreamCut, wm watermark.Watermark, meta CommitMeta, events int, bytes int64, now int64) CommitRecord {
 	return CommitRecord{
 		Agent: agent, Stream: stream, Txn: txn, Instance: instance,
-		Store: meta.Store, EpochBase: meta.EpochBase, Lost: meta.Lost,
+		Store: meta.Store, Station: meta.Station, EpochBase: meta.EpochBase, Lost: meta.Lost,
 		Cut: cut.Map(), CutText: cut.String(),
 		Watermark: WatermarkJSON{LowerNs: wm.LowerNs, UpperNs: wm.UpperNs, Cut: wm.Cut.Map()},
 		Events:    events, Bytes: bytes, CommittedAtNs: now,

@@ -59,15 +59,18 @@ type ReplicatorConfig struct {
 	// over the agent's chain at the first central read even when another
 	// store, or a copy of this one, wrote it last. Default false.
 	Takeover bool
-	// Heartbeat is the longest an idle stream goes without a commit: a
-	// live store's chain moves at least this often, which is how a store
-	// that finds another store's chain tells a live twin from a dead,
-	// replaced one. Default 1 s.
+	// Station is the identity of the station (the machine) the store
+	// runs on, one that survives a disk swap: MachineStation. Another
+	// store of the same station that wrote the chain last is this
+	// station's replaced disk (taken over at once); a run of this store
+	// it never had, on the same station, wrote after a backup it was
+	// restored from (continued as its own past). Default "": unknown,
+	// then neither is recognised and both wait for --takeover (resume.go).
+	Station string
+	// Heartbeat is the longest an idle stream goes without a commit, so
+	// that the centre sees the agent and its committed watermark follow
+	// the clock. Default 1 s.
 	Heartbeat time.Duration
-	// TakeoverAfter is how long another store's chain must stay
-	// unchanged before this store takes it over. Default 3 × Heartbeat
-	// (at least 3 s).
-	TakeoverAfter time.Duration
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
 	// Logger logs state changes (never per event). Default slog.Default().
@@ -121,9 +124,6 @@ func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = time.Second
 	}
-	if c.TakeoverAfter <= 0 {
-		c.TakeoverAfter = max(3*c.Heartbeat, 3*time.Second)
-	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -145,6 +145,7 @@ type Replicator struct {
 	txns, events, bytes         atomic.Uint64
 	retries, conflicts, adopted atomic.Uint64
 	wmRegressed, lost, rewinds  atomic.Uint64
+	lateFlagged                 atomic.Uint64
 	dropped                     atomic.Uint64
 
 	mu stdsync.Mutex
@@ -171,9 +172,7 @@ type Replicator struct {
 	startSeq   uint64 // seq of the commit record seen at the first read
 	ownCommits int    // commits acked to this run
 	foreign    int    // predecessors' late commits adopted during this run
-	watchSeq   uint64 // another store's record being watched (0: none)
-	watchAt    time.Time
-	loaded     bool // base and instance loaded/noted
+	loaded     bool   // base and instance loaded/noted
 	// recordedAtOpen is the local committed-cut record found at the
 	// first load (before this run wrote one), nil when none.
 	recordedAtOpen *localstream.StreamCut
@@ -319,7 +318,15 @@ func (r *Replicator) session(ctx context.Context) error {
 			}
 		}
 		txn := r.sink.Begin(name, next)
-		lastCut, ingest, err := r.collect(ctx, pf, txn, cut, fl)
+		// The events of this transaction land after the commit it chains
+		// onto: those with a time below that commit's watermark lower are
+		// late (a taken-over chain's watermark can be ahead of this
+		// store's backlog).
+		lateBelow := prev.Record.Watermark.LowerNs
+		if fl != nil {
+			lateBelow = fl.lower
+		}
+		lastCut, ingest, err := r.collect(ctx, pf, txn, cut, fl, lateBelow)
 		if err != nil {
 			txn.Discard()
 			return err
@@ -347,7 +354,7 @@ func (r *Replicator) session(ctx context.Context) error {
 			continue
 		}
 		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest,
-			meta: CommitMeta{Store: r.store, EpochBase: r.base, Lost: r.lostNext}}
+			meta: CommitMeta{Store: r.store, Station: r.cfg.Station, EpochBase: r.base, Lost: r.lostNext}, lower: wm.LowerNs}
 		r.lastCommit = r.cfg.Now()
 		go func(fl *inflight, prev Committed) {
 			defer close(fl.done)
@@ -375,6 +382,8 @@ type inflight struct {
 	cut    localstream.StreamCut
 	ingest []int64
 	meta   CommitMeta
+	// lower is its committed watermark's lower bound.
+	lower int64
 }
 
 func (r *Replicator) setLast(c Committed) {
@@ -388,7 +397,7 @@ func (r *Replicator) setLast(c Committed) {
 // waits IdleCommitInterval). It ends early when fl, the commit in flight,
 // fails. It returns the cut after the last added event. A record that
 // does not fit stays at the prefetcher's head for the next transaction.
-func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight) (localstream.StreamCut, []int64, error) {
+func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight, lateBelow int64) (localstream.StreamCut, []int64, error) {
 	var ingest []int64
 	lastCut, owned := cut, false
 	var closeAt time.Time
@@ -398,6 +407,10 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 		}
 		rec := f.rec
 		rec.Segment = shift(rec.Segment, r.base)
+		if rec.EventTime < lateBelow && !rec.Flags.Has(localstream.FlagLate) {
+			rec.Flags |= localstream.FlagLate
+			r.lateFlagged.Add(1)
+		}
 		if err := txn.Add(ctx, rec); err != nil {
 			if err := r.replace(ctx, txn, rec, err); err != nil {
 				return err

@@ -16,30 +16,46 @@ import (
 //
 // An agent's commit records on a stream form one chain (each expects the
 // sequence of the one before). Every record names the store whose events
-// it holds. Kafka's idempotent producers are the anchor: a producer id
-// with an epoch, bumped by whoever takes over the id, and the broker
-// refuses the old epoch from then on. Here the store identity is the
-// producer, the chain's expected sequence is the broker's check, and a
-// takeover is a commit by another store. Which store may take over:
+// it holds and the station (the machine, MachineStation) it ran on.
+// Kafka's idempotent producers are the anchor: a producer id with an
+// epoch, bumped by whoever takes over the id, and the broker refuses the
+// old epoch from then on; a producer is never fenced because it was
+// quiet. Here the store identity is the producer, the chain's expected
+// sequence is the broker's check, and a takeover is a commit by another
+// store. Who may write after the chain's last record is decided by what
+// the stores and stations are, never by how long the last writer was
+// silent: a station's uplink may be down for any length of time.
 //
-//   - The chain's last record is this store's, written by one of its own
-//     runs: continue (a late commit of a dead predecessor of this run is
-//     adopted once).
-//   - It is this store's identity but a run this store never had: a copy
-//     of this store (a cloned card) writes it. Refused until an operator
-//     takes over (ErrTwin).
-//   - It is another store's: a replaced disk or a twin with a copied
-//     configuration. They look alike at the centre, so the newcomer
-//     watches: a live store commits at least every Heartbeat, so a chain
-//     unchanged for TakeoverAfter belongs to a dead store and is taken
-//     over (the replaced disk carries on unattended); a chain that moves
-//     while watched has a live writer and the newcomer is refused
-//     (ErrTwin) until an operator acts (--takeover). Either way the
-//     refused store keeps capturing locally.
+//   - This store's record, written by one of its own runs: continue (a
+//     late commit of a dead predecessor of this run is adopted once).
+//   - This store's identity, a run it never had, on this station: the
+//     store was restored from a backup taken before its later runs. It
+//     continues as its own past: from what it recovered, under a new
+//     epoch base, with a gap marker from the chain's cut for what the
+//     later runs captured and never sent.
+//   - This store's identity, a run it never had, on another station (or
+//     an unknown one): a copy of this store (a cloned card) is, or was,
+//     live elsewhere. Refused (ErrTwin) until an operator takes over
+//     (--takeover).
+//   - Another store of this station: the station's disk was replaced or
+//     its directory wiped. Taken over at once, unattended.
+//   - Another store of another station (or an unknown one), or a record
+//     written before store identities (no store; unknown station) that
+//     this store did not write: a second station with the same agent id.
+//     Refused loudly (ErrTwin, naming both) until an operator acts
+//     (--takeover). A store that existed before identities (its local
+//     record of the committed cut was written by a version that noted no
+//     run) takes a record without a store for its own: it is the store
+//     that wrote it, upgraded in place.
 //   - A store that took over writes from a new epoch base: every position
 //     it sends is beyond every position the centre has seen. The old
-//     store, if it comes back, finds a foreign record in its chain and
-//     stops (ErrFenced, naming both identities).
+//     store, if it is live, finds a foreign record in its chain and stops
+//     (ErrFenced, naming both identities).
+//
+// A cloned image carries the machine id with it (systemd's images must
+// leave /etc/machine-id empty so that each machine makes its own): two
+// stations of one image are one station here, so the later one takes the
+// chain over and the earlier one is fenced, loudly, never both writing.
 //
 // # Positions are never reused
 //
@@ -128,11 +144,9 @@ const (
 	// committed cut and send after it under the new Base, with Lost in
 	// the first commit record.
 	ResumeRebase
-	// ResumeWait: another store's chain, watched for less than
-	// TakeoverAfter; read again (Err says why).
-	ResumeWait
-	// ResumeRefuse: another writer is live; stop (Err names both
-	// identities).
+	// ResumeRefuse: another writer (another station, a copy of this
+	// store) owns the chain, or took it over; stop (Err names both
+	// identities) until an operator acts.
 	ResumeRefuse
 )
 
@@ -144,8 +158,6 @@ func (k ResumeKind) String() string {
 		return "resend"
 	case ResumeRebase:
 		return "rebase"
-	case ResumeWait:
-		return "wait"
 	case ResumeRefuse:
 		return "refuse"
 	}
@@ -161,8 +173,12 @@ type ResumeInput struct {
 	// store's runs (this one included).
 	Store, Instance string
 	KnownInstance   func(string) bool
+	// Station is this station's identity (ReplicatorConfig.Station; "":
+	// unknown, never the same as a record's).
+	Station string
 	// Takeover is the operator's order to take over whatever chain is
-	// there (only at the first read of a run).
+	// there (at the first read of a run, and while the chain's last
+	// record is still the one read then).
 	Takeover bool
 	// Base is the local epoch base in use.
 	Base uint32
@@ -198,13 +214,6 @@ type ResumeInput struct {
 	// Decided is set once this run applied a decision (Wait and Refuse
 	// are none): until then, what the store found at Open still counts.
 	Decided bool
-	// WatchSeq is the foreign record first seen while watching (0: not
-	// watching); Watched how long ago it was first seen.
-	WatchSeq uint64
-	Watched  time.Duration
-	// TakeoverAfter is how long a foreign chain must stay unchanged to be
-	// taken over.
-	TakeoverAfter time.Duration
 	// Now is the clock (for FoundAtNs).
 	Now time.Time
 }
@@ -220,7 +229,7 @@ type ResumeAction struct {
 	Lost *LostRange
 	// Adopt: Last is a late commit of this store's dead predecessor.
 	Adopt bool
-	// Err explains Wait and Refuse.
+	// Err explains Refuse.
 	Err error
 }
 
@@ -233,29 +242,53 @@ func Decide(in ResumeInput) ResumeAction {
 		return in.decideEmpty()
 	}
 	rec := last.Record
-	own := rec.Store == "" || rec.Store == in.Store
 	mine := rec.Instance == in.Instance
-	known := mine || in.KnownInstance != nil && in.KnownInstance(rec.Instance)
+	// A record without a store is this store's only when this store
+	// wrote records before identities too.
+	legacy := rec.Store == "" && in.legacyStore()
+	own := rec.Store != "" && rec.Store == in.Store || legacy
+	known := mine || legacy || in.KnownInstance != nil && in.KnownInstance(rec.Instance)
+	station := in.Station != "" && rec.Station == in.Station
 	// A record written since this run started, by someone else. A chain
 	// that went back (the centre lost its tail) is not someone else's
 	// activity: its last record is one this run has seen pass.
 	newSinceStart := in.Started && last.Seq != in.StartSeq && last.Seq > in.KnownSeq
+	takeover := in.Takeover && (!in.Started || last.Seq == in.StartSeq)
 	switch {
-	case !own && newSinceStart && !mine:
-		if in.WatchSeq != 0 && in.OwnCommits == 0 {
-			return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: store %s committed (seq %d, instance %s) while store %s watched agent %s's chain: both are live; stop one, or restart this one with --takeover",
-				ErrTwin, in.Stream, rec.Store, last.Seq, rec.Instance, in.Store, rec.Agent)}
+	case newSinceStart && !mine && own && !known && station && in.OwnCommits == 0:
+		// A late commit of a run this store had before the backup it was
+		// restored from, landed before this run committed: still its past.
+		return in.rebaseFrom(in.Recovered)
+	case newSinceStart && !mine && !own && station && in.OwnCommits == 0:
+		// A late commit of this station's replaced store (its process
+		// died with a commit in flight), landed before this run
+		// committed: take over from it.
+		return in.takeover(LossStoreReplaced)
+	case newSinceStart && !mine && !(own && known):
+		if own {
+			return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: commit seq %d of this store %s by run %s (station %s), which this store never ran: a copy of this store is live; stop one, or restart this one with --takeover",
+				ErrTwin, in.Stream, last.Seq, rec.Store, rec.Instance, stationName(rec.Station))}
 		}
-		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: store %s took over agent %s's chain (seq %d, instance %s); this store %s stopped replicating and keeps capturing locally",
-			ErrFenced, in.Stream, rec.Store, rec.Agent, last.Seq, rec.Instance, in.Store)}
+		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: %s took over agent %s's chain (seq %d, instance %s); this store %s (station %s) stopped replicating and keeps capturing locally",
+			ErrFenced, in.Stream, writerName(rec), rec.Agent, last.Seq, rec.Instance, in.Store, stationName(in.Station))}
 	case !own:
-		return in.decideForeign()
-	case rec.Store != "" && !known:
-		if !in.Started && in.Takeover {
+		if takeover || station {
+			// The operator's order, or this station's replaced disk.
 			return in.takeover(LossStoreReplaced)
 		}
-		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: commit seq %d of store %s by run %s, which this store never ran: a copy of this store (cloned disk) is live; stop one, or restart this one with --takeover",
-			ErrTwin, in.Stream, last.Seq, rec.Store, rec.Instance)}
+		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: agent %s's chain was last written by %s (seq %d, instance %s); this store %s is of station %s: another station uses this agent id; stop one, or restart this one with --takeover",
+			ErrTwin, in.Stream, rec.Agent, writerName(rec), last.Seq, rec.Instance, in.Store, stationName(in.Station))}
+	case !known:
+		switch {
+		case takeover:
+			return in.takeover(LossStoreReplaced)
+		case station:
+			// This store restored from a backup taken before its later
+			// runs: it continues as its own past.
+			return in.rebaseFrom(in.Recovered)
+		}
+		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: commit seq %d of store %s by run %s on station %s, which this store never ran on station %s: a copy of this store (cloned disk) is live elsewhere; stop one, or restart this one with --takeover",
+			ErrTwin, in.Stream, last.Seq, rec.Store, rec.Instance, stationName(rec.Station), stationName(in.Station))}
 	case newSinceStart && !mine:
 		// A commit of our dead predecessor may still land late, once,
 		// before this run committed; anything more is another process.
@@ -267,6 +300,28 @@ func Decide(in ResumeInput) ResumeAction {
 		return a
 	}
 	return in.decideOwn()
+}
+
+// legacyStore reports whether this store wrote commit records before
+// store identities: its local record of the committed cut, as it was
+// opened, was written by a version that noted no run as its recorder.
+func (in ResumeInput) legacyStore() bool {
+	return in.RecordedAtOpen != nil && in.RecordedBy == ""
+}
+
+// writerName names a record's store and station for messages.
+func writerName(rec CommitRecord) string {
+	if rec.Store == "" {
+		return "a store before store identities (station unknown)"
+	}
+	return "store " + rec.Store + " of station " + stationName(rec.Station)
+}
+
+func stationName(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
 }
 
 // decideEmpty: the centre holds nothing of this agent.
@@ -348,11 +403,19 @@ func (in ResumeInput) resend(cut localstream.StreamCut, base uint32) ResumeActio
 // those it had after it are lost (end unknown). Offsets after the
 // recovered tail will be assigned again, so a new base.
 func (in ResumeInput) rebaseLostTail() ResumeAction {
+	return in.rebaseFrom(in.floor(in.Last.Record.Instance))
+}
+
+// rebaseFrom is rebaseLostTail with floor, the tail below which this
+// store's offsets are those the chain's last record saw: for a store
+// restored from a backup, the tail it recovered (its later runs
+// continued from the backup's state).
+func (in ResumeInput) rebaseFrom(floor localstream.StreamCut) ResumeAction {
 	central, _ := in.Last.Record.StreamCut()
 	cut, _ := toLocal(central, in.Last.Record.EpochBase)
 	return ResumeAction{
 		Kind: ResumeRebase,
-		From: meetRecovered(in.Topo, cut, in.floor(in.Last.Record.Instance), in.Head),
+		From: meetRecovered(in.Topo, cut, floor, in.Head),
 		Base: in.newBase(central),
 		Lost: &LostRange{Reason: LossLocalTail, Store: in.Store, From: in.Last.Record.Cut,
 			CentralSeq: in.Last.Seq, FoundAtNs: in.Now.UnixNano()},
@@ -398,27 +461,6 @@ func (in ResumeInput) newBase(central localstream.StreamCut) uint32 {
 		local = max(local, maxEpoch(*in.RecordedAtOpen))
 	}
 	return max(in.Base+local+1, maxEpoch(central)+1)
-}
-
-// decideForeign: the chain's last record is another store's.
-func (in ResumeInput) decideForeign() ResumeAction {
-	rec := in.Last.Record
-	if in.Takeover && !in.Started {
-		return in.takeover(LossStoreReplaced)
-	}
-	if in.WatchSeq != 0 && in.WatchSeq != in.Last.Seq {
-		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: store %s committed agent %s's chain (seq %d, instance %s) while store %s watched it: both are live; stop one, or restart this one with --takeover",
-			ErrTwin, in.Stream, rec.Store, rec.Agent, in.Last.Seq, rec.Instance, in.Store)}
-	}
-	if in.WatchSeq == 0 || in.Watched < in.TakeoverAfter {
-		left := in.TakeoverAfter - in.Watched
-		if in.WatchSeq == 0 {
-			left = in.TakeoverAfter
-		}
-		return ResumeAction{Kind: ResumeWait, Err: fmt.Errorf("%w: stream %s: agent %s's chain was last written by store %s (seq %d); this store %s takes over if it stays unchanged %s longer",
-			ErrTakeoverPending, in.Stream, rec.Agent, rec.Store, in.Last.Seq, in.Store, left.Round(time.Millisecond))}
-	}
-	return in.takeover(LossStoreReplaced)
 }
 
 // takeover continues another store's chain: this store's events after

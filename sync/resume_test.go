@@ -29,6 +29,13 @@ func record(seq uint64, store, instance string, base uint32, cut localstream.Str
 		EpochBase: base, Cut: cut.Map(), CutText: cut.String()}}
 }
 
+// recordOn is record written on station.
+func recordOn(station string, seq uint64, store, instance string, base uint32, cut localstream.StreamCut) Committed {
+	c := record(seq, store, instance, base, cut)
+	c.Record.Station = station
+	return c
+}
+
 // TestDecide is the resume decision's table: every case of issue 11 and
 // the fencing rules, one row each.
 func TestDecide(t *testing.T) {
@@ -37,7 +44,7 @@ func TestDecide(t *testing.T) {
 	ptr := func(c localstream.StreamCut) *localstream.StreamCut { return &c }
 	base := func(mod func(*ResumeInput)) ResumeInput {
 		in := ResumeInput{Stream: "t", Store: "S", Instance: "run1", KnownInstance: known,
-			Topo: oneSegment(100), Head: at(0), Recovered: at(100), TakeoverAfter: 3 * time.Second, Now: now}
+			Station: "M", Topo: oneSegment(100), Head: at(0), Recovered: at(100), Now: now}
 		mod(&in)
 		return in
 	}
@@ -67,8 +74,20 @@ func TestDecide(t *testing.T) {
 			in.Base = 2
 			in.Last = record(7, "S", "run0", 2, atSeg(localstream.NewSegmentID(2, 0), 40))
 		}), want{kind: ResumeContinue, from: at(40), base: 2}},
-		{"legacy record without store", base(func(in *ResumeInput) { in.Last = record(7, "", "old", 0, at(60)) }),
-			want{kind: ResumeContinue, from: at(60)}},
+		{"record before identities, of this store upgraded in place", base(func(in *ResumeInput) {
+			in.RecordedAtOpen, in.Committed = ptr(at(60)), ptr(at(60))
+			in.Last = record(7, "", "old", 0, at(60))
+		}), want{kind: ResumeContinue, from: at(60)}},
+		{"issue 29 case 3: record before identities, another store's", base(func(in *ResumeInput) { in.Last = record(7, "", "old", 0, at(60)) }),
+			want{kind: ResumeRefuse, err: ErrTwin}},
+		{"issue 29 case 3: record before identities, an identity-era store's record", base(func(in *ResumeInput) {
+			in.RecordedAtOpen, in.RecordedBy = ptr(at(60)), "run0"
+			in.Last = record(7, "", "old", 0, at(60))
+		}), want{kind: ResumeRefuse, err: ErrTwin}},
+		{"issue 29 case 3: record before identities, operator takes over", base(func(in *ResumeInput) {
+			in.Takeover = true
+			in.Last = record(7, "", "old", 0, at(60))
+		}), want{kind: ResumeRebase, from: at(0), base: 1, lost: LossStoreReplaced}},
 		{"case 1: local tail lost (centre beyond recovered)", base(func(in *ResumeInput) {
 			in.Topo, in.Recovered = oneSegment(90), at(80) // 10 appended since Open, at reused offsets
 			in.Last = record(7, "S", "run0", 0, at(85))
@@ -99,30 +118,51 @@ func TestDecide(t *testing.T) {
 			in.Topo, in.Recovered, in.Head = oneSegment(70), at(60), at(20)
 			in.RecordedAtOpen = ptr(at(90))
 		}), want{kind: ResumeRebase, from: at(20), base: 1, lost: LossLocalTail}},
-		{"case 4: a copy of this store (unknown run)", base(func(in *ResumeInput) { in.Last = record(7, "S", "stranger", 0, at(60)) }),
+		{"case 4: a copy of this store (unknown run, unknown station)", base(func(in *ResumeInput) { in.Last = record(7, "S", "stranger", 0, at(60)) }),
+			want{kind: ResumeRefuse, err: ErrTwin}},
+		{"case 4: a copy of this store on another station", base(func(in *ResumeInput) { in.Last = recordOn("N", 7, "S", "stranger", 0, at(60)) }),
 			want{kind: ResumeRefuse, err: ErrTwin}},
 		{"case 4: a copy of this store, operator takes over", base(func(in *ResumeInput) {
 			in.Takeover, in.Committed = true, ptr(at(40))
 			in.Last = record(7, "S", "stranger", 0, at(60))
 		}), want{kind: ResumeRebase, from: at(40), base: 1, lost: LossStoreReplaced}},
-		{"another store's chain: watch first", base(func(in *ResumeInput) { in.Last = record(7, "T", "x", 0, at(60)) }),
-			want{kind: ResumeWait, err: ErrTakeoverPending}},
-		{"another store's chain: watched too briefly", base(func(in *ResumeInput) {
-			in.Started, in.StartSeq, in.WatchSeq, in.Watched = true, 7, 7, time.Second
-			in.Last = record(7, "T", "x", 0, at(60))
-		}), want{kind: ResumeWait, err: ErrTakeoverPending}},
-		{"case 1: replaced disk (chain unchanged while watched)", base(func(in *ResumeInput) {
-			in.Started, in.StartSeq, in.WatchSeq, in.Watched = true, 7, 7, 3*time.Second
-			in.Last = record(7, "T", "x", 4, atSeg(localstream.NewSegmentID(5, 3), 60))
-		}), want{kind: ResumeRebase, from: at(0), base: 6, lost: LossStoreReplaced}},
-		{"case 4: twin (chain moved while watched)", base(func(in *ResumeInput) {
-			in.Started, in.StartSeq, in.WatchSeq, in.Watched = true, 7, 7, 2*time.Second
-			in.Last = record(9, "T", "x", 0, at(70))
+		{"issue 29 case 2: restored backup (a later run on this station)", base(func(in *ResumeInput) {
+			in.Topo, in.Recovered = oneSegment(60), at(50) // 10 appended since the restore
+			in.Committed = ptr(at(30))
+			in.Last = recordOn("M", 7, "S", "later", 0, at(80))
+		}), want{kind: ResumeRebase, from: at(50), base: 1, lost: LossLocalTail}},
+		{"issue 29 case 2: restored backup behind a rebased chain", base(func(in *ResumeInput) {
+			in.Topo, in.Recovered = oneSegment(60), at(50)
+			in.Last = recordOn("M", 7, "S", "later", 3, atSeg(localstream.NewSegmentID(3, 0), 20))
+		}), want{kind: ResumeRebase, from: at(20), base: 4, lost: LossLocalTail}},
+		{"issue 29 case 1: another station's chain: refused at once", base(func(in *ResumeInput) { in.Last = recordOn("N", 7, "T", "x", 0, at(60)) }),
+			want{kind: ResumeRefuse, err: ErrTwin}},
+		{"issue 29 case 1: another station's chain unchanged for long: still refused", base(func(in *ResumeInput) {
+			in.Started, in.StartSeq = true, 7
+			in.Now = now.Add(time.Hour)
+			in.Last = recordOn("N", 7, "T", "x", 0, at(60))
 		}), want{kind: ResumeRefuse, err: ErrTwin}},
-		{"case 4: operator takes over another store's chain", base(func(in *ResumeInput) {
-			in.Takeover = true
+		{"another store of an unknown station: refused", base(func(in *ResumeInput) { in.Last = record(7, "T", "x", 0, at(60)) }),
+			want{kind: ResumeRefuse, err: ErrTwin}},
+		{"this station unknown: another store never taken for its own", base(func(in *ResumeInput) {
+			in.Station = ""
 			in.Last = record(7, "T", "x", 0, at(60))
+		}), want{kind: ResumeRefuse, err: ErrTwin}},
+		{"replaced disk on this station: taken over at once", base(func(in *ResumeInput) {
+			in.Last = recordOn("M", 7, "T", "x", 4, atSeg(localstream.NewSegmentID(5, 3), 60))
+		}), want{kind: ResumeRebase, from: at(0), base: 6, lost: LossStoreReplaced}},
+		{"case 4: operator takes over another station's chain", base(func(in *ResumeInput) {
+			in.Takeover = true
+			in.Last = recordOn("N", 7, "T", "x", 0, at(60))
 		}), want{kind: ResumeRebase, from: at(0), base: 1, lost: LossStoreReplaced}},
+		{"the operator's order holds while the chain is where it was read", base(func(in *ResumeInput) {
+			in.Takeover, in.Started, in.StartSeq = true, true, 7
+			in.Last = recordOn("N", 7, "T", "x", 0, at(60))
+		}), want{kind: ResumeRebase, from: at(0), base: 1, lost: LossStoreReplaced}},
+		{"the operator's order does not cover a later commit", base(func(in *ResumeInput) {
+			in.Takeover, in.Started, in.StartSeq = true, true, 7
+			in.Last = recordOn("N", 9, "T", "x", 0, at(70))
+		}), want{kind: ResumeRefuse, err: ErrFenced}},
 		{"taken over during the run: fenced", base(func(in *ResumeInput) {
 			in.Started, in.StartSeq, in.OwnCommits = true, 7, 3
 			in.Last = record(12, "T", "x", 3, at(70))
@@ -150,7 +190,7 @@ func TestDecide(t *testing.T) {
 			if got.Adopt != tc.want.adopt {
 				t.Fatalf("adopt %v, want %v", got.Adopt, tc.want.adopt)
 			}
-			if got.Kind == ResumeWait || got.Kind == ResumeRefuse {
+			if got.Kind == ResumeRefuse {
 				return
 			}
 			if !got.From.Equal(tc.want.from) {

@@ -68,6 +68,10 @@ type StreamStats struct {
 	// watermark because the tracker had published one for a later cut of
 	// a transaction that failed.
 	WatermarkFallbacks uint64 `json:"watermark_fallbacks"`
+	// LateFlagged counts events sent flagged late because their time is
+	// below the committed watermark they land after (a taken-over
+	// chain's watermark ahead of this store's backlog).
+	LateFlagged uint64 `json:"late_flagged"`
 	// LastTxn and LastSeq identify the latest known commit at the centre.
 	LastTxn uint64 `json:"last_txn"`
 	LastSeq uint64 `json:"last_seq"`
@@ -82,9 +86,11 @@ type StreamStats struct {
 	// BacklogBytes their payload bytes (estimated from segment averages).
 	BacklogEvents uint64 `json:"backlog_events"`
 	BacklogBytes  uint64 `json:"backlog_bytes"`
-	// Store is the local store identity; EpochBase the base its positions
-	// are sent under (central segment id = local + EpochBase<<32).
+	// Store is the local store identity, Station the station's ("":
+	// unknown); EpochBase the base its positions are sent under (central
+	// segment id = local + EpochBase<<32).
 	Store     string `json:"store"`
+	Station   string `json:"station,omitempty"`
 	EpochBase uint32 `json:"epoch_base,omitempty"`
 	// LostRanges counts losses found at resume (each a gap marker in a
 	// commit record); CentralRewinds counts resumes from a central cut
@@ -115,8 +121,8 @@ func (r *Replicator) Stats() StreamStats {
 		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
 		Txns: r.txns.Load(), Events: r.events.Load(), Bytes: r.bytes.Load(),
 		Retries: r.retries.Load(), Conflicts: r.conflicts.Load(), Adopted: r.adopted.Load(),
-		WatermarkFallbacks: r.wmRegressed.Load(), Dropped: r.dropped.Load(), Limits: r.sink.Limits(),
-		Store: r.store, EpochBase: last.Record.EpochBase,
+		WatermarkFallbacks: r.wmRegressed.Load(), LateFlagged: r.lateFlagged.Load(), Dropped: r.dropped.Load(), Limits: r.sink.Limits(),
+		Store: r.store, Station: r.cfg.Station, EpochBase: last.Record.EpochBase,
 		LostRanges: r.lost.Load(), CentralRewinds: r.rewinds.Load(), LastLoss: lastLoss,
 		LastTxn: last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,
 		WatermarkLowerNs: last.Record.Watermark.LowerNs, WatermarkUpperNs: last.Record.Watermark.UpperNs,
