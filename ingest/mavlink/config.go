@@ -22,6 +22,11 @@ type Config struct {
 	UDPConnect []string `yaml:"udp_connect"`
 	// TCPListen is a HOST:PORT on which to accept MAVLink over TCP. Default "": off.
 	TCPListen string `yaml:"tcp_listen"`
+	// TlogListen is a HOST:PORT on which to accept tlog streams over TCP
+	// (each frame after its recorded 8-byte receive time, as `edge-agent
+	// replay --tlog` sends a file): the recorded time is kept in the
+	// mavlink-tlog-us header. Default "": off.
+	TlogListen string `yaml:"tlog_listen"`
 	// TCPConnect are HOST:PORTs of TCP servers (mavlink-router's TCP
 	// server on 5760, SITL) to dial, redialled with a capped backoff. Default none.
 	TCPConnect []string `yaml:"tcp_connect"`
@@ -121,10 +126,10 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first invalid field, naming it and the fix.
 func (c Config) Validate() error {
-	if c.UDPListen == "" && c.TCPListen == "" && len(c.UDPConnect) == 0 && len(c.TCPConnect) == 0 {
-		return fmt.Errorf("%w: no endpoint: set udp_listen, udp_connect, tcp_listen or tcp_connect", ErrConfig)
+	if c.UDPListen == "" && c.TCPListen == "" && c.TlogListen == "" && len(c.UDPConnect) == 0 && len(c.TCPConnect) == 0 {
+		return fmt.Errorf("%w: no endpoint: set udp_listen, udp_connect, tcp_listen, tcp_connect or tlog_listen", ErrConfig)
 	}
-	for _, a := range append([]string{c.UDPListen, c.TCPListen}, append(c.UDPConnect, c.TCPConnect...)...) {
+	for _, a := range append([]string{c.UDPListen, c.TCPListen, c.TlogListen}, append(c.UDPConnect, c.TCPConnect...)...) {
 		if a == "" {
 			continue
 		}

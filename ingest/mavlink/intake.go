@@ -2,8 +2,10 @@ package mavlink
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -24,6 +26,10 @@ const (
 	HeaderMsgID = "mavlink-msgid"
 	// HeaderCompID is the frame's component id, decimal.
 	HeaderCompID = "mavlink-compid"
+	// HeaderTlogTime is the receive time a tlog recorded for the frame
+	// (Unix µs, decimal), on frames that came in as a tlog stream
+	// (Config.TlogListen: `edge-agent replay --tlog`).
+	HeaderTlogTime = "mavlink-tlog-us"
 )
 
 // Intake receives MAVLink over UDP and TCP and appends each frame that
@@ -47,6 +53,7 @@ type Intake struct {
 
 	udp      *net.UDPConn
 	tcp      net.Listener
+	tlog     net.Listener
 	ran      atomic.Bool
 	ready    chan struct{}
 	fatal    chan error
@@ -95,6 +102,13 @@ func (in *Intake) Bind() error {
 		c.SetReadBuffer(in.cfg.SocketBuffer)
 		in.udp = c
 	}
+	if in.cfg.TlogListen != "" && in.tlog == nil {
+		l, err := net.Listen("tcp", in.cfg.TlogListen)
+		if err != nil {
+			return fmt.Errorf("%w: tlog_listen: %w", ErrListen, err)
+		}
+		in.tlog = l
+	}
 	if in.cfg.TCPListen != "" && in.tcp == nil {
 		l, err := net.Listen("tcp", in.cfg.TCPListen)
 		if err != nil {
@@ -121,6 +135,14 @@ func (in *Intake) TCPAddr() net.Addr {
 	return in.tcp.Addr()
 }
 
+// TlogAddr is the bound tlog stream server address (nil when off or not bound).
+func (in *Intake) TlogAddr() net.Addr {
+	if in.tlog == nil {
+		return nil
+	}
+	return in.tlog.Addr()
+}
+
 // Ready is closed once every endpoint is open (or being dialled).
 func (in *Intake) Ready() <-chan struct{} { return in.ready }
 
@@ -145,7 +167,10 @@ func (in *Intake) Run(ctx context.Context) error {
 		wg.Go(func() { in.readUDP(in.udp, nil) })
 	}
 	if in.tcp != nil {
-		wg.Go(func() { in.acceptTCP(runCtx, in.tcp) })
+		wg.Go(func() { in.acceptTCP(runCtx, in.tcp, in.consume) })
+	}
+	if in.tlog != nil {
+		wg.Go(func() { in.acceptTCP(runCtx, in.tlog, in.consumeTlog) })
 	}
 	for _, a := range in.cfg.UDPConnect {
 		wg.Go(func() { in.connectUDP(runCtx, a) })
@@ -172,6 +197,9 @@ func (in *Intake) Run(ctx context.Context) error {
 	}
 	if in.tcp != nil {
 		in.tcp.Close()
+	}
+	if in.tlog != nil {
+		in.tlog.Close()
 	}
 	wg.Wait()
 	in.inflight.Wait()
@@ -201,7 +229,7 @@ func (in *Intake) consume(b []byte, recv int64) int {
 		case splitShort:
 			return used
 		case splitFrame:
-			in.frame(&f, recv)
+			in.frame(&f, recv, 0)
 			used += n
 			continue
 		case splitBadCRC:
@@ -215,8 +243,40 @@ func (in *Intake) consume(b []byte, recv int64) int {
 	return used
 }
 
-// frame checks one frame and appends it. in.mu is held.
-func (in *Intake) frame(f *Frame, recv int64) {
+// consumeTlog is consume for a tlog stream: each frame follows its
+// recorded receive time (8 bytes).
+func (in *Intake) consumeTlog(b []byte, recv int64) int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	used := 0
+	for len(b)-used >= 8 {
+		f, n, res := split(b[used+8:], in.cfg.Dialect)
+		switch res {
+		case splitShort:
+			return used
+		case splitFrame:
+			us := int64(binary.BigEndian.Uint64(b[used:]))
+			if us <= 0 || us > math.MaxInt64/1000 {
+				in.c.badTlogTime.Add(1)
+				us = 0
+			}
+			in.frame(&f, recv, us)
+			used += 8 + n
+			continue
+		case splitBadCRC:
+			in.c.badCRC.Add(1)
+		case splitUnknown:
+			in.c.unknownMessage.Add(1)
+		}
+		in.c.garbageBytes.Add(1)
+		used++
+	}
+	return used
+}
+
+// frame checks one frame and appends it; tlogUs is the receive time a
+// tlog recorded for it (0: none). in.mu is held.
+func (in *Intake) frame(f *Frame, recv, tlogUs int64) {
 	in.c.frames.Add(1)
 	if s := in.signer; s != nil {
 		switch {
@@ -255,7 +315,11 @@ func (in *Intake) frame(f *Frame, recv int64) {
 	}
 	info, _ := in.cfg.Dialect.lookup(f.MsgID)
 	evTime, mapped := c.eventTime(f, info)
-	if every, ok := in.rates[f.MsgID]; ok && !d.keep(f, every, recv) {
+	at := recv // a tlog replayed fast is sampled at its own pace
+	if tlogUs != 0 {
+		at = tlogUs * 1000
+	}
+	if every, ok := in.rates[f.MsgID]; ok && !d.keep(f, every, at) {
 		d.st.Sampled++
 		in.c.sampled.Add(1)
 		if flags.Has(localstream.FlagDiscontinuity) {
@@ -270,11 +334,11 @@ func (in *Intake) frame(f *Frame, recv int64) {
 	if mapped {
 		d.st.TimeMapped++
 	} else {
-		evTime = recv
+		evTime = at // arrival: here, or where the tlog was recorded
 		flags |= localstream.FlagEstimatedTime
 		d.st.TimeEstimated++
 	}
-	in.append(d, f, evTime, recv, flags)
+	in.append(d, f, evTime, recv, tlogUs, flags)
 }
 
 func sigLen(f *Frame) int {
@@ -322,12 +386,15 @@ func (d *drone) signatureFresh(f *Frame) bool {
 
 // append queues the frame's event. in.mu is held: appends reach the
 // store's queue in frame order.
-func (in *Intake) append(d *drone, f *Frame, evTime, recv int64, flags localstream.Flags) {
+func (in *Intake) append(d *drone, f *Frame, evTime, recv, tlogUs int64, flags localstream.Flags) {
 	ev := localstream.Event{RoutingKey: d.id, Writer: d.writer, EventTime: evTime, IngestTime: recv,
 		Flags: flags, ContentType: ContentType,
 		Headers: []localstream.Header{{Key: HeaderMsgID, Value: strconv.FormatUint(uint64(f.MsgID), 10)},
 			{Key: HeaderCompID, Value: strconv.Itoa(int(f.CompID))}},
 		Payload: append([]byte(nil), f.Raw...)}
+	if tlogUs != 0 {
+		ev.Headers = append(ev.Headers, localstream.Header{Key: HeaderTlogTime, Value: strconv.FormatInt(tlogUs, 10)})
+	}
 	var adm watermark.Admission
 	if in.sink.Marks != nil {
 		adm = in.sink.Marks.Admit(d.writer, ev.EventTime, ev.IngestTime)

@@ -24,7 +24,10 @@ type Stats struct {
 	// BadCRC: frame shapes with a wrong checksum; UnknownMessage: frame
 	// shapes of a message the dialect lacks (their checksum cannot be
 	// checked); Truncated: datagrams or streams that ended inside a frame.
-	GarbageBytes   uint64 `json:"garbage_bytes"`
+	GarbageBytes uint64 `json:"garbage_bytes"`
+	// BadTlogTime: tlog stream entries whose time is not a Unix time
+	// (stored without the mavlink-tlog-us header).
+	BadTlogTime    uint64 `json:"bad_tlog_time"`
 	BadCRC         uint64 `json:"bad_crc"`
 	UnknownMessage uint64 `json:"unknown_message"`
 	Truncated      uint64 `json:"truncated"`
@@ -60,12 +63,12 @@ type Stats struct {
 }
 
 type counters struct {
-	datagrams, connections, connectionsRefused, connectionsLost, readErrors atomic.Uint64
-	frames, stored, garbageBytes, badCRC, unknownMessage, truncated         atomic.Uint64
-	unsigned, badSignature, signatureReplayed                               atomic.Uint64
-	unmapped, dronesOverLimit, dronesReleased                               atomic.Uint64
-	lost, duplicates, sampled, late, clockSkew                              atomic.Uint64
-	diskFullDrops, storeDrops, markErrors                                   atomic.Uint64
+	datagrams, connections, connectionsRefused, connectionsLost, readErrors      atomic.Uint64
+	frames, stored, garbageBytes, badCRC, unknownMessage, truncated, badTlogTime atomic.Uint64
+	unsigned, badSignature, signatureReplayed                                    atomic.Uint64
+	unmapped, dronesOverLimit, dronesReleased                                    atomic.Uint64
+	lost, duplicates, sampled, late, clockSkew                                   atomic.Uint64
+	diskFullDrops, storeDrops, markErrors                                        atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters and of every drone's.
@@ -74,7 +77,7 @@ func (in *Intake) Stats() Stats {
 	s := Stats{Datagrams: c.datagrams.Load(), Connections: c.connections.Load(),
 		ConnectionsRefused: c.connectionsRefused.Load(), ConnectionsLost: c.connectionsLost.Load(),
 		ReadErrors: c.readErrors.Load(), Frames: c.frames.Load(), Stored: c.stored.Load(),
-		GarbageBytes: c.garbageBytes.Load(), BadCRC: c.badCRC.Load(), UnknownMessage: c.unknownMessage.Load(),
+		GarbageBytes: c.garbageBytes.Load(), BadTlogTime: c.badTlogTime.Load(), BadCRC: c.badCRC.Load(), UnknownMessage: c.unknownMessage.Load(),
 		Truncated: c.truncated.Load(), Unsigned: c.unsigned.Load(), BadSignature: c.badSignature.Load(),
 		SignatureReplayed: c.signatureReplayed.Load(), Unmapped: c.unmapped.Load(),
 		DronesOverLimit: c.dronesOverLimit.Load(), DronesReleased: c.dronesReleased.Load(),

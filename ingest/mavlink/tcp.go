@@ -9,17 +9,18 @@ import (
 	"time"
 )
 
-// readStream takes frames from a byte stream until it ends; a frame cut
-// by a read waits for the rest in the next one.
-func (in *Intake) readStream(c net.Conn) {
+// readStream takes frames from a byte stream with consume (plain frames,
+// or a tlog) until it ends; a frame cut by a read waits for the rest in
+// the next one.
+func (in *Intake) readStream(c net.Conn, consume func([]byte, int64) int) {
 	buf := make([]byte, 16<<10)
 	have := 0
 	for {
 		n, err := c.Read(buf[have:])
 		if n > 0 {
 			have += n
-			used := in.consume(buf[:have], in.cfg.Now().UnixNano())
-			have = copy(buf, buf[used:have]) // < maxFrameLen: the start of one frame
+			used := consume(buf[:have], in.cfg.Now().UnixNano())
+			have = copy(buf, buf[used:have]) // < 8 + maxFrameLen: the start of one entry
 		}
 		if err != nil {
 			if have > 0 {
@@ -35,8 +36,8 @@ func (in *Intake) readStream(c net.Conn) {
 }
 
 // acceptTCP serves TCP connections until ctx ends, at most MaxConnections
-// at once (more are closed at once, counted).
-func (in *Intake) acceptTCP(ctx context.Context, l net.Listener) {
+// at once per listener (more are closed at once, counted).
+func (in *Intake) acceptTCP(ctx context.Context, l net.Listener, consume func([]byte, int64) int) {
 	var mu sync.Mutex
 	conns := map[net.Conn]struct{}{}
 	var wg sync.WaitGroup
@@ -69,7 +70,7 @@ func (in *Intake) acceptTCP(ctx context.Context, l net.Listener) {
 		mu.Unlock()
 		in.c.connections.Add(1)
 		wg.Go(func() {
-			in.readStream(c)
+			in.readStream(c, consume)
 			c.Close()
 			mu.Lock()
 			delete(conns, c)
@@ -89,7 +90,7 @@ func (in *Intake) dialTCP(ctx context.Context, addr string) {
 			in.c.connections.Add(1)
 			backoff = 100 * time.Millisecond
 			stop := context.AfterFunc(ctx, func() { c.Close() })
-			in.readStream(c)
+			in.readStream(c, in.consume)
 			stop()
 			c.Close()
 			in.c.connectionsLost.Add(1)
