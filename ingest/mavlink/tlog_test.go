@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/bluenviron/gomavlib/v3/pkg/frame"
+	"github.com/bluenviron/gomavlib/v3/pkg/tlog"
 )
 
 // TestTlogRoundTrip: entries written by AppendTlogEntry read back equal;
@@ -81,4 +86,44 @@ func FuzzTlogReader(f *testing.F) {
 			t.Fatal("entries read do not write back to the file's start")
 		}
 	})
+}
+
+// TestFlightTlog: the tlog gomavlib wrote (testdata/mavlink) reads back
+// whole, each entry as gomavlib's own tlog reader reads it.
+func TestFlightTlog(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "mavlink", "flight.tlog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := readTlog(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := &tlog.Reader{ByteReader: bytes.NewReader(b)}
+	if err := ref.Initialize(); err != nil {
+		t.Fatal(err)
+	}
+	systems := map[uint8]int{}
+	for i, e := range entries {
+		re, err := ref.Read()
+		if err != nil {
+			t.Fatalf("gomavlib entry %d: %v", i, err)
+		}
+		var buf bytes.Buffer
+		fw := &frame.Writer{ByteWriter: &buf}
+		fw.Initialize()
+		if err := fw.Write(re.Frame); err != nil {
+			t.Fatal(err)
+		}
+		if !re.Time.Equal(e.Time) || !bytes.Equal(buf.Bytes(), e.Frame) {
+			t.Fatalf("entry %d: %v % x; gomavlib reads %v % x", i, e.Time, e.Frame, re.Time, buf.Bytes())
+		}
+		systems[re.Frame.GetSystemID()]++
+	}
+	if _, err := ref.Read(); err == nil {
+		t.Fatal("gomavlib reads more entries")
+	}
+	if len(entries) != 1480 || systems[1] != 740 || systems[2] != 740 {
+		t.Fatalf("%d entries, by system %v", len(entries), systems)
+	}
 }
