@@ -11,14 +11,17 @@ import (
 
 func init() {
 	commands["export"] = command{
-		summary: "export video: write a drone's video between two times from the central store as a playable file",
+		summary: "export video|telemetry: write a drone's video (playable file) or MAVLink telemetry (tlog) between two times from the central store",
 		run:     runExport,
 	}
 }
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "telemetry" {
+		return runExportTelemetry(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "video" {
-		return usagef("usage: edge-agent export video --drone D --from T1 --to T2 -o FILE")
+		return usagef("usage: edge-agent export video|telemetry --drone D --from T1 --to T2 -o FILE")
 	}
 	fs := newFlagSet("export video", stderr)
 	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/sync"
 )
@@ -59,24 +60,26 @@ func connectCentral(url string) (*nats.Conn, error) {
 
 // readLine is one JSON line of `edge-agent read`.
 type readLine struct {
-	Type         string             `json:"type"`
-	Seq          uint64             `json:"seq"`
-	Agent        string             `json:"agent"`
-	Stream       string             `json:"stream"`
-	Txn          uint64             `json:"txn"`
-	Segment      string             `json:"segment,omitempty"`
-	Offset       *uint64            `json:"offset,omitempty"`
-	RoutingKey   string             `json:"routing_key,omitempty"`
-	Writer       string             `json:"writer,omitempty"`
-	EventTimeNs  int64              `json:"event_time_ns,omitempty"`
-	IngestTimeNs int64              `json:"ingest_time_ns,omitempty"`
-	Flags        []string           `json:"flags,omitempty"`
-	ContentType  string             `json:"content_type,omitempty"`
-	Headers      map[string]string  `json:"headers,omitempty"`
-	Payload      json.RawMessage    `json:"payload,omitempty"`
-	PayloadB64   string             `json:"payload_b64,omitempty"`
-	Cut          string             `json:"cut,omitempty"`
-	Watermark    sync.WatermarkJSON `json:"watermark"`
+	Type         string            `json:"type"`
+	Seq          uint64            `json:"seq"`
+	Agent        string            `json:"agent"`
+	Stream       string            `json:"stream"`
+	Txn          uint64            `json:"txn"`
+	Segment      string            `json:"segment,omitempty"`
+	Offset       *uint64           `json:"offset,omitempty"`
+	RoutingKey   string            `json:"routing_key,omitempty"`
+	Writer       string            `json:"writer,omitempty"`
+	EventTimeNs  int64             `json:"event_time_ns,omitempty"`
+	IngestTimeNs int64             `json:"ingest_time_ns,omitempty"`
+	Flags        []string          `json:"flags,omitempty"`
+	ContentType  string            `json:"content_type,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty"`
+	Payload      json.RawMessage   `json:"payload,omitempty"`
+	PayloadB64   string            `json:"payload_b64,omitempty"`
+	// MAVLink is a MAVLink frame decoded with the dialect (name, header, fields).
+	MAVLink   *mavlink.Message   `json:"mavlink,omitempty"`
+	Cut       string             `json:"cut,omitempty"`
+	Watermark sync.WatermarkJSON `json:"watermark"`
 
 	// Dropped is the reason on a marker: the event could not be sent.
 	Dropped string `json:"dropped,omitempty"`
@@ -118,6 +121,11 @@ func toLine(it sync.Item) readLine {
 		l.Payload = r.Payload
 	} else {
 		l.PayloadB64 = base64.StdEncoding.EncodeToString(r.Payload)
+	}
+	if r.ContentType == mavlink.ContentType {
+		if m, err := mavlink.DefaultDialect().Decode(r.Payload); err == nil {
+			l.MAVLink = &m
+		}
 	}
 	return l
 }

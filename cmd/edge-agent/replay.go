@@ -3,17 +3,19 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
 
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/replay"
 )
 
 func init() {
 	commands["replay"] = command{
-		summary: "send a recorded RTP/RTCP capture (pcap/pcapng) and/or JSONL telemetry recording to an agent",
+		summary: "send a recorded RTP/RTCP capture (pcap/pcapng), JSONL telemetry recording or MAVLink tlog to an agent",
 		run:     runReplay,
 	}
 }
@@ -33,11 +35,22 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	from := fs.String("from", "", "local source address IP[:PORT] (default any)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	live := fs.Bool("live", false, "shift the sender reports' clock to now: act as a live drone (with --speed 1)")
+	tlogFile := fs.String("tlog", "", "MAVLink telemetry log (QGroundControl/MAVProxy .tlog), sent to --to udp://, tcp:// or tlog://HOST:PORT")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *tlogFile != "" {
+		if *pcap != "" || *jsonl != "" {
+			return usagef("--tlog replays alone: give it without --pcap and --jsonl")
+		}
+		target := *to
+		if !flagSet(fs, "to") {
+			target = "udp://127.0.0.1:14550" // where a GCS (and mavlink.udp_listen) listens
+		}
+		return replayTlog(ctx, *tlogFile, target, *speed, *quiet, stdout, stderr)
+	}
 	if *pcap == "" && *jsonl == "" {
-		return usagef("give --pcap FILE (RTP video) and/or --jsonl FILE (MQTT telemetry)")
+		return usagef("give --pcap FILE (RTP video), --jsonl FILE (MQTT telemetry) or --tlog FILE (MAVLink)")
 	}
 	opts := replay.Options{Mux: *mux, LocalAddr: *from, Live: *live}
 	if *speed != "max" {
@@ -97,4 +110,37 @@ func runReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "replay %s -> %s: %s\n", *pcap, *to, sum)
 	}
 	return err
+}
+
+// replayTlog sends a tlog's frames to to (udp://, tcp:// or tlog://HOST:PORT).
+func replayTlog(ctx context.Context, path, to, speed string, quiet bool, stdout, stderr io.Writer) error {
+	var opts replay.TlogOptions
+	if speed != "max" {
+		f, err := strconv.ParseFloat(speed, 64)
+		if err != nil || f <= 0 {
+			return usagef("--speed %q: want \"max\" or a positive factor such as 1.0", speed)
+		}
+		opts.Speed = f
+	}
+	if !strings.Contains(to, "://") {
+		to = "udp://" + to // a MAVLink UDP server, as a GCS listens
+	}
+	if !quiet {
+		opts.Progress = stderr
+	}
+	sum, err := replay.SendTlog(ctx, path, to, opts)
+	if errors.Is(err, replay.ErrTarget) || errors.Is(err, mavlink.ErrTlog) {
+		return usagef("%v", err)
+	}
+	if sum.Frames > 0 || err == nil {
+		fmt.Fprintf(stdout, "replay %s -> %s: %s\n", path, to, sum)
+	}
+	return err
+}
+
+// flagSet reports whether the command line set flag name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

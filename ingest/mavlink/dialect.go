@@ -2,6 +2,7 @@ package mavlink
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"regexp"
 	"strings"
@@ -157,7 +158,27 @@ func (d *Dialect) Decode(raw []byte) (Message, error) {
 	}
 	v := reflect.ValueOf(m).Elem()
 	for i := range v.NumField() {
-		out.Fields[fieldName(v.Type().Field(i).Name)] = v.Field(i).Interface()
+		out.Fields[fieldName(v.Type().Field(i).Name)] = jsonValue(v.Field(i))
 	}
 	return out, nil
+}
+
+// jsonValue is v as JSON can hold it: a float that is NaN or infinite
+// (JSON has none) becomes its name as a string, also inside arrays.
+func jsonValue(v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.Float32, reflect.Float64:
+		if f := v.Float(); math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Sprint(f)
+		}
+	case reflect.Array:
+		if k := v.Type().Elem().Kind(); k == reflect.Float32 || k == reflect.Float64 {
+			out := make([]any, v.Len())
+			for i := range out {
+				out[i] = jsonValue(v.Index(i))
+			}
+			return out
+		}
+	}
+	return v.Interface()
 }

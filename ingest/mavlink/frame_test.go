@@ -2,6 +2,7 @@ package mavlink
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 
 	"github.com/bluenviron/gomavlib/v3/pkg/frame"
@@ -148,8 +149,13 @@ func FuzzSplit(f *testing.F) {
 			if fr.Signed {
 				(&signer{}).verify(&fr)
 			}
-			if m, err := d.Decode(fr.Raw); err == nil && m.ID != fr.MsgID {
-				t.Fatalf("decoded id %d, frame %d", m.ID, fr.MsgID)
+			if m, err := d.Decode(fr.Raw); err == nil {
+				if m.ID != fr.MsgID {
+					t.Fatalf("decoded id %d, frame %d", m.ID, fr.MsgID)
+				}
+				if _, err := json.Marshal(m); err != nil { // edge-agent read prints it
+					t.Fatalf("decoded message does not print as JSON: %v", err)
+				}
 			}
 			i += n
 		}
