@@ -62,7 +62,7 @@ func main() {
 		every(sys, 100*time.Millisecond, 30*time.Millisecond, func(t time.Duration) message.Message {
 			a := angle(t)
 			return &ardupilotmega.MessageGlobalPositionInt{TimeBootMs: bootMs(t),
-				Lat: int32(473977420 + 4500*math.Sin(a)) + int32(sys)*1000, Lon: int32(85455940 + 6700*math.Cos(a)),
+				Lat: int32(473977420+4500*math.Sin(a)) + int32(sys)*1000, Lon: int32(85455940 + 6700*math.Cos(a)),
 				Alt: 508000, RelativeAlt: 20000, Vx: int16(785 * math.Cos(a)), Vy: int16(-785 * math.Sin(a)), Hdg: uint16(int(math.Mod(a*18000/math.Pi+36000, 36000)))}
 		})
 		every(sys, 50*time.Millisecond, 40*time.Millisecond, func(t time.Duration) message.Message {
