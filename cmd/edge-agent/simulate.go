@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,13 +11,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/replay"
 )
 
 func init() {
 	commands["simulate"] = command{
-		summary: "publish simulated drone telemetry to an MQTT broker",
+		summary: "publish simulated drone telemetry to an MQTT broker, or MAVLink (--mavlink) to an agent",
 		run:     runSimulate,
 	}
 }
@@ -38,7 +40,29 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.BoolVar(&cfg.NoStatus, "no-status", false, "do not publish online/offline status (nor the last will)")
 	verbose := fs.Bool("verbose", false, "print every published message as '<topic> <payload>'")
 	record := fs.String("record", "", "also write every published message to this JSONL file (replayable with 'edge-agent replay --jsonl')")
+	mav := fs.Bool("mavlink", false, "send MAVLink instead (HEARTBEAT, SYS_STATUS, SYSTEM_TIME, GLOBAL_POSITION_INT, ATTITUDE, VFR_HUD: 50 frames/s a drone) to --to")
+	mavTo := fs.String("to", "udp://127.0.0.1:14550", "with --mavlink: the agent's udp://HOST:PORT or tcp://HOST:PORT")
+	mavV1 := fs.Bool("v1", false, "with --mavlink: MAVLink 1 frames")
+	mavKey := fs.String("signing-key-file", "", "with --mavlink: sign MAVLink 2 frames with this key (64 hex digits or a passphrase)")
+	mavSys := fs.Uint("first-sysid", 1, "with --mavlink: the first drone's system id")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *mav {
+		sc := mavlink.SimConfig{To: *mavTo, Drones: cfg.Drones, Duration: cfg.Duration, V1: *mavV1, FirstSysID: uint8(min(*mavSys, 255))}
+		if *mavKey != "" {
+			key, err := mavlink.ReadSigningKey(*mavKey)
+			if err != nil {
+				return usagef("--signing-key-file: %v", err)
+			}
+			sc.SigningKey = key[:]
+		}
+		fmt.Fprintf(stdout, "simulate: %d MAVLink drone(s) (system ids %d..) -> %s, %d frames/s each\n", sc.Drones, sc.FirstSysID, sc.To, mavlink.SimFramesPerSecond)
+		res, err := mavlink.Simulate(ctx, sc)
+		if errors.Is(err, mavlink.ErrConfig) {
+			return usagef("%v", err)
+		}
+		fmt.Fprintf(stdout, "simulate: sent %d frames in %s\n", res.Frames, res.Elapsed.Round(time.Millisecond))
 		return err
 	}
 	if *qos > 2 {

@@ -45,6 +45,17 @@ func loadSigner(c SigningConfig) (*signer, error) {
 	return &signer{key: key, require: c.Require}, nil
 }
 
+// ReadSigningKey reads a key file as signing.key_file does (64 hex
+// digits, or a passphrase whose SHA-256 is the key): for senders such as
+// the simulator.
+func ReadSigningKey(path string) ([32]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return [32]byte{}, fmt.Errorf("%w: %w", ErrSigningKey, err)
+	}
+	return parseKey(string(b))
+}
+
 // parseKey reads 64 hex digits as the key, or any other text as a
 // passphrase whose SHA-256 is the key (MAVProxy's `signing setup`).
 func parseKey(text string) ([32]byte, error) {
