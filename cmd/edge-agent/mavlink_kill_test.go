@@ -142,9 +142,74 @@ func readSentLog(t *testing.T, path string) (map[string]sentFrame, map[int]int) 
 // silent — and after the last fault every frame arrives.
 func TestNodeMAVLinkThroughKillsAndCuts(t *testing.T) {
 	if testing.Short() {
-		t.Skip("-short: a 20 s fault test")
+		t.Skip("-short: a 40 s fault test")
 	}
 	nodeDir := nodeMAVLink(t)
+	// TCP: a cut resets the connection; UDP: a cut drops every datagram
+	// for 300 ms, and a kill loses what comes while the agent is down.
+	for _, network := range []string{"tcp", "udp"} {
+		t.Run(network, func(t *testing.T) { nodeThroughFaults(t, nodeDir, network) })
+	}
+}
+
+// link is a cuttable link between the sender and the agent.
+type link interface {
+	addr() string
+	cut()
+	cutCount() int
+}
+
+func (p *linkProxy) addr() string  { return p.ln.Addr().String() }
+func (p *linkProxy) cutCount() int { p.mu.Lock(); defer p.mu.Unlock(); return p.cuts }
+
+// udpLink forwards datagrams to the agent, dropping them all during a cut.
+type udpLink struct {
+	pc       *net.UDPConn
+	mu       gosync.Mutex
+	dropTill time.Time
+	cuts     int
+}
+
+func newUDPLink(t *testing.T, target string) *udpLink {
+	pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	to, _ := net.ResolveUDPAddr("udp", target)
+	out, err := net.ListenUDP("udp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &udpLink{pc: pc}
+	t.Cleanup(func() { pc.Close(); out.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, err := pc.Read(buf)
+			if err != nil {
+				return
+			}
+			l.mu.Lock()
+			drop := time.Now().Before(l.dropTill)
+			l.mu.Unlock()
+			if !drop {
+				out.WriteToUDP(buf[:n], to)
+			}
+		}
+	}()
+	return l
+}
+
+func (l *udpLink) addr() string { return "udp:" + l.pc.LocalAddr().String() }
+func (l *udpLink) cut() {
+	l.mu.Lock()
+	l.dropTill = time.Now().Add(300 * time.Millisecond)
+	l.cuts++
+	l.mu.Unlock()
+}
+func (l *udpLink) cutCount() int { l.mu.Lock(); defer l.mu.Unlock(); return l.cuts }
+
+func nodeThroughFaults(t *testing.T, nodeDir, network string) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("EDGE_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -160,7 +225,7 @@ func TestNodeMAVLinkThroughKillsAndCuts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer csrv.Close()
-	httpPort, mavPort := freePort(t), freePort(t)
+	httpPort, mavPort := freePort(t), freeUDPPort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: mav-kill
 data_dir: %s
@@ -169,22 +234,27 @@ log: {level: warn}
 store: {min_free_bytes: 16777216}
 video: {enabled: false}
 telemetry: {enabled: false}
-mavlink: {enabled: true, udp_listen: "", tcp_listen: "127.0.0.1:%d", drones: {1: drone-a}}
+mavlink: {enabled: true, %s: "127.0.0.1:%d", drones: {1: drone-a}%s}
 central: {url: %q, shutdown_timeout: 10s}
 devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
-`, filepath.Join(dir, "agent"), httpPort, mavPort, csrv.ClientURL())), 0o644)
+`, filepath.Join(dir, "agent"), httpPort, network+"_listen", mavPort, map[string]string{"tcp": `, udp_listen: ""`, "udp": ""}[network], csrv.ClientURL())), 0o644)
 	start := func() *exec.Cmd {
 		cmd := startRun(t, cfgPath, httpPort)
 		t.Cleanup(func() { cmd.Process.Kill() })
 		return cmd
 	}
 	cmd := start()
-	proxy := newLinkProxy(t, fmt.Sprintf("127.0.0.1:%d", mavPort))
+	var proxy link
+	if network == "tcp" {
+		proxy = newLinkProxy(t, fmt.Sprintf("127.0.0.1:%d", mavPort))
+	} else {
+		proxy = newUDPLink(t, fmt.Sprintf("127.0.0.1:%d", mavPort))
+	}
 
 	count := 2000 * rounds(1)
 	const drones, rate = 3, 200
 	sentLog := filepath.Join(dir, "sent.log")
-	sender := exec.Command("node", "sender.js", proxy.ln.Addr().String(), strconv.Itoa(drones), strconv.Itoa(count), strconv.Itoa(rate), sentLog)
+	sender := exec.Command("node", "sender.js", proxy.addr(), strconv.Itoa(drones), strconv.Itoa(count), strconv.Itoa(rate), sentLog)
 	sender.Dir = nodeDir
 	sender.Stderr = os.Stderr
 	if err := sender.Start(); err != nil {
@@ -277,9 +347,20 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		}
 		t.Logf("drone %s: %d of %d frames at the centre", droneOf[sys], seen[sys], count)
 	}
-	t.Logf("%d kills, %d cuts, %d gaps flagged", kills, proxy.cuts, gaps)
-	if kills != 3 || proxy.cuts < 1 || gaps == 0 {
-		t.Fatalf("the faults did not happen: %d kills, %d cuts, %d gaps", kills, proxy.cuts, gaps)
+	t.Logf("%s: %d kills, %d cuts, %d gaps flagged", network, kills, proxy.cutCount(), gaps)
+	if kills != 3 || proxy.cutCount() < 1 || gaps == 0 {
+		t.Fatalf("the faults did not happen: %d kills, %d cuts, %d gaps", kills, proxy.cutCount(), gaps)
+	}
+}
+
+// freeUDPPort returns a port free for both TCP and UDP on 127.0.0.1.
+func freeUDPPort(t *testing.T) int {
+	for {
+		p := freePort(t)
+		if c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: p}); err == nil {
+			c.Close()
+			return p
+		}
 	}
 }
 

@@ -1,22 +1,32 @@
 // A MAVLink sender that is not edge-agent's code: node-mavlink (npm)
 // serializes every frame. It plays N drones (system ids 1..N; drone 2
-// sends MAVLink 1, the others MAVLink 2) at RATE frames/s each over one
+// sends MAVLink 1, the others MAVLink 2) at RATE frames/s each, over one
 // TCP connection to HOST:PORT, redialling after every loss as a radio
-// link would: frames made while the link is down are not sent. Each frame
-// written to the socket is logged to OUT as "<sysid> <index> <hex>".
+// link would (frames made while the link is down are not sent), or with
+// udp:HOST:PORT in datagrams (one a frame). Each frame written to the
+// socket is logged to OUT as "<sysid> <index> <hex>".
 //
-//   node sender.js HOST:PORT DRONES COUNT RATE OUT
+//   node sender.js [udp:]HOST:PORT DRONES COUNT RATE OUT
 'use strict';
 const net = require('net');
 const fs = require('fs');
 const { MavLinkProtocolV1, MavLinkProtocolV2, minimal, common } = require('node-mavlink');
 
-const [addr, drones, count, rate, out] = process.argv.slice(2);
+const dgram = require('dgram');
+const [target, drones, count, rate, out] = process.argv.slice(2);
+const udp = target.startsWith('udp:');
+const addr = udp ? target.slice(4) : target;
 const [host, port] = addr.split(':');
 const N = Number(drones), COUNT = Number(count), RATE = Number(rate);
 const log = fs.openSync(out, 'w');
 
 let sock = null;
+if (udp) {
+  const u = dgram.createSocket('udp4');
+  sock = { writable: true, write: (buf) => u.send(buf, Number(port), host), end: (cb) => setTimeout(() => u.close(cb), 200) }; // close drops sends still queued
+} else {
+  connect();
+}
 function connect() {
   const s = net.connect({ host, port: Number(port) });
   s.setNoDelay(true);
@@ -24,7 +34,6 @@ function connect() {
   s.on('error', () => {});
   s.on('close', () => { if (sock === s) sock = null; setTimeout(connect, 50); });
 }
-connect();
 
 const state = [];
 for (let d = 1; d <= N; d++) {
