@@ -212,6 +212,8 @@ function renderDrones(s, cur, rate) {
   const dev = s.devices || {};
   const drones = dev.drones || [];
   const video = (s.video && s.video.per_drone) || {};
+  const mav = {};
+  for (const m of (s.mavlink && s.mavlink.drones) || []) mav[m.drone] = m;
   document.getElementById("drone-count").textContent =
     drones.length + " known, " + drones.filter((d) => d.online).length + " online";
   const tb = document.querySelector("#drones tbody");
@@ -231,15 +233,26 @@ function renderDrones(s, cur, rate) {
     cell(tr, "events", fmtInt(d.events));
     cell(tr, "bytes", fmtBytes(d.bytes));
     const v = video[d.id];
-    const drops = v ? (v.queue_drops || 0) + (v.lost || 0) + (v.frames_dropped || 0) : 0;
+    const m = mav[d.id];
+    const drops = (v ? (v.queue_drops || 0) + (v.lost || 0) + (v.frames_dropped || 0) : 0) + (m ? m.lost || 0 : 0);
     cell(tr, "drops", fmtInt(drops), drops > 0 ? "warnText" : "");
+    cell(tr, "vehicle", m ? vehicleText(m.vehicle) : "–");
     tb.appendChild(tr);
   }
   if (!drones.length) {
     const tr = el("tr");
-    tr.appendChild(el("td", { colspan: "8" }, "no drone seen yet"));
+    tr.appendChild(el("td", { colspan: "9" }, "no drone seen yet"));
     tb.appendChild(tr);
   }
+}
+
+// vehicleText is a MAVLink drone's autopilot state: armed, mode, battery, position.
+function vehicleText(v) {
+  if (!v) return "–";
+  const parts = [(v.armed ? "ARMED" : "disarmed") + (v.mode ? " " + v.mode : "")];
+  if (v.battery_pct >= 0) parts.push("battery " + v.battery_pct + " %");
+  if (v.position_unix_ns) parts.push(v.lat.toFixed(5) + ", " + v.lon.toFixed(5) + " " + v.alt_m.toFixed(0) + " m");
+  return parts.join(" · ");
 }
 
 function renderHost(s) {

@@ -68,6 +68,8 @@ type DroneStats struct {
 	ClockSkew uint64 `json:"clock_skew"`
 	// Last is the receive time of its last frame (Unix ns).
 	Last int64 `json:"last_unix_ns"`
+	// Vehicle is its autopilot's state, for the status page.
+	Vehicle Vehicle `json:"vehicle"`
 }
 
 // slots holds the drones by system id: every mapped one, and at most
@@ -98,7 +100,7 @@ func (in *Intake) droneFor(sysid uint8, now int64) *drone {
 		in.slots.n++
 	}
 	d := &drone{sysid: sysid, id: id, writer: WriterFor(id), lastActive: now, discovered: !mapped}
-	d.st.ID, d.st.SysID = id, int(sysid)
+	d.st.ID, d.st.SysID, d.st.Vehicle.BatteryPct = id, int(sysid), -1
 	in.slots.bySys[sysid] = d
 	return d
 }

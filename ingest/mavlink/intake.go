@@ -313,6 +313,7 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64) {
 	case seqJump, seqFirst:
 		flags |= localstream.FlagDiscontinuity
 	}
+	d.st.Vehicle.note(f, recv)
 	info, _ := in.cfg.Dialect.lookup(f.MsgID)
 	evTime, mapped := c.eventTime(f, info)
 	at := recv // a tlog replayed fast is sampled at its own pace
