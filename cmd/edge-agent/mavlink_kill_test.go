@@ -147,9 +147,80 @@ func TestNodeMAVLinkThroughKillsAndCuts(t *testing.T) {
 	nodeDir := nodeMAVLink(t)
 	// TCP: a cut resets the connection; UDP: a cut drops every datagram
 	// for 300 ms, and a kill loses what comes while the agent is down.
+	count := 2000 * rounds(1)
+	const drones, rate = 3, 200
 	for _, network := range []string{"tcp", "udp"} {
-		t.Run(network, func(t *testing.T) { nodeThroughFaults(t, nodeDir, network) })
+		t.Run(network, func(t *testing.T) {
+			sentLog := filepath.Join(t.TempDir(), "sent.log")
+			throughFaults(t, network, faultSender{
+				runFor: time.Duration(count/rate) * time.Second,
+				start: func(target string) <-chan error {
+					sender := exec.Command("node", "sender.js", target, strconv.Itoa(drones), strconv.Itoa(count), strconv.Itoa(rate), sentLog)
+					sender.Dir = nodeDir
+					sender.Stderr = os.Stderr
+					if err := sender.Start(); err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { sender.Process.Kill() })
+					done := make(chan error, 1)
+					go func() { done <- sender.Wait() }()
+					return done
+				},
+				sent:  func() (map[string]sentFrame, map[int]int) { return readSentLog(t, sentLog) },
+				count: map[int]int{1: count, 2: count, 3: count},
+			})
+		})
 	}
+}
+
+// TestTlogThroughKillsAndCuts: the tlog gomavlib wrote (testdata/mavlink)
+// replayed with `edge-agent replay --tlog` at twice its speed over UDP,
+// through a link the test cuts and an agent it SIGKILLs: the same checks
+// as for node-mavlink.
+func TestTlogThroughKillsAndCuts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a 10 s fault test")
+	}
+	src := filepath.Join("..", "..", "testdata", "mavlink", "flight.tlog")
+	entries := readTlogFile(t, src)
+	byHex, last, count := map[string]sentFrame{}, map[int]int{}, map[int]int{}
+	for _, e := range entries {
+		sys := int(e.Frame[map[bool]int{true: 5, false: 3}[e.Frame[0] == 0xFD]])
+		h := hex.EncodeToString(e.Frame)
+		if _, dup := byHex[h]; dup {
+			t.Fatalf("the tlog holds the same frame twice (%s): frames would not be told apart", h)
+		}
+		byHex[h] = sentFrame{sys, count[sys]}
+		last[sys] = count[sys]
+		count[sys]++
+	}
+	throughFaults(t, "udp", faultSender{
+		runFor: 10 * time.Second,
+		start: func(target string) <-chan error {
+			done := make(chan error, 1)
+			go func() {
+				done <- runReplay(context.Background(), []string{"--tlog", src, "--to", "udp://" + strings.TrimPrefix(target, "udp:"),
+					"--speed", "2", "--quiet"}, io.Discard, io.Discard)
+			}()
+			return done
+		},
+		sent:  func() (map[string]sentFrame, map[int]int) { return byHex, last },
+		count: count,
+	})
+}
+
+// faultSender is a sender of throughFaults.
+type faultSender struct {
+	// runFor is about how long it sends.
+	runFor time.Duration
+	// start starts it towards target (the link's address); the channel
+	// gives its end.
+	start func(target string) <-chan error
+	// sent gives, once it ended, each frame it wrote (hex → system id and
+	// index among the system's frames) and the last index per system.
+	sent func() (map[string]sentFrame, map[int]int)
+	// count is the number of frames per system id.
+	count map[int]int
 }
 
 // link is a cuttable link between the sender and the agent.
@@ -209,7 +280,13 @@ func (l *udpLink) cut() {
 }
 func (l *udpLink) cutCount() int { l.mu.Lock(); defer l.mu.Unlock(); return l.cuts }
 
-func nodeThroughFaults(t *testing.T, nodeDir, network string) {
+// throughFaults runs `edge-agent run` with a MAVLink server on network
+// (system 1 mapped to drone-a), sends through a cuttable link, SIGKILLs
+// and restarts the agent three times and cuts the link twice in the first
+// 60 % of the run, then checks the centre: every frame one the sender
+// wrote, byte for byte, per drone in order, none twice, every loss before
+// an event flagged discontinuity, and every frame after the last fault.
+func throughFaults(t *testing.T, network string, snd faultSender) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("EDGE_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -251,24 +328,13 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		proxy = newUDPLink(t, fmt.Sprintf("127.0.0.1:%d", mavPort))
 	}
 
-	count := 2000 * rounds(1)
-	const drones, rate = 3, 200
-	sentLog := filepath.Join(dir, "sent.log")
-	sender := exec.Command("node", "sender.js", proxy.addr(), strconv.Itoa(drones), strconv.Itoa(count), strconv.Itoa(rate), sentLog)
-	sender.Dir = nodeDir
-	sender.Stderr = os.Stderr
-	if err := sender.Start(); err != nil {
-		t.Fatal(err)
-	}
-	senderDone := make(chan error, 1)
-	go func() { senderDone <- sender.Wait() }()
-	t.Cleanup(func() { sender.Process.Kill() })
+	senderDone := snd.start(proxy.addr())
 
 	// Faults in the first 60 % of the run: two cuts and three kills, in a
 	// random order at random times; then the run ends cleanly.
 	faults := []string{"cut", "cut", "kill", "kill", "kill"}
 	rng.Shuffle(len(faults), func(i, j int) { faults[i], faults[j] = faults[j], faults[i] })
-	runFor := time.Duration(count/rate) * time.Second
+	runFor := snd.runFor
 	kills := 0
 	for _, f := range faults {
 		time.Sleep(runFor*6/10/time.Duration(len(faults)) + time.Duration(rng.IntN(200))*time.Millisecond)
@@ -288,10 +354,10 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	select {
 	case err := <-senderDone:
 		if err != nil {
-			t.Fatalf("node sender: %v", err)
+			t.Fatalf("sender: %v", err)
 		}
 	case <-time.After(2*runFor + 30*time.Second):
-		t.Fatal("node sender did not finish")
+		t.Fatal("sender did not finish")
 	}
 	time.Sleep(500 * time.Millisecond) // the last frames reach the agent
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -299,7 +365,7 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		t.Fatalf("after SIGTERM: %v (want exit status 0)", err)
 	}
 
-	byHex, last := readSentLog(t, sentLog)
+	byHex, last := snd.sent()
 	nc, err := nats.Connect(csrv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +375,11 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	if err != nil {
 		t.Fatal(err)
 	}
-	droneOf := map[int]string{1: "drone-a", 2: mavlink.DiscoveredID(2), 3: mavlink.DiscoveredID(3)}
+	droneOf := map[int]string{}
+	for sys := range snd.count {
+		droneOf[sys] = mavlink.DiscoveredID(uint8(sys))
+	}
+	droneOf[1] = "drone-a"
 	next := map[int]int{} // per sysid: the next index expected
 	seen := map[int]int{}
 	gaps := 0
@@ -341,7 +411,7 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		next[sf.sysid] = sf.index + 1
 		seen[sf.sysid]++
 	}
-	for sys := 1; sys <= drones; sys++ {
+	for sys, count := range snd.count {
 		if next[sys] != count || last[sys] != count-1 {
 			t.Fatalf("system %d: the centre ends at frame %d, the sender wrote up to %d of %d", sys, next[sys]-1, last[sys], count)
 		}
