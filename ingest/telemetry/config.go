@@ -23,6 +23,19 @@ type Config struct {
 	// MaxConnections bounds the listener's connections; one more is
 	// accepted and closed at once (Stats.ListenerRefused). Default 256.
 	MaxConnections int `yaml:"max_connections"`
+	// MaxConnectionsPerSource bounds the listener's connections from one
+	// IP address; one more is closed at once (Stats.ListenerSourceRefused,
+	// logged, /healthz), so one host cannot take every slot. Default 32.
+	MaxConnectionsPerSource int `yaml:"max_connections_per_source"`
+	// MaxUnconnected bounds the listener's connections that sent no
+	// CONNECT yet (the listener has no authentication: these are the
+	// unauthenticated ones); a newcomer evicts the oldest of them
+	// (Stats.ListenerUnconnectedEvicted). Default 64.
+	MaxUnconnected int `yaml:"max_unconnected"`
+	// MaxKeepAlive caps the keep-alive a listener client asks for: a
+	// keep-alive of 0 (none) or above it counts as MaxKeepAlive, so every
+	// connection silent for 1.5 × it is closed. Default 5 min.
+	MaxKeepAlive time.Duration `yaml:"max_keep_alive"`
 	// ClientID is the MQTT client id. It must be stable across restarts (the
 	// persistent session and the dedup entries hang off it): use
 	// ClientIDFor(agentID). Required.
@@ -49,9 +62,19 @@ type Config struct {
 	// LaneDepth bounds the messages buffered between the MQTT client and
 	// the store, per drone and for all drones together. When it is reached,
 	// delivery waits (Stats.LaneFullWaits): keep it ≥ the broker's
-	// max_inflight_messages so that this never happens. Memory: at most
-	// LaneDepth × MaxPayload of payloads. Default 4096.
+	// max_inflight_messages so that this never happens. (Their bytes are
+	// bounded by MaxBufferedBytes.) Default 4096.
 	LaneDepth int `yaml:"lane_depth"`
+	// MaxBufferedBytes bounds the bytes of telemetry (payload and topic)
+	// held in memory between the connections and the durable store — the
+	// lanes and the store's append queue together — checked before a
+	// message is delivered (so before anything acks it). When it is
+	// reached, the connection whose message does not fit is not read
+	// until room frees (Stats.BudgetWaits); the others go on. It also
+	// bounds the telemetry queued ahead of any message in the store: a
+	// flood delays a good drone by at most MaxBufferedBytes / the store's
+	// throughput. At least MaxPayload. Default 8 MiB.
+	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
 	// MaxDrones bounds the drones (lanes). When all are taken, a new drone
 	// takes the slot of a drone that is offline or silent for
 	// DroneIdleTimeout; if none is, its message is refused at once
@@ -92,19 +115,23 @@ type Config struct {
 // NewDefaultConfig returns the defaults; set Broker and ClientID.
 func NewDefaultConfig() Config {
 	return Config{
-		Topics:               []string{"drones/{drone}/telemetry/#"},
-		StatusTopic:          "drones/{drone}/status",
-		TimeField:            "timestamp",
-		TimeUnit:             TimeAuto,
-		MaxPayload:           64 << 10,
-		BinaryContentType:    "application/octet-stream",
-		LaneDepth:            4096,
-		MaxDrones:            1024,
-		MaxConnections:       256,
-		DroneIdleTimeout:     time.Minute,
-		KeepAlive:            15 * time.Second,
-		ConnectTimeout:       10 * time.Second,
-		MaxReconnectInterval: 10 * time.Second,
+		Topics:                  []string{"drones/{drone}/telemetry/#"},
+		StatusTopic:             "drones/{drone}/status",
+		TimeField:               "timestamp",
+		TimeUnit:                TimeAuto,
+		MaxPayload:              64 << 10,
+		BinaryContentType:       "application/octet-stream",
+		LaneDepth:               4096,
+		MaxBufferedBytes:        8 << 20,
+		MaxDrones:               1024,
+		MaxConnections:          256,
+		MaxConnectionsPerSource: 32,
+		MaxUnconnected:          64,
+		MaxKeepAlive:            5 * time.Minute,
+		DroneIdleTimeout:        time.Minute,
+		KeepAlive:               15 * time.Second,
+		ConnectTimeout:          10 * time.Second,
+		MaxReconnectInterval:    10 * time.Second,
 	}
 }
 
@@ -126,11 +153,23 @@ func (c Config) withDefaults() Config {
 	if c.LaneDepth == 0 {
 		c.LaneDepth = d.LaneDepth
 	}
+	if c.MaxBufferedBytes == 0 {
+		c.MaxBufferedBytes = d.MaxBufferedBytes
+	}
 	if c.MaxDrones == 0 {
 		c.MaxDrones = d.MaxDrones
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = d.MaxConnections
+	}
+	if c.MaxConnectionsPerSource == 0 {
+		c.MaxConnectionsPerSource = d.MaxConnectionsPerSource
+	}
+	if c.MaxUnconnected == 0 {
+		c.MaxUnconnected = d.MaxUnconnected
+	}
+	if c.MaxKeepAlive == 0 {
+		c.MaxKeepAlive = d.MaxKeepAlive
 	}
 	if c.DroneIdleTimeout == 0 {
 		c.DroneIdleTimeout = d.DroneIdleTimeout
@@ -160,8 +199,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("%w: listen %q: want HOST:PORT such as 0.0.0.0:1883", ErrConfig, c.Listen)
 		}
 	}
-	if c.MaxConnections < 0 {
-		return fmt.Errorf("%w: max connections %d must not be negative", ErrConfig, c.MaxConnections)
+	if c.MaxConnections < 0 || c.MaxConnectionsPerSource < 0 || c.MaxUnconnected < 0 || c.MaxKeepAlive < 0 {
+		return fmt.Errorf("%w: max_connections, max_connections_per_source, max_unconnected and max_keep_alive must not be negative", ErrConfig)
 	}
 	if c.Broker == "" && c.Listen != "" {
 		return c.validateIntake()
@@ -200,8 +239,11 @@ func (c Config) validateIntake() error {
 	if _, err := ParseTimeUnit(string(c.TimeUnit)); err != nil {
 		return err
 	}
-	if c.MaxPayload < 0 || c.LaneDepth < 0 || c.MaxDrones < 0 {
-		return fmt.Errorf("%w: max payload, lane depth and max drones must not be negative", ErrConfig)
+	if c.MaxPayload < 0 || c.LaneDepth < 0 || c.MaxDrones < 0 || c.MaxBufferedBytes < 0 {
+		return fmt.Errorf("%w: max payload, lane depth, max drones and max buffered bytes must not be negative", ErrConfig)
+	}
+	if c.MaxBufferedBytes < c.MaxPayload {
+		return fmt.Errorf("%w: max_buffered_bytes %d is below max_payload %d: raise max_buffered_bytes or lower max_payload", ErrConfig, c.MaxBufferedBytes, c.MaxPayload)
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return fmt.Errorf("%w: client cert and key files must be set together", ErrConfig)

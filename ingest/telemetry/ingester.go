@@ -39,13 +39,22 @@ type Ingester struct {
 	lanesMu sync.RWMutex
 	lanes   map[string]*lane
 	ring    []*lane
+	// closing holds the drones whose released lane's writer closeReleased
+	// has not closed yet (lanesMu); closeQ queues those lanes (capacity
+	// MaxDrones).
+	closing map[string]struct{}
+	closeQ  chan *lane
 	// buffered counts the items queued in all lanes (at most LaneDepth).
 	buffered atomic.Int64
+	// budget bounds the bytes buffered (see budget.go).
+	budget budget
 	// refusedAt is the receive time (Unix ns) of the last message refused
 	// for want of a drone slot (0: none); waitingSince is when the
 	// delivery waiting for lane space now began (0: none waits). Problems
 	// reads them.
 	refusedAt, waitingSince atomic.Int64
+	// lastLockout is the last connection the listener turned away (nil: none).
+	lastLockout atomic.Pointer[lockout]
 
 	// wake nudges the dispatcher (capacity 1); space tells a waiting
 	// delivery that the dispatcher took an item (capacity 1).
@@ -70,6 +79,10 @@ type Ingester struct {
 	inflight sync.WaitGroup
 	// ackStop is closed to stop the acker once no more acks can come.
 	ackStop chan struct{}
+	// notes queues the watermark notes left to noteLoop (see appended);
+	// notesStop is closed once no more can come.
+	notes     chan pendingNote
+	notesStop chan struct{}
 	// ran is set by the first Run.
 	ran atomic.Bool
 
@@ -89,10 +102,11 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		return nil, fmt.Errorf("%w: sink needs a stream and a meta store", ErrConfig)
 	}
 	in := &Ingester{
-		cfg: cfg, sink: sink, lanes: map[string]*lane{},
+		cfg: cfg, sink: sink, lanes: map[string]*lane{}, closing: map[string]struct{}{}, closeQ: make(chan *lane, cfg.MaxDrones),
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
-		subscribed: make(chan struct{}),
+		notes: make(chan pendingNote, 4*cfg.LaneDepth+1024), notesStop: make(chan struct{}),
+		subscribed: make(chan struct{}), budget: budget{max: int64(cfg.MaxBufferedBytes), room: make(chan struct{}, 1)},
 	}
 	if cfg.Broker != "" {
 		meta, ok := sink.Meta.(metaDeleter)
@@ -167,13 +181,15 @@ func (in *Ingester) Run(ctx context.Context) error {
 	// after it ends (unless the store failed).
 	appendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	var wg, ackWG sync.WaitGroup // the dispatcher, drop reporter and collector; the acker
+	var wg, ackWG, noteWG sync.WaitGroup // the dispatcher, drop reporter, closer and collector; the acker; the noter
 	wg.Go(func() { in.dispatch(appendCtx) })
 	wg.Go(in.reportDrops)
+	wg.Go(in.closeReleased)
 	if in.brokerDedup != nil {
 		wg.Go(func() { in.collectDedup(dead) })
 	}
 	ackWG.Go(in.ackLoop)
+	noteWG.Go(in.noteLoop)
 	if in.listener != nil {
 		in.listener.start()
 		if opts == nil {
@@ -204,6 +220,8 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	waitTimeout(&in.inflight, 10*time.Second)
+	close(in.notesStop)
+	noteWG.Wait()
 	close(in.ackStop)
 	ackWG.Wait()
 	if in.listener != nil {
@@ -338,6 +356,9 @@ func (in *Ingester) Subscribed() <-chan struct{} { return in.subscribed }
 
 // onMessage runs on paho's single delivery goroutine, in delivery order.
 func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
+	if !in.reserve(msgBytes(m)) {
+		return // stopping: unacknowledged, the broker delivers it again
+	}
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
 	n, a := in.brokerOrder.number(), in.brokerAckOf(m)
@@ -346,7 +367,8 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 
 // deliver takes one message from the broker client or a listener
 // connection, with in.deliverMu held (one delivery at a time: laneFor and
-// enqueue rely on it). It never touches the store and never waits for a
+// enqueue rely on it) and its msgBytes reserved (the budget: given back
+// here when it is dropped, else once it is durable or dropped later). It never touches the store and never waits for a
 // drone slot: drops are acked here, a new drone that finds every slot held
 // is refused (see refuse), everything else goes to the drone's lane,
 // waiting while the lanes are full. ack sends the message's PUBACK in its
@@ -373,15 +395,15 @@ func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroke
 	switch {
 	case drone == "":
 		in.c.unknownTopic.Add(1)
-		in.ack(ack)
+		in.drop(m, ack)
 		return
 	case fromBroker && m.Retained():
 		in.c.retained.Add(1)
-		in.ack(ack)
+		in.drop(m, ack)
 		return
 	case len(m.Payload()) > in.cfg.MaxPayload:
 		in.c.oversize.Add(1)
-		in.ack(ack)
+		in.drop(m, ack)
 		return
 	}
 	l := in.laneFor(drone, recv)
@@ -402,7 +424,7 @@ func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroke
 func (in *Ingester) deliverStatus(m paho.Message, ack func(), drone string, recv int64, fromBroker bool) {
 	if fromBroker && m.Retained() {
 		in.c.retained.Add(1)
-		in.ack(ack)
+		in.drop(m, ack)
 		return
 	}
 	if l := in.knownLane(drone); l != nil {
@@ -417,6 +439,12 @@ func (in *Ingester) deliverStatus(m paho.Message, ack func(), drone string, recv
 	default:
 		in.c.statusOffline.Add(1)
 	}
+	in.drop(m, ack)
+}
+
+// drop acks a message that is not stored and gives its bytes back.
+func (in *Ingester) drop(m paho.Message, ack func()) {
+	in.release(msgBytes(m))
 	in.ack(ack)
 }
 
@@ -448,16 +476,18 @@ func (in *Ingester) refuse(m paho.Message, ack func(), recv int64) {
 	if r, ok := m.(interface{ refuse() }); ok {
 		r.refuse()
 	}
-	in.ack(ack)
+	in.drop(m, ack)
 }
 
 // process handles one item on the dispatcher goroutine; false = stop.
 func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
+	m := it.msg
+	n := msgBytes(m)
 	if it.status {
+		in.release(n)
 		in.processStatus(l, it)
 		return true
 	}
-	m := it.msg
 	payload := m.Payload()
 	pid := m.MessageID()
 	d := it.dedup
@@ -467,6 +497,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	}
 	if d != nil && m.Duplicate() {
 		if dup, deferred := d.check(pid, h, it.ack); dup {
+			in.release(n)
 			in.c.duplicates.Add(1)
 			if !deferred {
 				in.ack(it.ack)
@@ -499,12 +530,14 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	// over ev would move the whole event to the heap for every message.
 	ack, evTime := it.ack, ev.EventTime
 	cb := func(pos localstream.Position, err error) {
+		in.release(n)
 		in.appended(l, ack, d, pid, h, adm, evTime, pos, err)
 	}
 	err := in.appendWaitingForSpace(ctx, ev, cb, opts...)
 	if err == nil {
 		return true
 	}
+	in.release(n)
 	in.inflight.Done()
 	l.mu.Lock()
 	l.pending--
@@ -557,7 +590,10 @@ func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Ev
 	}
 }
 
-// appended is the store's callback, in append order.
+// appended is the store's callback, in append order. A drone's event is
+// noted for watermarks here, then acked — except while the drone's first
+// note is not done (see firstNotes): then it is acked at once and noted by
+// noteLoop, in order.
 func (in *Ingester) appended(l *lane, ack func(), d dedupSource, pid uint16, h msgHash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
 	defer in.inflight.Done()
 	if err != nil {
@@ -569,8 +605,16 @@ func (in *Ingester) appended(l *lane, ack func(), d dedupSource, pid uint16, h m
 		waiters = d.done(pid, h, true)
 	}
 	in.c.appended.Add(1)
+	later := false
 	if in.sink.Marks != nil {
-		if err := in.sink.Marks.NoteAdmitted(l.writer, adm, t, pos); err != nil {
+		l.mu.Lock()
+		if later = !l.noted || l.noting > 0; later {
+			l.noting++
+		}
+		l.mu.Unlock()
+		if later {
+			in.notes <- pendingNote{l: l, adm: adm, t: t, pos: pos}
+		} else if err := in.sink.Marks.NoteAdmitted(l.writer, adm, t, pos); err != nil {
 			in.c.markErrors.Add(1)
 		}
 	}
@@ -578,6 +622,57 @@ func (in *Ingester) appended(l *lane, ack func(), d dedupSource, pid uint16, h m
 	for _, w := range waiters {
 		in.ack(w)
 	}
+	if !later {
+		in.noted(l)
+	}
+}
+
+// pendingNote is a watermark note left to noteLoop.
+type pendingNote struct {
+	l   *lane
+	adm watermark.Admission
+	t   int64
+	pos localstream.Position
+}
+
+// The first note of a writer persists it at once (a synchronous store
+// write, the writer's floor). On the store's callback goroutine that
+// write held up every stream's callbacks — every drone's acks, video's
+// too: one client publishing to hundreds of new drone ids a second
+// stalled them all for seconds. So a lane's notes go to noteLoop until
+// its first one is done (its events are durable and acked meanwhile: a
+// crash before a note loses the note, not the event, as it always could
+// between the append and the note), and stay there, in order, while any
+// is queued. Known drones are noted inline as before.
+
+// noteLoop notes what appended left to it, in order, until notesStop is
+// closed and the queue is empty.
+func (in *Ingester) noteLoop() {
+	for {
+		var n pendingNote
+		select {
+		case n = <-in.notes:
+		case <-in.notesStop:
+			select {
+			case n = <-in.notes:
+			default:
+				return
+			}
+		}
+		if err := in.sink.Marks.NoteAdmitted(n.l.writer, n.adm, n.t, n.pos); err != nil {
+			in.c.markErrors.Add(1)
+		}
+		n.l.mu.Lock()
+		n.l.noting--
+		n.l.noted = true
+		n.l.mu.Unlock()
+		in.noted(n.l)
+	}
+}
+
+// noted ends an append's life in its lane once it is noted: the last one
+// pending lets a waiting offline status close the writer.
+func (in *Ingester) noted(l *lane) {
 	l.mu.Lock()
 	l.pending--
 	var closeAcks []func()

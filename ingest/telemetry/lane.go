@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
@@ -34,8 +35,13 @@ type lane struct {
 	// q holds the queued items from q[head]; at most Config.LaneDepth.
 	q    []item
 	head int
-	// pending counts appends queued in the store, not yet durable.
+	// pending counts appends queued in the store, not yet durable and
+	// noted.
 	pending int
+	// noted: the lane's first watermark note is done; noting counts its
+	// notes queued for noteLoop (see appended).
+	noted  bool
+	noting int
 	// closeReq: an offline status waits for pending to reach 0.
 	closeReq bool
 	// closeAcks ack the offline status messages once the writer is closed.
@@ -47,6 +53,10 @@ type lane struct {
 	lastActive int64
 	// busy: the dispatcher took an item and has not finished with it.
 	busy bool
+	// held: the drone's writer is still being closed for an earlier lane
+	// given back (see closeReleased); the dispatcher passes the lane over
+	// until it is, so the close never lands after this lane's first note.
+	held atomic.Bool
 
 	// topic and headers are the headers of the last event built for the
 	// lane (the dispatcher goroutine only): a drone publishes on one or a
@@ -133,7 +143,8 @@ func (in *Ingester) knownLane(drone string) *lane {
 // exist it first gives back the slot of a lane that is releasable (its
 // drone offline, or silent for DroneIdleTimeout); nil if there is none.
 // Called only with in.deliverMu held (as enqueue is), so a lane given back
-// here cannot have an enqueue in progress.
+// here cannot have an enqueue in progress. It never waits: a released
+// lane's writer is closed by closeReleased, off every delivery.
 func (in *Ingester) laneFor(drone string, now int64) *lane {
 	in.lanesMu.RLock()
 	l := in.lanes[drone]
@@ -147,14 +158,24 @@ func (in *Ingester) laneFor(drone string, now int64) *lane {
 		return nil
 	}
 	l = newLane(drone, now)
+	if _, ok := in.closing[drone]; ok {
+		l.held.Store(true)
+	}
 	in.lanes[drone] = l
 	in.ring = append(in.ring, l)
 	return l
 }
 
-// releaseLane gives back the slot of one releasable lane, closing its
-// writer for watermarks if still open. in.lanesMu is held.
+// releaseLane gives back the slot of one releasable lane; its writer, if
+// still open, is closed for watermarks by closeReleased (a synchronous
+// store write: done here, with deliverMu held, every delivery waited for
+// it — hundreds of releases a second stalled every drone for seconds).
+// While MaxDrones closes are pending nothing is released. in.lanesMu is
+// held.
 func (in *Ingester) releaseLane(now int64) bool {
+	if len(in.closeQ) == cap(in.closeQ) {
+		return false
+	}
 	idleBefore := now - int64(in.cfg.DroneIdleTimeout)
 	for i, l := range in.ring {
 		if !l.releasable(idleBefore) {
@@ -166,14 +187,45 @@ func (in *Ingester) releaseLane(now int64) bool {
 		closed := l.closed
 		l.mu.Unlock()
 		if !closed && in.sink.Marks != nil {
-			if err := in.sink.Marks.CloseWriter(l.writer); err != nil {
-				in.c.markErrors.Add(1)
-			}
+			in.closing[l.drone] = struct{}{}
+			in.closeQ <- l // never blocks: checked above, sent only here, under lanesMu
 		}
 		in.c.dronesReleased.Add(1)
 		return true
 	}
 	return false
+}
+
+// closeReleased closes the writers of released lanes, in release order,
+// until Run stops (then it closes those still queued). A drone that came
+// back meanwhile has a held lane: it is let go once its old writer is
+// closed.
+func (in *Ingester) closeReleased() {
+	for {
+		var l *lane
+		select {
+		case l = <-in.closeQ:
+		case <-in.stopping:
+			select {
+			case l = <-in.closeQ:
+			default:
+				return
+			}
+		}
+		if err := in.sink.Marks.CloseWriter(l.writer); err != nil {
+			in.c.markErrors.Add(1)
+		}
+		in.lanesMu.Lock()
+		delete(in.closing, l.drone)
+		if back := in.lanes[l.drone]; back != nil {
+			back.held.Store(false)
+		}
+		in.lanesMu.Unlock()
+		select {
+		case in.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // enqueue puts it into l, waiting (counted) while the lane or all lanes
@@ -222,6 +274,9 @@ func (in *Ingester) dispatch(ctx context.Context) {
 			case <-in.stopping:
 				return
 			default:
+			}
+			if l.held.Load() {
+				continue
 			}
 			for k := 0; k < dispatchBurst; k++ {
 				it, ok := l.pop()

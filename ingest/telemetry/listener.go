@@ -27,7 +27,9 @@ import (
 //     session over: the older connection is closed (listener_takeovers),
 //     without its will.
 //   - Keep-alive: a client silent for 1.5 × its keep-alive is disconnected
-//     (listener_keepalive_timeouts) and its will delivered.
+//     (listener_keepalive_timeouts) and its will delivered. A keep-alive of
+//     0 (none) or above MaxKeepAlive counts as MaxKeepAlive: every
+//     connection has a deadline.
 //   - PUBLISH QoS 0: stored, nothing to ack. QoS 1: PUBACK once the event is
 //     durable. QoS 2: PUBREC once durable, PUBCOMP on PUBREL — the same
 //     exactly-once as QoS 1 (the dedup entry holds until the packet id is
@@ -35,7 +37,11 @@ import (
 //     go out in the order its PUBLISHes came (MQTT 3.1.1 §4.6.0-2),
 //     coalesced: one write carries every ack ready.
 //   - Bounds: MaxConnections (one more is accepted and closed:
-//     listener_refused); a packet's remaining length above MaxPayload +
+//     listener_refused); MaxConnectionsPerSource from one IP (one more is
+//     closed: listener_source_refused); MaxUnconnected connections before
+//     their CONNECT (a newcomer evicts the oldest of them:
+//     listener_unconnected_evicted) — each logged and reported by
+//     Problems (/healthz) for a minute; a packet's remaining length above MaxPayload +
 //     maxTopicOverhead closes the connection before anything is allocated
 //     (listener_too_large); a payload above MaxPayload but within that is
 //     dropped and acked as from the broker (oversize). While the lanes are
@@ -83,9 +89,16 @@ type listener struct {
 	// wg joins the accept loop and the connections' goroutines.
 	wg sync.WaitGroup
 
-	// mu guards conns and clients.
+	// mu guards conns, clients, sources and unconnected.
 	mu    sync.Mutex
 	conns map[*serverConn]struct{}
+	// sources counts the open connections per source address (IP).
+	sources map[string]int
+	// unconnected holds the connections that sent no CONNECT yet, with
+	// their accept order (the oldest is evicted for a newcomer when
+	// MaxUnconnected are waiting); accepted numbers them.
+	unconnected map[*serverConn]uint64
+	accepted    uint64
 	// clients maps a connected client id to its connection (takeover).
 	clients map[string]*serverConn
 	// anon numbers the client ids given to clients that sent none.
@@ -98,6 +111,7 @@ func newListener(in *Ingester, meta SessionMeta) *listener {
 		maxPacket: in.cfg.MaxPayload + maxTopicOverhead,
 		slots:     make(chan struct{}, in.cfg.MaxConnections),
 		conns:     map[*serverConn]struct{}{}, clients: map[string]*serverConn{},
+		sources: map[string]int{}, unconnected: map[*serverConn]uint64{},
 	}
 }
 
@@ -147,21 +161,80 @@ func (l *listener) acceptLoop() {
 			continue
 		}
 		delay = 0
-		select {
-		case l.slots <- struct{}{}:
-		default:
-			l.in.c.listenerRefused.Add(1)
-			nc.Close()
-			continue
-		}
-		c := &serverConn{l: l, bc: newServerConn(nc)}
-		l.mu.Lock()
-		l.conns[c] = struct{}{}
-		l.mu.Unlock()
-		l.in.c.listenerAccepted.Add(1)
-		l.in.c.listenerOpen.Add(1)
-		l.wg.Go(c.serve)
+		l.admit(nc)
 	}
+}
+
+// admit takes an accepted connection in, within the bounds: MaxConnections
+// in all, MaxConnectionsPerSource from one address (one more is closed at
+// once, counted, logged, reported by Problems), and MaxUnconnected before
+// their CONNECT (a newcomer evicts the oldest of those: a host holding
+// sockets open without a CONNECT cannot keep a drone from connecting).
+func (l *listener) admit(nc net.Conn) {
+	in := l.in
+	src := sourceOf(nc.RemoteAddr())
+	select {
+	case l.slots <- struct{}{}:
+	default:
+		in.c.listenerRefused.Add(1)
+		in.noteLockout(fmt.Sprintf("listener refusing connections: all max_connections %d are open", in.cfg.MaxConnections))
+		nc.Close()
+		return
+	}
+	l.mu.Lock()
+	if l.sources[src] >= in.cfg.MaxConnectionsPerSource {
+		l.mu.Unlock()
+		<-l.slots
+		in.c.listenerSourceRefused.Add(1)
+		in.noteLockout(fmt.Sprintf("listener refusing connections from %s: it holds max_connections_per_source %d", src, in.cfg.MaxConnectionsPerSource))
+		nc.Close()
+		return
+	}
+	l.sources[src]++
+	l.mu.Unlock()
+	c := &serverConn{l: l, bc: newServerConn(nc), src: src}
+	var evict *serverConn
+	l.mu.Lock()
+	if len(l.unconnected) >= in.cfg.MaxUnconnected {
+		var oldest uint64
+		for u, n := range l.unconnected {
+			if evict == nil || n < oldest {
+				evict, oldest = u, n
+			}
+		}
+		delete(l.unconnected, evict)
+	}
+	l.accepted++
+	l.unconnected[c] = l.accepted
+	l.conns[c] = struct{}{}
+	l.mu.Unlock()
+	if evict != nil {
+		in.c.listenerUnconnectedEvicted.Add(1)
+		in.noteLockout(fmt.Sprintf("listener evicting connections without CONNECT: max_unconnected %d are waiting (a host opening idle connections?)", in.cfg.MaxUnconnected))
+		evict.bc.Conn.Close() // its goroutine ends and cleans up
+	}
+	in.c.listenerAccepted.Add(1)
+	in.c.listenerOpen.Add(1)
+	l.wg.Go(c.serve)
+}
+
+// sourceOf is the address a connection is counted under: its IP.
+func sourceOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// connected takes c off the unconnected list (its CONNECT was accepted).
+func (l *listener) connected(c *serverConn) {
+	l.mu.Lock()
+	delete(l.unconnected, c)
+	l.mu.Unlock()
 }
 
 // stopReading stops accepting and reading, and waits for every
@@ -209,6 +282,8 @@ func (l *listener) register(c *serverConn) {
 type serverConn struct {
 	l  *listener
 	bc *bufferedConn
+	// src is the source address it is counted under (sourceOf).
+	src string
 	// buf holds the buffers reused from packet to packet (the
 	// connection's goroutine only).
 	buf packetBuf
@@ -236,12 +311,13 @@ func (c *serverConn) serve() {
 	c.count(err)
 	l.mu.Lock()
 	delete(l.conns, c)
+	delete(l.unconnected, c)
 	if c.client != "" && l.clients[c.client] == c {
 		delete(l.clients, c.client)
 	}
 	l.mu.Unlock()
 	c.close()
-	if c.will != nil && !c.disconnected && !c.takenOver.Load() {
+	if c.will != nil && !c.disconnected && !c.takenOver.Load() && in.reserve(msgBytes(c.will)) {
 		in.c.listenerWills.Add(1)
 		in.deliverMu.Lock()
 		in.deliver(c.will, noAck, nil, false)
@@ -257,6 +333,11 @@ func (c *serverConn) close() {
 			c.l.in.c.listenerSlowReaders.Add(1)
 		}
 		c.l.in.c.listenerOpen.Add(-1)
+		c.l.mu.Lock()
+		if c.l.sources[c.src]--; c.l.sources[c.src] <= 0 {
+			delete(c.l.sources, c.src)
+		}
+		c.l.mu.Unlock()
 		<-c.l.slots
 	})
 }
@@ -325,16 +406,21 @@ func (c *serverConn) run() error {
 	if err := c.connect(cc); err != nil {
 		return err
 	}
-	keepAlive := time.Duration(cc.Keepalive) * 1500 * time.Millisecond
-	if keepAlive == 0 {
-		c.setDeadline(time.Time{}) // none: not even the CONNECT's
+	c.l.connected(c)
+	// Every connection has a deadline: a keep-alive of 0 (none, MQTT
+	// 3.1.1 §3.1.2.10) or above MaxKeepAlive gets MaxKeepAlive — 256
+	// connections with keep-alive 0 used to hold every slot for good.
+	ka := time.Duration(cc.Keepalive) * time.Second
+	if ka == 0 || ka > in.cfg.MaxKeepAlive {
+		ka = in.cfg.MaxKeepAlive
 	}
+	keepAlive := ka * 3 / 2
 	var refreshed time.Time
 	for {
 		// A deadline set per packet is a runtime timer update per message:
 		// refreshed at most every keepAlive/8, so a connection silent for
 		// 7/8 to 1 × keepAlive (1.3–1.5 × the client's keep-alive) is closed.
-		if now := time.Now(); keepAlive > 0 && now.Sub(refreshed) >= keepAlive/8 {
+		if now := time.Now(); now.Sub(refreshed) >= keepAlive/8 {
 			c.setDeadline(now.Add(keepAlive))
 			refreshed = now
 		}
@@ -447,6 +533,9 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 	ack := noAck
 	var d dedupSource
 	in := c.l.in
+	if !in.reserve(msgBytes(m)) {
+		return nil // stopping: unacknowledged, the client sends it again
+	}
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
 	if p.Qos > 0 {

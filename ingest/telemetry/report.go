@@ -5,6 +5,7 @@ import "github.com/edge-agent/edge-agent/ingest/droplog"
 // dropCounts are the counters reportDrops watches.
 type dropCounts struct {
 	refused, oversize, unknownTopic, retained, mapped, laneFull uint64
+	connsRefused, connsSourceRefused, connsEvicted              uint64
 }
 
 func (in *Ingester) dropCounts() dropCounts {
@@ -12,6 +13,8 @@ func (in *Ingester) dropCounts() dropCounts {
 	return dropCounts{
 		refused: c.dronesOverLimit.Load(), oversize: c.oversize.Load(), unknownTopic: c.unknownTopic.Load(),
 		retained: c.retained.Load(), mapped: c.droneIDsMapped.Load(), laneFull: c.laneFullWaits.Load(),
+		connsRefused: c.listenerRefused.Load(), connsSourceRefused: c.listenerSourceRefused.Load(),
+		connsEvicted: c.listenerUnconnectedEvicted.Load(),
 	}
 }
 
@@ -23,6 +26,8 @@ func (in *Ingester) reportDrops() {
 			"drones_refused", now.refused-last.refused, "max_drones", in.cfg.MaxDrones,
 			"oversize_dropped", now.oversize-last.oversize, "unknown_topic_dropped", now.unknownTopic-last.unknownTopic,
 			"retained_skipped", now.retained-last.retained, "drone_ids_mapped", now.mapped-last.mapped,
-			"lane_full_waits", now.laneFull-last.laneFull)
+			"lane_full_waits", now.laneFull-last.laneFull,
+			"listener_refused", now.connsRefused-last.connsRefused, "listener_source_refused", now.connsSourceRefused-last.connsSourceRefused,
+			"listener_unconnected_evicted", now.connsEvicted-last.connsEvicted)
 	})
 }

@@ -47,6 +47,13 @@ type Stats struct {
 	DroneIDsMapped uint64 `json:"drone_ids_mapped"`
 	// LaneFullWaits: deliveries that waited for a full drone lane.
 	LaneFullWaits uint64 `json:"lane_full_waits"`
+	// BudgetWaits: messages that waited for room in MaxBufferedBytes
+	// before delivery (their connection not read meanwhile).
+	BudgetWaits uint64 `json:"budget_waits"`
+	// BufferedBytes: the bytes of telemetry buffered now, between the
+	// connections and the durable store (at most MaxBufferedBytes, or one
+	// message).
+	BufferedBytes int64 `json:"buffered_bytes"`
 	// Connects and ConnectionLost count broker connections made and lost.
 	Connects       uint64 `json:"connects"`
 	ConnectionLost uint64 `json:"connection_lost"`
@@ -77,6 +84,12 @@ type Stats struct {
 	ListenerAccepted uint64 `json:"listener_accepted"`
 	// ListenerRefused: connections closed at once, MaxConnections being open.
 	ListenerRefused uint64 `json:"listener_refused"`
+	// ListenerSourceRefused: connections closed at once, their source
+	// address holding MaxConnectionsPerSource.
+	ListenerSourceRefused uint64 `json:"listener_source_refused"`
+	// ListenerUnconnectedEvicted: connections without a CONNECT closed to
+	// make room for a newer one (MaxUnconnected were waiting).
+	ListenerUnconnectedEvicted uint64 `json:"listener_unconnected_evicted"`
 	// ListenerConnects: CONNECTs accepted (CONNACK 0).
 	ListenerConnects uint64 `json:"listener_connects"`
 	// ListenerConnectRefused: CONNECTs refused with a CONNACK code (bad
@@ -122,7 +135,7 @@ type counters struct {
 	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
 	diskFullWaits, clockSkew, dronesReleased, droneIDsMapped         atomic.Uint64
-	dedupCollected, dedupErrors                                      atomic.Uint64
+	dedupCollected, dedupErrors, budgetWaits                         atomic.Uint64
 
 	listenerOpen                                                        atomic.Int64
 	listenerAccepted, listenerRefused, listenerConnects                 atomic.Uint64
@@ -131,6 +144,7 @@ type counters struct {
 	listenerSlowReaders, listenerDisconnects, listenerLost              atomic.Uint64
 	listenerTakeovers, listenerWills, listenerSubscribeRefused          atomic.Uint64
 	listenerQoS2, listenerDedupErrors, listenerDedupCollected           atomic.Uint64
+	listenerSourceRefused, listenerUnconnectedEvicted                   atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
@@ -148,10 +162,11 @@ func (in *Ingester) Stats() Stats {
 		DedupLoaded: c.dedupLoaded.Load(), DedupCorrupt: c.dedupCorrupt.Load(),
 		DedupCollected: c.dedupCollected.Load(), DedupErrors: c.dedupErrors.Load(),
 		DiskFullWaits: c.diskFullWaits.Load(), DronesReleased: c.dronesReleased.Load(),
-		DroneIDsMapped: c.droneIDsMapped.Load(),
+		DroneIDsMapped: c.droneIDsMapped.Load(), BudgetWaits: c.budgetWaits.Load(), BufferedBytes: in.budget.held.Load(),
 
 		ListenerConnections: c.listenerOpen.Load(), ListenerAccepted: c.listenerAccepted.Load(),
 		ListenerRefused: c.listenerRefused.Load(), ListenerConnects: c.listenerConnects.Load(),
+		ListenerSourceRefused: c.listenerSourceRefused.Load(), ListenerUnconnectedEvicted: c.listenerUnconnectedEvicted.Load(),
 		ListenerConnectRefused: c.listenerConnectRefused.Load(), ListenerConnectTimeouts: c.listenerConnectTimeouts.Load(),
 		ListenerKeepAliveTimeouts: c.listenerKeepAliveTimeouts.Load(), ListenerProtocolErrors: c.listenerProtocolErrors.Load(),
 		ListenerTooLarge: c.listenerTooLarge.Load(), ListenerSlowReaders: c.listenerSlowReaders.Load(),

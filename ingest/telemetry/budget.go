@@ -1,0 +1,75 @@
+package telemetry
+
+import (
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// The byte budget bounds the telemetry held in memory between the MQTT
+// connections and the durable store — the lanes and the store's append
+// queue — by bytes (Config.MaxBufferedBytes), not only by count: 4,096
+// queued messages of 64 KiB are 256 MiB, and the store's queue takes
+// 8,192 more. A message reserves its bytes before it is delivered (before
+// anything acks it) and gives them back when it is durable or dropped.
+// The reservation is made without Ingester.deliverMu held: a connection
+// waiting for room (TCP then pushes back on its publisher) never holds up
+// the others, and a small message passes as soon as a little room frees,
+// where a big one waits for its own. The budget also bounds the bytes of
+// telemetry ahead of any message in the store's queue, so a flood delays a
+// good drone by at most MaxBufferedBytes / the store's throughput.
+//
+// One message always passes when nothing is held, so a budget below
+// MaxPayload cannot wedge the intake (Config.Validate refuses it anyway).
+type budget struct {
+	max int64
+	// held is the bytes reserved now.
+	held atomic.Int64
+	// waiters counts reservations waiting; room wakes one (capacity 1).
+	waiters atomic.Int64
+	room    chan struct{}
+}
+
+// msgBytes is what a message holds while it is buffered.
+func msgBytes(m paho.Message) int64 { return int64(len(m.Payload()) + len(m.Topic())) }
+
+// reserve takes n bytes of the budget, waiting while it is spent (counted
+// once in budgetWaits); false: the ingester stopped first.
+func (in *Ingester) reserve(n int64) bool {
+	b := &in.budget
+	if h := b.held.Add(n); h <= b.max || h == n {
+		return true
+	}
+	b.held.Add(-n)
+	in.c.budgetWaits.Add(1)
+	b.waiters.Add(1)
+	defer b.waiters.Add(-1)
+	t := time.NewTimer(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if h := b.held.Add(n); h <= b.max || h == n {
+			return true
+		}
+		b.held.Add(-n)
+		select {
+		case <-b.room:
+		case <-t.C:
+			t.Reset(50 * time.Millisecond)
+		case <-in.stopping:
+			return false
+		}
+	}
+}
+
+// release gives n bytes back and wakes a waiting reservation.
+func (in *Ingester) release(n int64) {
+	b := &in.budget
+	b.held.Add(-n)
+	if b.waiters.Load() > 0 {
+		select {
+		case b.room <- struct{}{}:
+		default:
+		}
+	}
+}
