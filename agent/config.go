@@ -412,7 +412,7 @@ func (c Config) Validate() error {
 	if d.ShedBelow.Percent == 0 && d.ShedBelow.Bytes > 0 && d.ShedBelow.Bytes <= c.Store.MinFreeBytes {
 		return bad("devices.disk.shed_below", "%d bytes must be above store.min_free_bytes %d, or appends fail before shedding starts", d.ShedBelow.Bytes, c.Store.MinFreeBytes)
 	}
-	return nil
+	return c.checkLimits()
 }
 
 func (c StoreConfig) validate() error {
