@@ -84,6 +84,7 @@ func cpuNow() time.Duration {
 type benchPass struct {
 	events, sent int
 	cpu, elapsed time.Duration
+	commits      uint64 // store commits (intake only): events ÷ commits is the group commit's batch
 }
 
 // runSender runs the sender subprocess and returns how many frames it sent.
@@ -140,7 +141,7 @@ func intakePass(b *testing.B, mode string) benchPass {
 	if mode == "flood" { // until the last is durable
 		elapsed = time.Since(start)
 	}
-	return benchPass{events: int(in.Stats().Stored), sent: sent, cpu: cpuNow() - cpu0, elapsed: elapsed}
+	return benchPass{events: int(in.Stats().Stored), sent: sent, cpu: cpuNow() - cpu0, elapsed: elapsed, commits: s.Stats().Commits}
 }
 
 // barePass is the peer: a gomavlib node (the library's own reader, with
@@ -241,5 +242,10 @@ func report(b *testing.B, mode string, in, bare []benchPass) {
 	b.ReportMetric(float64(bev)/bel.Seconds(), mode+"_bare_events/s")
 	b.ReportMetric((float64(iev)/iel.Seconds())/(float64(bev)/bel.Seconds()), mode+"_events_ratio")
 	b.ReportMetric(usPer(bcpu, bev)/usPer(icpu, iev), mode+"_cpu_ratio_bare/intake")
+	var commits uint64
+	for _, p := range in {
+		commits += p.commits
+	}
+	b.ReportMetric(float64(iev)/float64(max(commits, 1)), mode+"_intake_events/commit")
 	b.Logf("%s: intake %d of %d events, %v CPU; bare gomavlib %d of %d, %v CPU", mode, iev, isent, icpu, bev, bsent, bcpu)
 }
