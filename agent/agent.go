@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	stdsync "sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -46,6 +47,9 @@ type Agent struct {
 	started time.Time
 	// vlogFileSize is store.value_log_file_size resolved for the filesystem.
 	vlogFileSize int64
+
+	// storePtr is store for Run's stop deadline, which runs beside run.
+	storePtr atomic.Pointer[localstream.Store]
 
 	// Set during Run before ready is closed; read-only afterwards.
 	store    *localstream.Store
@@ -174,13 +178,53 @@ func (a *Agent) setErr(component string, err error) {
 	a.errs[component] = a.red.String(err.Error())
 }
 
+// StopBound is how long the shutdown may take beyond
+// central.shutdown_timeout (the final commit's deadline): stopping intake
+// and the HTTP server, closing the central connection and the store (whose
+// Close gives up on Badger after localstream's CloseTimeout, 3 s).
+const StopBound = 5 * time.Second
+
+// ErrStopTimeout: the shutdown did not finish within
+// central.shutdown_timeout + StopBound.
+var ErrStopTimeout = errors.New("shutdown did not finish within central.shutdown_timeout + 5s")
+
 // Run runs the agent until ctx ends or a part fails, then shuts down in
-// pipeline order. It returns nil after a clean shutdown.
+// pipeline order. It returns nil after a clean shutdown, the store's error
+// after its store failed (see StoreConfig.FailedExitAfter), and
+// ErrStopTimeout when the shutdown did not finish within
+// central.shutdown_timeout + StopBound of its start (a part stuck in a
+// failing disk): the process should then exit, which ends what is stuck.
 func (a *Agent) Run(ctx context.Context) error {
-	return a.red.Error(a.run(ctx))
+	stopping := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx, stopping) }()
+	select {
+	case err := <-done:
+		return a.red.Error(err)
+	case <-stopping:
+	}
+	bound := a.cfg.Central.ShutdownTimeout + StopBound
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return a.red.Error(err)
+	case <-t.C:
+		err := fmt.Errorf("%w: %v (store: %v)", ErrStopTimeout, bound, a.storeErr())
+		a.log.Error("shutdown did not finish in time; exiting with parts still running", "err", a.red.Error(err))
+		return a.red.Error(err)
+	}
 }
 
-func (a *Agent) run(ctx context.Context) (err error) {
+// storeErr is the store's error (nil before it opened, or while it works).
+func (a *Agent) storeErr() error {
+	if s := a.storePtr.Load(); s != nil {
+		return s.Err()
+	}
+	return nil
+}
+
+func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	a.started = time.Now()
 	var cleanup []func()
 	defer func() {
@@ -193,6 +237,7 @@ func (a *Agent) run(ctx context.Context) (err error) {
 	if err := a.openStore(); err != nil {
 		return err
 	}
+	a.storePtr.Store(a.store)
 	cleanup = append(cleanup, func() {
 		if err := a.store.Close(); err != nil {
 			a.log.Error("closing store", "err", err)
@@ -225,13 +270,34 @@ func (a *Agent) run(ctx context.Context) (err error) {
 		return err
 	}
 	g.Go(func() error { return a.sampleHistory(gctx) })
+	// A failed store stops intake: nothing more is acknowledged.
+	g.Go(func() error {
+		select {
+		case <-a.store.Failed():
+			return a.store.Err()
+		case <-gctx.Done():
+			return nil
+		}
+	})
 	close(a.ready)
 	a.log.Info("agent running", "data_dir", a.cfg.DataDir, "central", a.CentralURL(), "http", a.httpAddr,
 		"video", a.VideoAddr(), "mqtt", a.cfg.Telemetry.Broker, "mqtt_listen", a.TelemetryListenAddr())
 
 	<-gctx.Done()
+	var stopOnce stdsync.Once
+	stop := func() { stopOnce.Do(func() { close(stopping) }) }
+	if a.store.Err() == nil {
+		stop()
+	}
 	// 1. intake
 	intakeErr := g.Wait()
+	if err := a.store.Err(); err != nil {
+		// The store failed: alarm, replicate what is durable, then exit
+		// non-zero (StoreConfig.FailedExitAfter).
+		a.holdFailed(ctx, err)
+		stop()
+		intakeErr = err
+	}
 	// 2. local flush: writer marks
 	for name, t := range a.trackers {
 		if err := t.Flush(); err != nil {
@@ -252,6 +318,21 @@ func (a *Agent) run(ctx context.Context) (err error) {
 		return intakeErr
 	}
 	return nil
+}
+
+// holdFailed keeps the agent up after its store failed, intake stopped,
+// for StoreConfig.FailedExitAfter or until ctx ends: /healthz says why,
+// replication of what is durable goes on.
+func (a *Agent) holdFailed(ctx context.Context, err error) {
+	hold := a.cfg.Store.FailedExitAfter
+	a.log.Error("store failed: intake stopped (the broker keeps the messages), replicating what is durable; exiting with status 1 for a restart",
+		"err", err, "exit_in", hold.String())
+	t := time.NewTimer(hold)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }
 
 func (a *Agent) openStore() error {

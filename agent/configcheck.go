@@ -1,12 +1,10 @@
 package agent
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 )
@@ -80,58 +78,4 @@ func (c Config) checkFiles() error {
 func nested(key string, err, partConfig error) error {
 	msg := strings.TrimPrefix(err.Error(), partConfig.Error()+": ")
 	return fmt.Errorf("%w: %s: %s", ErrConfig, key, msg)
-}
-
-// Bounds of settings that contradict no other but only waste: a deeper
-// queue is allocated at start and bounds nothing the byte limits do not;
-// a commit every nanosecond or of a few bytes is a round trip to the
-// centre per event.
-const (
-	maxLaneDepth      = 65536
-	maxQueueDepth     = 1 << 20
-	minCommitInterval = time.Millisecond
-	minTxnBytes       = 64 << 10
-	// topicOverhead is what a telemetry event holds beside its payload
-	// (the topic header, at most an MQTT string).
-	topicOverhead = 64 << 10
-)
-
-// checkLimits refuses limits that contradict each other or cannot work,
-// naming the field to change: a part that accepts more than the store can
-// hold drops it all (counted, but silently to an operator), a bound that
-// is never reached only costs memory at start.
-func (c Config) checkLimits() error {
-	bad := func(field, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrConfig, field, fmt.Sprintf(format, args...))
-	}
-	maxEvent := c.Store.MaxEventBytes
-	if maxEvent <= 0 {
-		maxEvent = NewDefaultConfig().Store.MaxEventBytes
-	}
-	if c.Store.QueueDepth > maxQueueDepth {
-		return bad("store.queue_depth", "%d: at most %d (each slot is allocated at start; memory is bounded by the intakes' byte limits)", c.Store.QueueDepth, maxQueueDepth)
-	}
-	if t := c.Telemetry; t.Enabled {
-		def := telemetry.NewDefaultConfig()
-		payload, budget := cmp.Or(t.MaxPayload, def.MaxPayload), cmp.Or(t.MaxBufferedBytes, def.MaxBufferedBytes)
-		if payload+topicOverhead > maxEvent {
-			return bad("telemetry.max_payload", "%d (+ %d of topic) is above store.max_event_bytes %d: every message above it would be dropped; lower telemetry.max_payload or raise store.max_event_bytes", payload, topicOverhead, maxEvent)
-		}
-		if budget < payload {
-			return bad("telemetry.max_buffered_bytes", "%d is below telemetry.max_payload %d: raise max_buffered_bytes or lower max_payload", budget, payload)
-		}
-		if t.LaneDepth > maxLaneDepth {
-			return bad("telemetry.lane_depth", "%d: at most %d (the bytes held are bounded by telemetry.max_buffered_bytes; a deeper lane only costs memory at start)", t.LaneDepth, maxLaneDepth)
-		}
-	}
-	if c.Video.Enabled && c.Video.ChunkMaxBytes > maxEvent {
-		return bad("video.chunk_max_bytes", "%d is above store.max_event_bytes %d: every chunk would be refused by the store; lower video.chunk_max_bytes or raise store.max_event_bytes", c.Video.ChunkMaxBytes, maxEvent)
-	}
-	if ce := c.Central; ce.MaxTxnBytes > 0 && ce.MaxTxnBytes < minTxnBytes {
-		return bad("central.max_txn_bytes", "%d: at least %d (0 = the default, 8 MiB): each transaction would hold about one event, a round trip to the centre per event", ce.MaxTxnBytes, minTxnBytes)
-	}
-	if ce := c.Central; ce.CommitInterval > 0 && ce.CommitInterval < minCommitInterval {
-		return bad("central.commit_interval", "%v: at least %v (each commit is a round trip to the centre)", ce.CommitInterval, minCommitInterval)
-	}
-	return nil
 }

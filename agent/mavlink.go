@@ -27,7 +27,6 @@ func defaultMAVLink() mavlink.Config {
 	// Empty, not nil: as the YAML's [] and {} decode (agent.example.yaml).
 	c.UDPConnect, c.TCPConnect = []string{}, []string{}
 	c.Drones, c.Rates = map[uint8]string{}, map[string]float64{}
-	c.Serial = []mavlink.SerialPort{}
 	return c
 }
 

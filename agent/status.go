@@ -82,6 +82,9 @@ func (a *Agent) Status() Status {
 		Errors: map[string]string{}}
 	a.mu.Lock()
 	maps.Copy(s.Errors, a.errs)
+	if s.Store.Failed != "" {
+		s.Errors["store"] = s.Store.Failed + " (intake stopped: nothing more is acknowledged; the agent exits with status 1 for a restart)"
+	}
 	procsStats := a.procs
 	a.mu.Unlock()
 	if procsStats != nil {

@@ -119,7 +119,8 @@ func (s *Store) gather(first *appendReq) (batch []*appendReq, closed bool, c *ct
 // writeBatch assigns offsets and starts the Badger commits of one batch.
 func (s *Store) writeBatch(batch []*appendReq) {
 	b := &inflightBatch{reqs: batch, pos: make([]Position, len(batch)), done: make(chan error, 1+len(batch))}
-	if err := s.Err(); err != nil {
+	if s.watchDir() {
+		err := s.Err()
 		b.done <- err
 		b.txns = 1
 		s.inflight <- b

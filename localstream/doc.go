@@ -28,7 +28,14 @@
 // committer between batches, so no event lands in a sealed segment and a
 // seal is never durable before the data of the segment it seals. After a
 // failed write every later write fails with the same error (sticky); the
-// store must be reopened.
+// store must be reopened. The store has then failed (Store.Failed, and
+// StoreStats.Failed says why), as it has when its directory is removed or
+// replaced under it (checked before every commit and every 250 ms:
+// ErrDirGone), since Badger would go on acknowledging into files without a
+// name. Reads of what is durable go on. Close returns within
+// Options.CloseTimeout whatever Badger does (on a failing disk it retries
+// its memtable flush forever), and Badger's log lines come at most once
+// per 30 s per message.
 //
 // # Keys
 //

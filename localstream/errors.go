@@ -36,6 +36,15 @@ var (
 	ErrEndOfCut = errors.New("localstream: end of cut")
 	// ErrDiskFull: free space is below Options.MinFreeBytes; the append was not written.
 	ErrDiskFull = errors.New("localstream: disk full")
+	// ErrFailed: a write failed, or the directory is gone (ErrDirGone);
+	// every later write fails with it (Store.Err) until the store is
+	// reopened. Reads of what is durable go on.
+	ErrFailed = errors.New("localstream: write failed, store needs reopening")
+	// ErrDirGone: the store's directory was removed or replaced under it;
+	// the store has failed (Store.Failed).
+	ErrDirGone = errors.New("localstream: data directory gone")
+	// ErrCloseTimeout: Close gave up waiting for Badger (Options.CloseTimeout).
+	ErrCloseTimeout = errors.New("localstream: close timed out")
 	// ErrCaughtUp: a non-blocking read found no durable event beyond the reader's position.
 	ErrCaughtUp = errors.New("localstream: caught up")
 )

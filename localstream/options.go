@@ -83,6 +83,10 @@ type Options struct {
 	// FreeSpace reports the free bytes of the filesystem holding dir.
 	// Default statfs(2); tests inject a filling filesystem here.
 	FreeSpace func(dir string) (int64, error)
+	// CloseTimeout bounds Close: past it Close gives up on Badger (a
+	// failing disk makes its Close wait forever) and returns
+	// ErrCloseTimeout. Default 3 s.
+	CloseTimeout time.Duration
 	// Logger receives the store's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock (ingest times of gap markers, scaling windows). Default time.Now.
@@ -131,6 +135,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FreeSpace == nil {
 		o.FreeSpace = statfsFree
+	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = 3 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	stdsync "sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -46,6 +49,11 @@ type Store struct {
 	// errMu guards sticky: after a failed write every later write fails with it.
 	errMu  stdsync.Mutex
 	sticky error
+	// failed is closed when sticky is set (Failed).
+	failed chan struct{}
+	// dirIno is the data directory's inode at Open: a directory removed
+	// (or replaced) under the store is a failure (see watchDir).
+	dirIno uint64
 
 	// free is the last measured free space; pending the bytes accepted since.
 	free, pending atomic.Int64
@@ -96,8 +104,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithValueLogFileSize(opts.ValueLogFileSize).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
-		WithLogger(badgerLogger{opts.Logger}).
-		WithLoggingLevel(badger.WARNING)
+		// WithLoggingLevel installs Badger's own logger: set it first.
+		WithLoggingLevel(badger.WARNING).
+		WithLogger(newBadgerLogger(opts.Logger, opts.Now))
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
@@ -113,6 +122,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		stopSync: make(chan struct{}),
 
 		completed: make(chan struct{}, 1),
+		failed:    make(chan struct{}),
 		holdTimer: time.NewTimer(time.Hour),
 	}
 	s.holdTimer.Stop()
@@ -136,6 +146,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := s.refreshFree(); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if s.dirIno, err = inode(dir); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
 	}
 	s.wg.Add(3)
 	go s.freeLoop()
@@ -256,12 +270,18 @@ func (s *Store) Err() error {
 	return s.sticky
 }
 
+// Failed is closed when the store has failed: a write failed (Err returns
+// why) or its directory is gone. Every later write fails; reads of what
+// is durable go on. Safe for concurrent use.
+func (s *Store) Failed() <-chan struct{} { return s.failed }
+
 func (s *Store) setSticky(err error) {
 	s.errMu.Lock()
 	defer s.errMu.Unlock()
 	if s.sticky == nil {
-		s.sticky = fmt.Errorf("localstream: write failed, store needs reopening: %w", err)
+		s.sticky = fmt.Errorf("%w: %w", ErrFailed, err)
 		s.log.Error("localstream: write failed; every later write fails", "err", err)
+		close(s.failed)
 	}
 }
 
@@ -382,7 +402,12 @@ func (s *Store) ScanMeta(prefix string) (map[string][]byte, error) {
 func (s *Store) Size() (lsm, vlog int64) { return s.db.Size() }
 
 // Close stops accepting appends, waits for queued ones to be written and
-// acknowledged, and closes the database. It is idempotent.
+// acknowledged, and closes the database. It is idempotent. It returns
+// within Options.CloseTimeout whatever Badger is doing: on a failing disk
+// Badger retries its memtable flush forever and its Close never returns;
+// Close then gives up on it with ErrCloseTimeout, leaving Badger's
+// goroutines and files to the process's exit. What was acknowledged is
+// safe: it was synced before its ack, and the next Open replays it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closeMu.Lock()
@@ -390,13 +415,23 @@ func (s *Store) Close() error {
 		close(s.queue)
 		s.closeMu.Unlock()
 		close(s.stopSync)
-		s.wg.Wait()
-		if s.opts.Durability == DurabilityPeriodic {
-			s.payloads.sync()
-			s.db.Sync()
+		done := make(chan error, 1)
+		go func() {
+			s.wg.Wait()
+			if s.opts.Durability == DurabilityPeriodic {
+				s.payloads.sync()
+				s.db.Sync()
+			}
+			s.payloads.close()
+			done <- s.db.Close()
+		}()
+		t := time.NewTimer(s.opts.CloseTimeout)
+		defer t.Stop()
+		select {
+		case s.closeErr = <-done:
+		case <-t.C:
+			s.closeErr = fmt.Errorf("%w after %v (store error: %v)", ErrCloseTimeout, s.opts.CloseTimeout, s.Err())
 		}
-		s.payloads.close()
-		s.closeErr = s.db.Close()
 	})
 	return s.closeErr
 }
@@ -443,14 +478,6 @@ func (s *Store) syncLoop() {
 	}
 }
 
-// badgerLogger routes Badger's logs to slog.
-type badgerLogger struct{ l *slog.Logger }
-
-func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger: " + fmt.Sprintf(f, a...)) }
-func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger: " + fmt.Sprintf(f, a...)) }
-func (b badgerLogger) Infof(f string, a ...any)    {}
-func (b badgerLogger) Debugf(f string, a ...any)   {}
-
 // refreshFree measures the free space of the data directory.
 func (s *Store) refreshFree() error {
 	if s.opts.MinFreeBytes < 0 {
@@ -474,12 +501,46 @@ func (s *Store) freeLoop() {
 		case <-s.stopSync:
 			return
 		case <-t.C:
+			if s.watchDir() {
+				continue
+			}
 			if err := s.refreshFree(); err != nil {
 				s.log.Warn("localstream: cannot measure free space", "err", err)
 			}
 			s.noteFloor()
 		}
 	}
+}
+
+// watchDir fails the store when its directory was removed or replaced:
+// Badger would go on writing into files that no longer have a name (acks
+// for data that a restart cannot find) until a flush fails, then retry it
+// forever. It reports whether the store has failed. The committer calls
+// it before every commit, so that no append is acknowledged into a
+// removed directory (but for one racing the removal), and freeLoop every
+// 250 ms while nothing is appended.
+func (s *Store) watchDir() bool {
+	if s.Err() != nil {
+		return true
+	}
+	ino, err := inode(s.Dir())
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		s.setSticky(fmt.Errorf("%w: %s was removed", ErrDirGone, s.Dir()))
+	case err == nil && ino != s.dirIno:
+		s.setSticky(fmt.Errorf("%w: %s was replaced (inode %d, opened %d)", ErrDirGone, s.Dir(), ino, s.dirIno))
+	}
+	return s.Err() != nil
+}
+
+// inode is the inode number of path (one stat, no allocation: the
+// committer checks before every commit).
+func inode(path string) (uint64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	return st.Ino, nil
 }
 
 // admit reserves n bytes of disk for an append, or refuses with ErrDiskFull.
@@ -511,12 +572,19 @@ type StoreStats struct {
 	// (each one WAL sync in the default durability): appended events ÷
 	// commits is the group commit's batch size.
 	Commits uint64 `json:"commits"`
+	// Failed is why the store failed (Err), empty while it works: every
+	// write is refused until it is reopened.
+	Failed string `json:"failed,omitempty"`
 }
 
 // Stats returns store-wide counters.
 func (s *Store) Stats() StoreStats {
-	return StoreStats{DiskFullRejects: s.diskFull.Load(), FreeBytes: s.free.Load(), QueueLen: len(s.queue),
+	st := StoreStats{DiskFullRejects: s.diskFull.Load(), FreeBytes: s.free.Load(), QueueLen: len(s.queue),
 		BelowFloor: s.BelowFloor(), MinFreeBytes: s.opts.MinFreeBytes, Commits: s.commits.Load()}
+	if err := s.Err(); err != nil {
+		st.Failed = err.Error()
+	}
+	return st
 }
 
 // Dir returns the store's directory.

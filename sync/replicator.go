@@ -536,10 +536,16 @@ func (r *Replicator) recordLocally(cut localstream.StreamCut, force bool) error 
 	}
 	r.localDirty = nil
 	r.localAt = now
-	if err := r.noteRecorder(); err != nil {
-		return err
+	err := r.noteRecorder()
+	if err == nil {
+		err = r.st.SetCommittedCut(r.cfg.SinkName, cut)
 	}
-	if err := r.st.SetCommittedCut(r.cfg.SinkName, cut); err != nil {
+	if errors.Is(err, localstream.ErrFailed) {
+		// The store failed (a failing disk): it takes no write again, and
+		// what is durable in it still replicates until the agent exits.
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("sync: record committed cut locally: %w", err)
 	}
 	return nil

@@ -30,8 +30,6 @@ type Config struct {
 	// TCPConnect are HOST:PORTs of TCP servers (mavlink-router's TCP
 	// server on 5760, SITL) to dial, redialled with a capped backoff. Default none.
 	TCPConnect []string `yaml:"tcp_connect"`
-	// Serial are serial links to read (telemetry radios, USB). Default none.
-	Serial []SerialPort `yaml:"serial"`
 	// Drones maps system ids to drone ids; a system id without an entry is
 	// "mavlink-<sysid>" when Discover is on, else dropped (counted). Default none.
 	Drones map[uint8]string `yaml:"drones"`
@@ -117,12 +115,6 @@ func (c Config) withDefaults() Config {
 	if c.Dialect == nil {
 		c.Dialect = DefaultDialect()
 	}
-	c.Serial = append([]SerialPort(nil), c.Serial...)
-	for i := range c.Serial {
-		if c.Serial[i].Baud == 0 {
-			c.Serial[i].Baud = 57600
-		}
-	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -134,16 +126,8 @@ func (c Config) withDefaults() Config {
 
 // Validate reports the first invalid field, naming it and the fix.
 func (c Config) Validate() error {
-	if c.UDPListen == "" && c.TCPListen == "" && c.TlogListen == "" && len(c.UDPConnect) == 0 && len(c.TCPConnect) == 0 && len(c.Serial) == 0 {
-		return fmt.Errorf("%w: no endpoint: set udp_listen, udp_connect, tcp_listen, tcp_connect, tlog_listen or serial", ErrConfig)
-	}
-	for i, p := range c.Serial {
-		if p.Device == "" {
-			return fmt.Errorf("%w: serial[%d]: device is required (e.g. /dev/ttyUSB0)", ErrConfig, i)
-		}
-		if p.Baud < 0 {
-			return fmt.Errorf("%w: serial[%d]: baud %d: want a bit rate such as 57600", ErrConfig, i, p.Baud)
-		}
+	if c.UDPListen == "" && c.TCPListen == "" && c.TlogListen == "" && len(c.UDPConnect) == 0 && len(c.TCPConnect) == 0 {
+		return fmt.Errorf("%w: no endpoint: set udp_listen, udp_connect, tcp_listen, tcp_connect or tlog_listen", ErrConfig)
 	}
 	for _, a := range append([]string{c.UDPListen, c.TCPListen, c.TlogListen}, append(c.UDPConnect, c.TCPConnect...)...) {
 		if a == "" {

@@ -178,15 +178,12 @@ func (in *Intake) Run(ctx context.Context) error {
 	for _, a := range in.cfg.TCPConnect {
 		wg.Go(func() { in.dialTCP(runCtx, a) })
 	}
-	for _, p := range in.cfg.Serial {
-		wg.Go(func() { in.readSerial(runCtx, p) })
-	}
 	dropStop := make(chan struct{})
 	var dropWG sync.WaitGroup
 	dropWG.Go(func() { droplog.Run(dropStop, in.drops, in.reportDrops) })
 	close(in.ready)
 	in.cfg.Logger.Info("mavlink: running", "udp", in.UDPAddr(), "tcp", in.TCPAddr(),
-		"udp_connect", in.cfg.UDPConnect, "tcp_connect", in.cfg.TCPConnect, "serial", len(in.cfg.Serial), "signing", in.signer != nil)
+		"udp_connect", in.cfg.UDPConnect, "tcp_connect", in.cfg.TCPConnect, "signing", in.signer != nil)
 
 	var runErr error
 	select {

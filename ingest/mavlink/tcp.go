@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
 	"sync"
 	"time"
 )
@@ -13,7 +12,7 @@ import (
 // readStream takes frames from a byte stream with consume (plain frames,
 // or a tlog) until it ends; a frame cut by a read waits for the rest in
 // the next one.
-func (in *Intake) readStream(c io.Reader, consume func([]byte, int64) int) {
+func (in *Intake) readStream(c net.Conn, consume func([]byte, int64) int) {
 	buf := make([]byte, 16<<10)
 	have := 0
 	for {
@@ -28,7 +27,7 @@ func (in *Intake) readStream(c io.Reader, consume func([]byte, int64) int) {
 				in.c.garbageBytes.Add(uint64(have)) // a frame cut by the end of the stream
 				in.c.truncated.Add(1)
 			}
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				in.c.readErrors.Add(1)
 			}
 			return

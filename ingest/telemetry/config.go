@@ -242,9 +242,6 @@ func (c Config) validateIntake() error {
 	if c.MaxPayload < 0 || c.LaneDepth < 0 || c.MaxDrones < 0 || c.MaxBufferedBytes < 0 {
 		return fmt.Errorf("%w: max payload, lane depth, max drones and max buffered bytes must not be negative", ErrConfig)
 	}
-	if c.LaneDepth > maxLaneDepth {
-		return fmt.Errorf("%w: lane_depth %d: at most %d (the bytes held are bounded by max_buffered_bytes)", ErrConfig, c.LaneDepth, maxLaneDepth)
-	}
 	if c.MaxBufferedBytes < c.MaxPayload {
 		return fmt.Errorf("%w: max_buffered_bytes %d is below max_payload %d: raise max_buffered_bytes or lower max_payload", ErrConfig, c.MaxBufferedBytes, c.MaxPayload)
 	}
@@ -256,10 +253,6 @@ func (c Config) validateIntake() error {
 	}
 	return nil
 }
-
-// maxLaneDepth bounds LaneDepth: the ack and note queues are sized from
-// it at start.
-const maxLaneDepth = 65536
 
 var clientIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]`)
 

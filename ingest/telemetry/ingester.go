@@ -105,7 +105,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		cfg: cfg, sink: sink, lanes: map[string]*lane{}, closing: map[string]struct{}{}, closeQ: make(chan *lane, cfg.MaxDrones),
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
-		notes: make(chan pendingNote, cfg.LaneDepth+1024), notesStop: make(chan struct{}),
+		notes: make(chan pendingNote, 4*cfg.LaneDepth+1024), notesStop: make(chan struct{}),
 		subscribed: make(chan struct{}), budget: budget{max: int64(cfg.MaxBufferedBytes), room: make(chan struct{}, 1)},
 	}
 	if cfg.Broker != "" {

@@ -1,0 +1,52 @@
+package localstream
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestRemovedDirFailsTheStore: the store's directory removed under it is
+// a failure within a second or so — Failed is closed, appends are
+// refused with ErrDirGone, Stats says why — instead of acknowledging
+// appends into files that no longer have a name; Close returns.
+func TestRemovedDirFailsTheStore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := Open(dir, Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.CreateStream("telemetry", StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the store did not fail within 10 s of its directory's removal")
+	}
+	if _, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w"}); !errors.Is(err, ErrDirGone) {
+		t.Fatalf("append after the removal: %v, want ErrDirGone", err)
+	}
+	if f := s.Stats().Failed; f == "" {
+		t.Fatal("Stats().Failed empty")
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Close() }()
+	select {
+	case err := <-done:
+		t.Logf("close: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return")
+	}
+}
