@@ -18,6 +18,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/sync"
 )
 
@@ -118,6 +119,15 @@ func TestNoSecretShown(t *testing.T) {
 		// The test central has no nkey users: refused, but the seed was used.
 		{"nats nkey seed file (refused)", nkeySeed(t), func(c *Config, s string) {
 			c.Central.URL, c.Central.NkeySeedFile = "nats://"+natsHost, writeSecret(s)
+		}},
+		{"mavlink signing key file (passphrase)", "mavlink-key-S3cret", func(c *Config, s string) {
+			c.MAVLink.Enabled, c.MAVLink.UDPListen, c.MAVLink.TCPListen = true, "", "127.0.0.1:0"
+			c.MAVLink.Signing = mavlink.SigningConfig{KeyFile: writeSecret(s), Require: true}
+		}},
+		{"mavlink signing key env (hex)", "0011223344556677889900aabbccddeeff0011223344556677889900aabbccdd", func(c *Config, s string) {
+			t.Setenv("EDGE_TEST_MAVLINK_KEY", s)
+			c.MAVLink.Enabled, c.MAVLink.UDPListen, c.MAVLink.TCPListen = true, "", "127.0.0.1:0"
+			c.MAVLink.Signing = mavlink.SigningConfig{KeyEnv: "EDGE_TEST_MAVLINK_KEY"}
 		}},
 		{"unreachable nats url", "nats-dead-S3cret", func(c *Config, s string) {
 			c.Central.URL = "nats://edge:" + s + "@" + deadHost
