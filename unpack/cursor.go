@@ -1,0 +1,100 @@
+package unpack
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/textproto"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// cursor is where a session resumes: the derived stream's last sequence
+// (the next publish's expectation) and the source position of the event
+// its last message holds.
+type cursor struct {
+	// exists is set when the derived stream exists.
+	exists bool
+	// last is the derived stream's last sequence (0: empty).
+	last uint64
+	// pos is the last event republished (zero: none).
+	pos position
+}
+
+// msgGetResponse is the $JS.API.STREAM.MSG.GET answer.
+type msgGetResponse struct {
+	Error   *jetstream.APIError `json:"error,omitempty"`
+	Message *struct {
+		Subject string `json:"subject"`
+		Seq     uint64 `json:"seq"`
+		Header  []byte `json:"hdrs,omitempty"`
+	} `json:"message,omitempty"`
+}
+
+// errCodeNoMessage is JetStream's "no message found".
+const errCodeNoMessage = 10037
+
+// readCursor reads stream's cursor from the derived stream's leader: its
+// info (the last sequence) and its last message with STREAM.MSG.GET (a
+// direct get could be answered by a lagging replica).
+func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string) (cursor, error) {
+	name := DerivedStreamName(stream)
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return cursor{}, nil
+	}
+	if err != nil {
+		return cursor{}, fmt.Errorf("unpack: %s: %w", name, err)
+	}
+	if subj := st.CachedInfo().Config.Subjects; len(subj) != 1 || subj[0] != DerivedSubjects(stream) {
+		return cursor{}, fmt.Errorf("%w: %s has subjects %v, want [%s]", ErrDerivedMisconfigured, name, subj, DerivedSubjects(stream))
+	}
+	c := cursor{exists: true, last: st.CachedInfo().State.LastSeq}
+	if c.last == 0 {
+		return c, nil
+	}
+	req, _ := json.Marshal(map[string]uint64{"seq": c.last})
+	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+name, req)
+	if err != nil {
+		return cursor{}, fmt.Errorf("unpack: read the cursor of %s: %w", name, err)
+	}
+	var r msgGetResponse
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return cursor{}, fmt.Errorf("unpack: read the cursor of %s: bad answer: %w", name, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrorCode == errCodeNoMessage {
+			return cursor{}, fmt.Errorf("%w: %s seq %d", ErrCursorLost, name, c.last)
+		}
+		return cursor{}, fmt.Errorf("unpack: read the cursor of %s: %w", name, r.Error)
+	}
+	if r.Message == nil {
+		return cursor{}, fmt.Errorf("unpack: read the cursor of %s: empty answer", name)
+	}
+	h, err := parseHeaders(r.Message.Header)
+	if err != nil {
+		return cursor{}, fmt.Errorf("%w: %s seq %d: %v", ErrBadCursor, name, c.last, err)
+	}
+	if c.pos, err = cursorOf(h); err != nil {
+		return cursor{}, fmt.Errorf("%s seq %d: %w", name, c.last, err)
+	}
+	return c, nil
+}
+
+// parseHeaders decodes a message's raw header block ("NATS/1.0\r\n",
+// then MIME lines).
+func parseHeaders(b []byte) (nats.Header, error) {
+	i := bytes.Index(b, []byte("\r\n"))
+	if !bytes.HasPrefix(b, []byte("NATS/1.0")) || i < 0 {
+		return nil, fmt.Errorf("no header block")
+	}
+	mh, err := textproto.NewReader(bufio.NewReader(bytes.NewReader(b[i+2:]))).ReadMIMEHeader()
+	if err != nil {
+		return nil, err
+	}
+	return nats.Header(mh), nil
+}

@@ -1,0 +1,49 @@
+package unpack
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// Event is one derived message decoded.
+type Event struct {
+	// CentralEvent is the event as the source holds it (Seq: the source
+	// message's sequence).
+	sync.CentralEvent
+	// Watermark is the committed watermark of its transaction (no cut).
+	Watermark sync.WatermarkJSON
+	// SourceIndex is its index in the source message.
+	SourceIndex int
+}
+
+// Decode decodes a derived message (subject, headers, payload), for Go
+// consumers and tests; other tools read the headers as they are.
+func Decode(subj string, h nats.Header, data []byte) (Event, error) {
+	parts := strings.Split(subj, ".")
+	if len(parts) != 4 || parts[0] != "edgeev" {
+		return Event{}, fmt.Errorf("%w: subject %q is not edgeev.<stream>.<agent>.<key>", sync.ErrCorruptRecord, subj)
+	}
+	// The headers are a layout-1 data message's: decode it as one.
+	ev, err := sync.DecodeEvent("edge."+parts[1]+"."+parts[2]+".data."+parts[3], h, data)
+	if err != nil {
+		return Event{}, err
+	}
+	pos, err := cursorOf(h)
+	if err != nil {
+		return Event{}, err
+	}
+	ev.Seq = pos.seq
+	out := Event{CentralEvent: ev, SourceIndex: pos.index}
+	lo, err1 := strconv.ParseInt(h.Get(HdrWatermarkLower), 10, 64)
+	hi, err2 := strconv.ParseInt(h.Get(HdrWatermarkUpper), 10, 64)
+	if err1 != nil || err2 != nil {
+		return Event{}, fmt.Errorf("%w: %s=%q %s=%q", sync.ErrCorruptRecord, HdrWatermarkLower, h.Get(HdrWatermarkLower), HdrWatermarkUpper, h.Get(HdrWatermarkUpper))
+	}
+	out.Watermark = sync.WatermarkJSON{LowerNs: lo, UpperNs: hi}
+	return out, nil
+}

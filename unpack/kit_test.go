@@ -1,0 +1,350 @@
+package unpack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	stdsync "sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+const testStream = "telemetry"
+
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// seedFor returns EDGE_SEED or a fresh seed, logged.
+func seedFor(t testing.TB) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGE_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed=%d (EDGE_SEED to replay)", seed)
+	return seed
+}
+
+// rounds returns EDGE_ROUNDS or def.
+func rounds(def int) int {
+	if n, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+func startCentral(t testing.TB) *central.Server {
+	t.Helper()
+	srv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv
+}
+
+func connect(t testing.TB, urls ...string) *nats.Conn {
+	t.Helper()
+	nc, err := sync.Connect(sync.ConnConfig{URLs: urls, Name: "unpack-test"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// droneMsg is the payload the test agents append.
+type droneMsg struct {
+	Drone string `json:"drone"`
+	Seq   int    `json:"seq"`
+}
+
+// testAgent is one agent: a real Badger store with the test stream, its
+// watermark tracker, an appender of numbered events per drone, and a
+// replicator to the centre.
+type testAgent struct {
+	id     string
+	store  *localstream.Store
+	st     *localstream.Stream
+	tr     *watermark.Tracker
+	drones int
+	// next[d] is drone d's next sequence number (from 1).
+	next []int
+	mu   stdsync.Mutex
+	sent atomic.Int64
+	base int64
+}
+
+func newTestAgent(t testing.TB, id string, drones int) *testAgent {
+	t.Helper()
+	s, err := localstream.Open(t.TempDir(), localstream.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	st, err := s.CreateStream(testStream, localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := watermark.NewTracker(st, s, watermark.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testAgent{id: id, store: s, st: st, tr: tr, drones: drones, next: make([]int, drones), base: time.Now().UnixNano()}
+}
+
+// appendRound appends one event per drone, each drone in order.
+func (a *testAgent) appendRound() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for d := range a.drones {
+		a.next[d]++
+		key := fmt.Sprintf("drone.%d/%s", d, a.id) // '.' and '/' are escaped in subjects
+		et := a.base + a.sent.Add(1)*1000
+		payload, _ := json.Marshal(droneMsg{Drone: key, Seq: a.next[d]})
+		ev := localstream.Event{RoutingKey: key, Writer: "telemetry/" + key, EventTime: et, IngestTime: time.Now().UnixNano(),
+			ContentType: "application/json", Payload: payload,
+			Headers: []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + key + "/telemetry"}, {Key: "qos", Value: "1"}}}
+		if a.next[d]%50 == 0 {
+			ev.Flags |= localstream.FlagDiscontinuity
+		}
+		pos, err := a.st.Append(context.Background(), ev)
+		if err != nil {
+			return err
+		}
+		if err := a.tr.Note(ev.Writer, ev.EventTime, pos); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// run appends rounds every interval until ctx ends.
+func (a *testAgent) run(ctx context.Context, interval time.Duration) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if err := a.appendRound(); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// replicate runs the agent's replicator on nc (layout 2, the default)
+// until the returned stop is called.
+func (a *testAgent) replicate(t testing.TB, nc *nats.Conn, jsOpts sync.JetStreamOptions) (r *sync.Replicator, stop func()) {
+	t.Helper()
+	inst := sync.NewInstanceID()
+	sink, err := sync.NewJetStreamSink(nc, a.id, inst, jsOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = sync.NewReplicator(a.st, sink, inst, sync.ReplicatorConfig{Watermark: sync.TrackerWatermark(a.tr, nil),
+		CommitInterval: 20 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once stdsync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("replicator %s: %v", a.id, err)
+			}
+			sink.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return r, stop
+}
+
+// waitReplicated waits until the centre holds the agent's whole local
+// stream.
+func (a *testAgent) waitReplicated(t testing.TB, r *sync.Replicator, d time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := r.WaitCaughtUp(ctx); err != nil {
+		t.Fatalf("agent %s not caught up: %v", a.id, err)
+	}
+}
+
+// sourceEvents reads every event of the source stream in order.
+func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []sync.CentralEvent {
+	t.Helper()
+	items, err := sync.ReadAll(context.Background(), nc, stream, sync.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sync.CentralEvent
+	for _, it := range items {
+		if it.Kind == sync.ItemEvent {
+			out = append(out, it.Event)
+		}
+	}
+	return out
+}
+
+// derivedEvents reads the whole derived stream in order (with each
+// message's sequence) and decodes it.
+func derivedEvents(t testing.TB, nc *nats.Conn, stream string) ([]Event, []uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	st, err := js.Stream(ctx, DerivedStreamName(stream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := st.CachedInfo().State.LastSeq
+	if last == 0 {
+		return nil, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Event
+	var seqs []uint64
+	for {
+		b, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range b.Messages() {
+			md, _ := m.Metadata()
+			ev, err := Decode(m.Subject(), m.Headers(), m.Data())
+			if err != nil {
+				t.Fatalf("derived seq %d: %v", md.Sequence.Stream, err)
+			}
+			out = append(out, ev)
+			seqs = append(seqs, md.Sequence.Stream)
+			if md.Sequence.Stream >= last {
+				return out, seqs
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("derived stream: read %d of %d", len(seqs), last)
+		}
+	}
+}
+
+// verifyDerived checks that the derived stream is the source's events,
+// each once, in the source's order (so per drone in order), with the
+// same content, and that every agent's drones count 1..n without a gap
+// (want: agent → drone key → n). It returns the number of events.
+func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]map[string]int) int {
+	t.Helper()
+	src := sourceEvents(t, nc, stream)
+	der, seqs := derivedEvents(t, nc, stream)
+	if len(der) != len(src) {
+		t.Fatalf("derived stream has %d events, source %d", len(der), len(src))
+	}
+	for i, d := range der {
+		s := src[i]
+		if seqs[i] != seqs[0]+uint64(i) {
+			t.Fatalf("derived sequences not contiguous at %d: %d", i, seqs[i])
+		}
+		if d.Agent != s.Agent || d.Record.Position != s.Record.Position || d.Txn != s.Txn || d.Seq != s.Seq ||
+			d.Record.RoutingKey != s.Record.RoutingKey || string(d.Record.Payload) != string(s.Record.Payload) ||
+			d.Record.Flags != s.Record.Flags || d.Record.Writer != s.Record.Writer || d.Record.EventTime != s.Record.EventTime ||
+			d.Record.ContentType != s.Record.ContentType || fmt.Sprint(d.Record.Headers) != fmt.Sprint(s.Record.Headers) {
+			t.Fatalf("derived event %d differs from the source's:\n%+v\n%+v", i, d.CentralEvent, s)
+		}
+	}
+	got := map[string]map[string]int{}
+	for i, d := range der {
+		var m droneMsg
+		if err := json.Unmarshal(d.Record.Payload, &m); err != nil {
+			t.Fatal(err)
+		}
+		if got[d.Agent] == nil {
+			got[d.Agent] = map[string]int{}
+		}
+		if m.Drone != d.Record.RoutingKey || m.Seq != got[d.Agent][m.Drone]+1 {
+			t.Fatalf("derived event %d: agent %s drone %s seq %d after %d", i, d.Agent, m.Drone, m.Seq, got[d.Agent][m.Drone])
+		}
+		got[d.Agent][m.Drone] = m.Seq
+	}
+	if want != nil && fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("per drone counts %v, want %v", got, want)
+	}
+	return len(der)
+}
+
+// counts returns what the agent appended: drone key → n.
+func (a *testAgent) counts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := map[string]int{}
+	for d, n := range a.next {
+		if n > 0 {
+			out[fmt.Sprintf("drone.%d/%s", d, a.id)] = n
+		}
+	}
+	return out
+}
+
+// startUnpacker runs an unpacker in this process until the test ends.
+func startUnpacker(t testing.TB, nc *nats.Conn, opts Options) (*Unpacker, func() error) {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quiet()
+	}
+	u, err := New(nc, testStream, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- u.Run(ctx) }()
+	var once stdsync.Once
+	var rerr error
+	stop := func() error {
+		once.Do(func() { cancel(); rerr = <-done })
+		return rerr
+	}
+	t.Cleanup(func() { stop() })
+	return u, stop
+}
+
+// derivedLast is the derived stream's last sequence (0 when missing).
+func derivedLast(nc *nats.Conn, stream string) uint64 {
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, DerivedStreamName(stream))
+	if err != nil {
+		return 0
+	}
+	return st.CachedInfo().State.LastSeq
+}

@@ -1,0 +1,90 @@
+package unpack
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options configure an Unpacker or a Service. Start from DefaultOptions.
+type Options struct {
+	// Replicas of a derived stream the unpacker creates. Default 0 = as
+	// many as its source stream has.
+	Replicas int
+	// MaxPending bounds the publishes in flight (sent, not yet acked).
+	// Default 2048.
+	MaxPending int
+	// AckTimeout bounds the wait for one publish's ack; a missing ack
+	// ends the session, which resumes from the cursor. Default 10 s.
+	AckTimeout time.Duration
+	// RequestTimeout bounds one API request (stream info, cursor read,
+	// stream creation). Default 5 s.
+	RequestTimeout time.Duration
+	// StandbyCheck is how often a fenced instance (a standby) looks at
+	// the derived stream; it takes over once the stream has not moved for
+	// one check. Default 2 s.
+	StandbyCheck time.Duration
+	// RetryWait is the pause after a failed session (no leader, a lost
+	// link) before the next. Default 250 ms.
+	RetryWait time.Duration
+	// DiscoverInterval is how often a Service without a fixed stream list
+	// looks for new EDGE_<STREAM> streams. Default 10 s.
+	DiscoverInterval time.Duration
+	// Logger receives session starts, failures and fencing. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultOptions returns the options with every default filled in.
+func DefaultOptions() Options {
+	return Options{
+		MaxPending:       2048,
+		AckTimeout:       10 * time.Second,
+		RequestTimeout:   5 * time.Second,
+		StandbyCheck:     2 * time.Second,
+		RetryWait:        250 * time.Millisecond,
+		DiscoverInterval: 10 * time.Second,
+		Logger:           slog.Default(),
+	}
+}
+
+// withDefaults fills the zero fields from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.MaxPending == 0 {
+		o.MaxPending = d.MaxPending
+	}
+	if o.AckTimeout == 0 {
+		o.AckTimeout = d.AckTimeout
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = d.RequestTimeout
+	}
+	if o.StandbyCheck == 0 {
+		o.StandbyCheck = d.StandbyCheck
+	}
+	if o.RetryWait == 0 {
+		o.RetryWait = d.RetryWait
+	}
+	if o.DiscoverInterval == 0 {
+		o.DiscoverInterval = d.DiscoverInterval
+	}
+	if o.Logger == nil {
+		o.Logger = d.Logger
+	}
+	return o
+}
+
+// validate checks options after defaults and names the field to fix.
+func (o Options) validate() error {
+	switch {
+	case o.Replicas < 0 || o.Replicas > 5:
+		return fmt.Errorf("%w: replicas %d (want 0 = as the source, or 1..5)", ErrConfig, o.Replicas)
+	case o.MaxPending < 1 || o.MaxPending > 65536:
+		return fmt.Errorf("%w: max pending %d (want 1..65536)", ErrConfig, o.MaxPending)
+	case o.AckTimeout < 0, o.RequestTimeout < 0, o.StandbyCheck < 0, o.RetryWait < 0, o.DiscoverInterval < 0:
+		return fmt.Errorf("%w: a negative duration (ack timeout %s, request timeout %s, standby check %s, retry wait %s, discover interval %s)",
+			ErrConfig, o.AckTimeout, o.RequestTimeout, o.StandbyCheck, o.RetryWait, o.DiscoverInterval)
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package unpack
+
+import "sync/atomic"
+
+// State is what an unpacker is doing.
+type State int
+
+const (
+	// StateStarting: before the first session.
+	StateStarting State = iota
+	// StateActive: a session reads the source and publishes.
+	StateActive
+	// StateStandby: fenced by another instance; watching the derived
+	// stream until it stops moving.
+	StateStandby
+	// StateRetrying: a session failed (no leader, a lost link); the next
+	// starts after Options.RetryWait.
+	StateRetrying
+	// StateStopped: Run returned.
+	StateStopped
+)
+
+var stateNames = [...]string{"starting", "active", "standby", "retrying", "stopped"}
+
+func (s State) String() string {
+	if s < 0 || int(s) >= len(stateNames) {
+		return "unknown"
+	}
+	return stateNames[s]
+}
+
+// MarshalText writes the state's name (JSON documents show names).
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// Stats are an unpacker's counters since it was made.
+type Stats struct {
+	// Stream is the local stream name.
+	Stream string `json:"stream"`
+	// State is what it does now.
+	State State `json:"state"`
+	// Events counts derived messages acked (markers included).
+	Events uint64 `json:"events"`
+	// Oversize counts events republished as markers: too large for the
+	// max payload with their headers.
+	Oversize uint64 `json:"oversize"`
+	// Corrupt counts source messages skipped because they did not decode.
+	Corrupt uint64 `json:"corrupt"`
+	// OrphanParts counts part messages dropped because their commit did
+	// not follow (never written by an agent; counted to be seen).
+	OrphanParts uint64 `json:"orphan_parts"`
+	// Fenced counts sessions that found another instance writing.
+	Fenced uint64 `json:"fenced"`
+	// Sessions counts sessions started.
+	Sessions uint64 `json:"sessions"`
+	// SourceSeq is the last source sequence read; DerivedSeq the last
+	// derived sequence acked.
+	SourceSeq  uint64 `json:"source_seq"`
+	DerivedSeq uint64 `json:"derived_seq"`
+}
+
+// counters are Stats kept with atomics.
+type counters struct {
+	state                                                            atomic.Int32
+	events, oversize, corrupt, orphans, fenced, sessions, src, deriv atomic.Uint64
+}

@@ -1,0 +1,293 @@
+package unpack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// Unpacker republishes one central stream's packed events into its
+// derived stream (see the package doc). New starts nothing; Run does the
+// work. Stats is safe for concurrent use.
+type Unpacker struct {
+	nc     *nats.Conn
+	stream string
+	opts   Options
+	log    *slog.Logger
+	c      counters
+}
+
+// New returns the unpacker of local stream stream on nc.
+func New(nc *nats.Conn, stream string, opts Options) (*Unpacker, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if nc == nil {
+		return nil, fmt.Errorf("%w: no connection", ErrConfig)
+	}
+	if stream == "" {
+		return nil, fmt.Errorf("%w: no stream", ErrConfig)
+	}
+	return &Unpacker{nc: nc, stream: stream, opts: opts, log: opts.Logger.With("stream", stream)}, nil
+}
+
+// Stream is the local stream name.
+func (u *Unpacker) Stream() string { return u.stream }
+
+// Stats returns the counters.
+func (u *Unpacker) Stats() Stats {
+	return Stats{
+		Stream: u.stream, State: State(u.c.state.Load()),
+		Events: u.c.events.Load(), Oversize: u.c.oversize.Load(), Corrupt: u.c.corrupt.Load(),
+		OrphanParts: u.c.orphans.Load(), Fenced: u.c.fenced.Load(), Sessions: u.c.sessions.Load(),
+		SourceSeq: u.c.src.Load(), DerivedSeq: u.c.deriv.Load(),
+	}
+}
+
+// Run unpacks until ctx ends (then it returns nil) or a permanent error:
+// ErrCursorLost, ErrBadCursor, ErrDerivedMisconfigured. Failed sessions
+// (no leader, a lost link, a missing source stream) are retried; a fenced
+// session makes it a standby.
+func (u *Unpacker) Run(ctx context.Context) error {
+	defer u.c.state.Store(int32(StateStopped))
+	for {
+		u.c.sessions.Add(1)
+		u.c.state.Store(int32(StateActive))
+		err := u.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		switch {
+		case errors.Is(err, ErrCursorLost), errors.Is(err, ErrBadCursor), errors.Is(err, ErrDerivedMisconfigured):
+			u.log.Error("unpack: stopped", "err", err)
+			return err
+		case errors.Is(err, ErrFenced):
+			u.c.fenced.Add(1)
+			u.log.Info("unpack: another instance writes the derived stream; standing by", "err", err)
+			u.standby(ctx)
+		default:
+			u.c.state.Store(int32(StateRetrying))
+			u.log.Warn("unpack: session failed; retrying", "err", err, "after", u.opts.RetryWait)
+			sleep(ctx, u.opts.RetryWait)
+		}
+	}
+}
+
+// standby waits until the derived stream has not moved for one
+// Options.StandbyCheck.
+func (u *Unpacker) standby(ctx context.Context) {
+	u.c.state.Store(int32(StateStandby))
+	js, err := jetstream.New(u.nc)
+	if err != nil {
+		return
+	}
+	var last uint64
+	for i := 0; ctx.Err() == nil; i++ {
+		rctx, cancel := context.WithTimeout(ctx, u.opts.RequestTimeout)
+		st, err := js.Stream(rctx, DerivedStreamName(u.stream))
+		cancel()
+		var now uint64
+		if err == nil {
+			now = st.CachedInfo().State.LastSeq
+		}
+		if err == nil && i > 0 && now == last {
+			return
+		}
+		last = now
+		sleep(ctx, u.opts.StandbyCheck)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// session resumes from the cursor and republishes until ctx ends or
+// something fails.
+func (u *Unpacker) session(ctx context.Context) error {
+	js, err := jetstream.New(u.nc, jetstream.WithPublishAsyncMaxPending(u.opts.MaxPending+16),
+		jetstream.WithPublishAsyncTimeout(u.opts.AckTimeout))
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, u.opts.RequestTimeout)
+	defer cancel()
+	cur, err := readCursor(rctx, u.nc, js, u.stream)
+	if err != nil {
+		return err
+	}
+	src, err := js.Stream(rctx, sync.StreamName(u.stream))
+	if err != nil {
+		return fmt.Errorf("unpack: source %s: %w", sync.StreamName(u.stream), err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: sourceFilters(u.stream)}
+	if cur.pos.seq > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, cur.pos.seq
+	}
+	cons, err := src.OrderedConsumer(rctx, cfg)
+	if err != nil {
+		return fmt.Errorf("unpack: read %s: %w", sync.StreamName(u.stream), err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return fmt.Errorf("unpack: read %s: %w", sync.StreamName(u.stream), err)
+	}
+	ended := make(chan struct{})
+	stopped := make(chan struct{})
+	defer func() { close(ended); it.Stop(); <-stopped }()
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+			it.Stop()
+		case <-ended:
+		}
+	}()
+	if cur.exists {
+		u.c.deriv.Store(cur.last)
+	}
+	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{},
+		pub: newPublisher(js, cur.last, u.opts.MaxPending, func(seq uint64) {
+			u.c.events.Add(1)
+			u.c.deriv.Store(seq)
+		})}
+	u.log.Debug("unpack: session", "derived_last", cur.last, "from_source_seq", cur.pos.seq, "from_index", cur.pos.index)
+	defer s.pub.close()
+	go func() {
+		// A failed publish ends the session at once, also while the
+		// source is idle.
+		select {
+		case <-s.pub.failed:
+			it.Stop()
+		case <-ended:
+		}
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if perr := s.pub.error(); perr != nil {
+				return perr
+			}
+			return fmt.Errorf("unpack: read %s: %w", sync.StreamName(u.stream), err)
+		}
+		if err := s.message(ctx, m); err != nil {
+			return err
+		}
+	}
+}
+
+// sessionState is one session's reading and publishing state. It is not
+// safe for concurrent use.
+type sessionState struct {
+	u   *Unpacker
+	js  jetstream.JetStream
+	src jetstream.Stream
+	cur cursor
+	// pending holds each agent's part events until their commit.
+	pending map[string][]sourced
+	pub     *publisher
+}
+
+// message handles one source message.
+func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
+	u := s.u
+	md, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	seq := md.Sequence.Stream
+	u.c.src.Store(seq)
+	evs, commit, err := sync.DecodeMessage(m.Subject(), m.Headers(), m.Data())
+	if err != nil {
+		if u.c.corrupt.Add(1) == 1 {
+			u.log.Error("unpack: a source message does not decode; skipped (counted in corrupt)", "seq", seq, "err", err)
+		}
+		return nil
+	}
+	if commit == nil {
+		for i, ev := range evs {
+			s.pending[ev.Agent] = append(s.pending[ev.Agent], sourced{pos: position{seq, i}, ev: ev})
+		}
+		return nil
+	}
+	batch := s.pending[commit.Agent]
+	delete(s.pending, commit.Agent)
+	if len(batch) > 0 && batch[0].ev.Txn != commit.Txn {
+		u.c.orphans.Add(1)
+		batch = batch[:0]
+	}
+	for i, ev := range evs {
+		batch = append(batch, sourced{pos: position{seq, i}, ev: ev})
+	}
+	for _, e := range batch {
+		if !e.pos.after(s.cur.pos) {
+			continue
+		}
+		if !s.cur.exists {
+			if err := s.createDerived(ctx); err != nil {
+				return err
+			}
+		}
+		dm, over := derivedMsg(u.stream, e, commit.Watermark, u.nc.MaxPayload())
+		if over {
+			u.c.oversize.Add(1)
+		}
+		if err := s.pub.publish(ctx, dm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createDerived creates the derived stream (or finds it made by another
+// instance) and checks its subjects.
+func (s *sessionState) createDerived(ctx context.Context) error {
+	u := s.u
+	ctx, cancel := context.WithTimeout(ctx, u.opts.RequestTimeout)
+	defer cancel()
+	replicas := u.opts.Replicas
+	if replicas == 0 {
+		replicas = max(s.src.CachedInfo().Config.Replicas, 1)
+	}
+	name := DerivedStreamName(u.stream)
+	st, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        name,
+		Description: "edge-agent per-event stream of " + sync.StreamName(u.stream) + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
+		Subjects:    []string{DerivedSubjects(u.stream)},
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		AllowDirect: true,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		st, err = s.js.Stream(ctx, name)
+	}
+	if err != nil {
+		return fmt.Errorf("unpack: create %s: %w", name, err)
+	}
+	cfg := st.CachedInfo().Config
+	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != DerivedSubjects(u.stream) {
+		return fmt.Errorf("%w: %s has subjects %v, want [%s]", ErrDerivedMisconfigured, name, cfg.Subjects, DerivedSubjects(u.stream))
+	}
+	if last := st.CachedInfo().State.LastSeq; last != s.cur.last {
+		// Another instance wrote first.
+		return fmt.Errorf("%w: %s already at sequence %d", ErrFenced, name, last)
+	}
+	s.cur.exists = true
+	return nil
+}
