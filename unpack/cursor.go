@@ -50,8 +50,8 @@ func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stre
 	if err != nil {
 		return cursor{}, fmt.Errorf("unpack: %s: %w", name, err)
 	}
-	if subj := st.CachedInfo().Config.Subjects; len(subj) != 1 || subj[0] != DerivedSubjects(stream) {
-		return cursor{}, fmt.Errorf("%w: %s has subjects %v, want [%s]", ErrDerivedMisconfigured, name, subj, DerivedSubjects(stream))
+	if err := checkDerived(st.CachedInfo().Config, stream); err != nil {
+		return cursor{}, err
 	}
 	c := cursor{exists: true, last: st.CachedInfo().State.LastSeq}
 	if c.last == 0 {
@@ -97,4 +97,16 @@ func parseHeaders(b []byte) (nats.Header, error) {
 		return nil, err
 	}
 	return nats.Header(mh), nil
+}
+
+// checkDerived checks a derived stream's configuration: its one subject
+// filter and atomic publish.
+func checkDerived(cfg jetstream.StreamConfig, stream string) error {
+	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != DerivedSubjects(stream) {
+		return fmt.Errorf("%w: %s has subjects %v, want [%s]", ErrDerivedMisconfigured, cfg.Name, cfg.Subjects, DerivedSubjects(stream))
+	}
+	if !cfg.AllowAtomicPublish {
+		return fmt.Errorf("%w: %s has allow_atomic false", ErrDerivedMisconfigured, cfg.Name)
+	}
+	return nil
 }

@@ -19,4 +19,7 @@ var (
 	// ErrDerivedMisconfigured is returned when the derived stream exists
 	// with subjects that do not include the unpacker's.
 	ErrDerivedMisconfigured = errors.New("unpack: derived stream misconfigured")
+	// errBatchTooLarge: the server's max batch size is below the batch
+	// sent; the next session halves it.
+	errBatchTooLarge = errors.New("unpack: atomic batch too large for the server")
 )

@@ -11,8 +11,13 @@ type Options struct {
 	// Replicas of a derived stream the unpacker creates. Default 0 = as
 	// many as its source stream has.
 	Replicas int
-	// MaxPending bounds the publishes in flight (sent, not yet acked).
-	// Default 2048.
+	// BatchSize bounds the derived messages of one atomic batch (the
+	// events of one source message, cut into batches of at most this many).
+	// Default 500 (the server allows 1,000 by default; a server that
+	// refuses the size halves it for the next session).
+	BatchSize int
+	// MaxPending bounds the batches in flight (sent, not yet acked).
+	// Default 16 (the server allows 50 per stream by default).
 	MaxPending int
 	// AckTimeout bounds the wait for one publish's ack; a missing ack
 	// ends the session, which resumes from the cursor. Default 10 s.
@@ -38,7 +43,8 @@ type Options struct {
 // DefaultOptions returns the options with every default filled in.
 func DefaultOptions() Options {
 	return Options{
-		MaxPending:       2048,
+		BatchSize:        500,
+		MaxPending:       16,
 		AckTimeout:       10 * time.Second,
 		RequestTimeout:   5 * time.Second,
 		StandbyCheck:     2 * time.Second,
@@ -51,6 +57,9 @@ func DefaultOptions() Options {
 // withDefaults fills the zero fields from DefaultOptions.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
+	if o.BatchSize == 0 {
+		o.BatchSize = d.BatchSize
+	}
 	if o.MaxPending == 0 {
 		o.MaxPending = d.MaxPending
 	}
@@ -80,8 +89,10 @@ func (o Options) validate() error {
 	switch {
 	case o.Replicas < 0 || o.Replicas > 5:
 		return fmt.Errorf("%w: replicas %d (want 0 = as the source, or 1..5)", ErrConfig, o.Replicas)
-	case o.MaxPending < 1 || o.MaxPending > 65536:
-		return fmt.Errorf("%w: max pending %d (want 1..65536)", ErrConfig, o.MaxPending)
+	case o.BatchSize < 1 || o.BatchSize > 1000:
+		return fmt.Errorf("%w: batch size %d (want 1..1000, the server's largest atomic batch by default)", ErrConfig, o.BatchSize)
+	case o.MaxPending < 1 || o.MaxPending > 50:
+		return fmt.Errorf("%w: max pending %d batches (want 1..50, the server's limit per stream by default)", ErrConfig, o.MaxPending)
 	case o.AckTimeout < 0, o.RequestTimeout < 0, o.StandbyCheck < 0, o.RetryWait < 0, o.DiscoverInterval < 0:
 		return fmt.Errorf("%w: a negative duration (ack timeout %s, request timeout %s, standby check %s, retry wait %s, discover interval %s)",
 			ErrConfig, o.AckTimeout, o.RequestTimeout, o.StandbyCheck, o.RetryWait, o.DiscoverInterval)

@@ -4,22 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	stdsync "sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 )
 
-// publisher sends derived messages in order, each expecting the derived
-// stream's last sequence to be its predecessor's, with up to max in
-// flight; a goroutine takes the acks in order. The first failure sticks:
-// every later publish returns it, and failed is closed. publish and close
-// are for one goroutine; err is safe for concurrent use.
+// publisher sends derived messages in order as atomic batches (one
+// server round per batch, not per message), each batch expecting the
+// derived stream's last sequence to be its predecessor's, with up to max
+// batches in flight; a goroutine takes the acks in order. The first
+// failure sticks: every later publish returns it, and failed is closed.
+// add, send and close are for one goroutine; error is safe for
+// concurrent use.
 type publisher struct {
 	js jetstream.JetStream
-	// last is the sequence the next message's predecessor will have.
+	nc *nats.Conn
+	// last is the sequence the next batch's predecessor will have.
 	last uint64
-	// slots holds one token per message in flight.
+	// batch is the batch being built; size its bound.
+	batch []*nats.Msg
+	size  int
+	// slots holds one token per batch in flight.
 	slots chan struct{}
 	acks  chan pending
 	onAck func(seq uint64)
@@ -37,8 +45,8 @@ type pending struct {
 	want uint64
 }
 
-func newPublisher(js jetstream.JetStream, last uint64, max int, onAck func(uint64)) *publisher {
-	p := &publisher{js: js, last: last, slots: make(chan struct{}, max), acks: make(chan pending, max),
+func newPublisher(nc *nats.Conn, js jetstream.JetStream, last uint64, size, max int, onAck func(uint64)) *publisher {
+	p := &publisher{nc: nc, js: js, last: last, size: size, slots: make(chan struct{}, max), acks: make(chan pending, max),
 		onAck: onAck, done: make(chan struct{}), failed: make(chan struct{})}
 	go p.takeAcks()
 	return p
@@ -60,8 +68,25 @@ func (p *publisher) error() error {
 	return p.err
 }
 
-// publish sends m behind the previous message.
-func (p *publisher) publish(ctx context.Context, m *nats.Msg) error {
+// add queues m behind the previous message; a full batch is sent.
+func (p *publisher) add(ctx context.Context, m *nats.Msg) error {
+	if err := p.error(); err != nil {
+		return err
+	}
+	p.batch = append(p.batch, m)
+	if len(p.batch) >= p.size {
+		return p.send(ctx)
+	}
+	return nil
+}
+
+// send sends the queued messages as one atomic batch: the first expects
+// the last sequence, the last commits (and alone is acked). A batch of
+// one is a plain publish with the expectation.
+func (p *publisher) send(ctx context.Context) error {
+	if len(p.batch) == 0 {
+		return p.error()
+	}
 	if err := p.error(); err != nil {
 		return err
 	}
@@ -72,16 +97,48 @@ func (p *publisher) publish(ctx context.Context, m *nats.Msg) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	f, err := p.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(p.last))
+	b := p.batch
+	p.batch = p.batch[:0]
+	n := len(b)
+	if n == 1 {
+		b[0].Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(p.last, 10)}
+	} else {
+		id := nuid.Next()
+		for i, m := range b {
+			m.Header[hdrBatchID] = []string{id}
+			m.Header[hdrBatchSeq] = []string{strconv.Itoa(i + 1)}
+		}
+		b[0].Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(p.last, 10)}
+		b[n-1].Header[hdrBatchCommit] = []string{"1"}
+		for _, m := range b[:n-1] {
+			if err := p.nc.PublishMsg(m); err != nil {
+				<-p.slots
+				p.fail(fmt.Errorf("unpack: publish: %w", err))
+				return p.error()
+			}
+		}
+	}
+	f, err := p.js.PublishMsgAsync(b[n-1])
 	if err != nil {
 		<-p.slots
 		p.fail(fmt.Errorf("unpack: publish: %w", err))
 		return p.error()
 	}
-	p.last++
+	p.last += uint64(n)
 	p.acks <- pending{f: f, want: p.last}
 	return nil
 }
+
+// Atomic batch headers (ADR-50).
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+)
+
+// errCodeBatchTooLarge is the server's "atomic publish batch is too
+// large".
+const errCodeBatchTooLarge = 10199
 
 // takeAcks waits for each ack in order until close.
 func (p *publisher) takeAcks() {
@@ -98,10 +155,13 @@ func (p *publisher) takeAcks() {
 			}
 		case err := <-a.f.Err():
 			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+			switch {
+			case errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant):
 				p.fail(fmt.Errorf("%w: derived sequence %d: %v", ErrFenced, a.want, err))
-			} else {
+			case errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeBatchTooLarge:
+				p.fail(fmt.Errorf("%w: %v", errBatchTooLarge, err))
+			default:
 				p.fail(fmt.Errorf("unpack: publish of derived sequence %d: %w", a.want, err))
 			}
 		}
@@ -109,7 +169,8 @@ func (p *publisher) takeAcks() {
 	}
 }
 
-// close waits for every ack in flight and returns the first failure.
+// close waits for every ack in flight (what is queued is not sent) and
+// returns the first failure.
 func (p *publisher) close() error {
 	close(p.acks)
 	<-p.done

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -22,6 +23,8 @@ type Unpacker struct {
 	opts   Options
 	log    *slog.Logger
 	c      counters
+	// batch is the batch size in use (halved when the server refuses it).
+	batch atomic.Int64
 }
 
 // New returns the unpacker of local stream stream on nc.
@@ -36,7 +39,9 @@ func New(nc *nats.Conn, stream string, opts Options) (*Unpacker, error) {
 	if stream == "" {
 		return nil, fmt.Errorf("%w: no stream", ErrConfig)
 	}
-	return &Unpacker{nc: nc, stream: stream, opts: opts, log: opts.Logger.With("stream", stream)}, nil
+	u := &Unpacker{nc: nc, stream: stream, opts: opts, log: opts.Logger.With("stream", stream)}
+	u.batch.Store(int64(opts.BatchSize))
+	return u, nil
 }
 
 // Stream is the local stream name.
@@ -69,6 +74,10 @@ func (u *Unpacker) Run(ctx context.Context) error {
 		case errors.Is(err, ErrCursorLost), errors.Is(err, ErrBadCursor), errors.Is(err, ErrDerivedMisconfigured):
 			u.log.Error("unpack: stopped", "err", err)
 			return err
+		case errors.Is(err, errBatchTooLarge):
+			n := max(u.batch.Load()/2, 1)
+			u.batch.Store(n)
+			u.log.Warn("unpack: the server refused the batch size; halved", "batch_size", n, "err", err)
 		case errors.Is(err, ErrFenced):
 			u.c.fenced.Add(1)
 			u.log.Info("unpack: another instance writes the derived stream; standing by", "err", err)
@@ -118,7 +127,7 @@ func sleep(ctx context.Context, d time.Duration) {
 // session resumes from the cursor and republishes until ctx ends or
 // something fails.
 func (u *Unpacker) session(ctx context.Context) error {
-	js, err := jetstream.New(u.nc, jetstream.WithPublishAsyncMaxPending(u.opts.MaxPending+16),
+	js, err := jetstream.New(u.nc, jetstream.WithPublishAsyncMaxPending(u.opts.MaxPending+1),
 		jetstream.WithPublishAsyncTimeout(u.opts.AckTimeout))
 	if err != nil {
 		return err
@@ -160,8 +169,8 @@ func (u *Unpacker) session(ctx context.Context) error {
 		u.c.deriv.Store(cur.last)
 	}
 	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{},
-		pub: newPublisher(js, cur.last, u.opts.MaxPending, func(seq uint64) {
-			u.c.events.Add(1)
+		pub: newPublisher(u.nc, js, cur.last, int(u.batch.Load()), u.opts.MaxPending, func(seq uint64) {
+			u.c.events.Add(seq - u.c.deriv.Load())
 			u.c.deriv.Store(seq)
 		})}
 	u.log.Debug("unpack: session", "derived_last", cur.last, "from_source_seq", cur.pos.seq, "from_index", cur.pos.index)
@@ -248,11 +257,11 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 		if over {
 			u.c.oversize.Add(1)
 		}
-		if err := s.pub.publish(ctx, dm); err != nil {
+		if err := s.pub.add(ctx, dm); err != nil {
 			return err
 		}
 	}
-	return nil
+	return s.pub.send(ctx)
 }
 
 // createDerived creates the derived stream (or finds it made by another
@@ -271,8 +280,9 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 		Description: "edge-agent per-event stream of " + sync.StreamName(u.stream) + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
 		Subjects:    []string{DerivedSubjects(u.stream)},
 		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-		AllowDirect: true,
+		Replicas:           replicas,
+		AllowDirect:        true,
+		AllowAtomicPublish: true,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		st, err = s.js.Stream(ctx, name)
@@ -280,9 +290,8 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("unpack: create %s: %w", name, err)
 	}
-	cfg := st.CachedInfo().Config
-	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != DerivedSubjects(u.stream) {
-		return fmt.Errorf("%w: %s has subjects %v, want [%s]", ErrDerivedMisconfigured, name, cfg.Subjects, DerivedSubjects(u.stream))
+	if err := checkDerived(st.CachedInfo().Config, u.stream); err != nil {
+		return err
 	}
 	if last := st.CachedInfo().State.LastSeq; last != s.cur.last {
 		// Another instance wrote first.

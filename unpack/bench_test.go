@@ -1,0 +1,109 @@
+package unpack
+
+import (
+	"context"
+	"fmt"
+	stdsync "sync"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// fillStream appends n events of size bytes over 8 drones to a fresh
+// store's test stream.
+func fillStream(b *testing.B, n, size int) *localstream.Stream {
+	b.Helper()
+	s, err := localstream.Open(b.TempDir(), localstream.Options{Logger: quiet()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	st, err := s.CreateStream(testStream, localstream.StreamConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := make([]byte, size)
+	var wg stdsync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			d := fmt.Sprintf("d%d", i%8)
+			now := time.Now().UnixNano()
+			if _, err := st.Append(context.Background(), localstream.Event{RoutingKey: d, Writer: testStream + "/" + d, EventTime: now, IngestTime: now,
+				ContentType: "application/json", Headers: []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + d + "/telemetry"}}, Payload: payload}); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	return st
+}
+
+// BenchmarkUnpackVsReplication: on one embedded server, an agent
+// replicates a pre-filled local stream (layout 2, the default), then the
+// unpacker turns what it wrote into one message per event. It reports
+// both rates in events per second and their ratio (target ≥ 1: the
+// centre keeps up with an agent replicating flat out).
+func BenchmarkUnpackVsReplication(b *testing.B) {
+	const n, size = 60000, 300
+	srv := startCentral(b)
+	var repDur, unpDur time.Duration
+	for i := range b.N {
+		b.StopTimer()
+		st := fillStream(b, n, size)
+		nc := connect(b, srv.ClientURL())
+		agent := fmt.Sprintf("bench-%d", i)
+		inst := sync.NewInstanceID()
+		sink, err := sync.NewJetStreamSink(nc, agent, inst, sync.JetStreamOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tail := st.TailCut()
+		caughtUp := make(chan struct{})
+		var once stdsync.Once
+		r := sync.NewReplicator(st, sink, inst, sync.ReplicatorConfig{OnCommit: func(cm sync.Committed, _ []int64) {
+			if cut, err := cm.Record.StreamCut(); err == nil && cut.Equal(tail) {
+				once.Do(func() { close(caughtUp) })
+			}
+		}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		before := derivedLast(nc, testStream)
+		b.StartTimer()
+		start := time.Now()
+		go func() { done <- r.Run(ctx) }()
+		<-caughtUp
+		repDur += time.Since(start)
+		b.StopTimer()
+		cancel()
+		<-done
+		sink.Close()
+
+		u, err := New(nc, testStream, Options{Logger: quiet()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		uctx, ucancel := context.WithCancel(context.Background())
+		udone := make(chan error, 1)
+		b.StartTimer()
+		start = time.Now()
+		go func() { udone <- u.Run(uctx) }()
+		for u.Stats().DerivedSeq < before+n {
+			time.Sleep(time.Millisecond)
+		}
+		unpDur += time.Since(start)
+		b.StopTimer()
+		ucancel()
+		if err := <-udone; err != nil {
+			b.Fatal(err)
+		}
+	}
+	total := float64(b.N * n)
+	b.ReportMetric(total/repDur.Seconds(), "replication_events/s")
+	b.ReportMetric(total/unpDur.Seconds(), "unpack_events/s")
+	b.ReportMetric(repDur.Seconds()/unpDur.Seconds(), "ratio_unpack/replication")
+}
