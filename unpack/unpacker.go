@@ -276,10 +276,10 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 	}
 	name := DerivedStreamName(u.stream)
 	st, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:        name,
-		Description: "edge-agent per-event stream of " + sync.StreamName(u.stream) + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
-		Subjects:    []string{DerivedSubjects(u.stream)},
-		Storage:     jetstream.FileStorage,
+		Name:               name,
+		Description:        "edge-agent per-event stream of " + sync.StreamName(u.stream) + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
+		Subjects:           []string{DerivedSubjects(u.stream)},
+		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
