@@ -58,7 +58,7 @@ func startCentral(t testing.TB) *central.Server {
 
 func connect(t testing.TB, urls ...string) *nats.Conn {
 	t.Helper()
-	nc, err := sync.Connect(sync.ConnConfig{URLs: urls, Name: "unpack-test"}, nil)
+	nc, err := sync.Connect(sync.ConnConfig{URLs: urls, Name: "unpack-test"}, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,17 +8,22 @@ import (
 	"log/slog"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/edge-agent/edge-agent/central"
 )
 
 func init() {
 	commands["central"] = command{
-		summary: "run an embedded JetStream server (the central store) for one box, a demo or an R3 cluster",
+		summary: "run an embedded JetStream server (the central store) for one box, a demo or an R3 cluster; `central unpack`: per-drone events from the packed streams",
 		run:     runCentral,
 	}
 }
 
 func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "unpack" {
+		return runCentralUnpack(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("central", stderr)
 	listen := fs.String("listen", "127.0.0.1:4222", "client `HOST:PORT`")
 	dataDir := fs.String("data-dir", "", "JetStream data `DIR` (required)")
@@ -27,6 +32,7 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	clusterListen := fs.String("cluster-listen", "", "route `HOST:PORT` of this member")
 	routes := fs.String("routes", "", "comma-separated route `URLS` of the members (nats://host:port,...)")
 	noAdvertise := fs.Bool("no-advertise", false, "do not advertise other members' client URLs to clients")
+	withUnpack := fs.Bool("unpack", false, "also run the unpack service on this node (per-drone events in EDGEEV_<STREAM>; docs/unpack.md); on every node of a cluster, one is active, the others stand by")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,5 +63,11 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	fmt.Fprintf(stdout, "central: JetStream listening on %s (server name %s, data %s)\n", srv.ClientURL(), srv.Name(), srv.StoreDir())
-	return srv.Run(ctx)
+	if !*withUnpack {
+		return srv.Run(ctx)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return runUnpackBeside(gctx, srv.ClientURL(), stderr) })
+	g.Go(func() error { return srv.Run(gctx) })
+	return g.Wait()
 }

@@ -1,0 +1,225 @@
+package unpack
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/sync"
+)
+
+// TestMain lets the test binary run as an unpacker process
+// (EDGE_UNPACK_CHILD=1), so that tests can SIGKILL it.
+func TestMain(m *testing.M) {
+	if os.Getenv("EDGE_UNPACK_CHILD") == "1" {
+		os.Exit(childUnpacker())
+	}
+	os.Exit(m.Run())
+}
+
+// childUnpacker runs the unpacker of the test stream on the URLs in
+// EDGE_UNPACK_URLS (derived stream R3) until killed.
+func childUnpacker() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	nc, err := sync.Connect(sync.ConnConfig{URLs: strings.Split(os.Getenv("EDGE_UNPACK_URLS"), ","), Name: "unpack-child"}, log)
+	if err != nil {
+		log.Error("connect", "err", err)
+		return 1
+	}
+	u, err := New(nc, testStream, Options{Replicas: 3, Logger: log, StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
+	if err != nil {
+		log.Error("new", "err", err)
+		return 1
+	}
+	if err := u.Run(ctx); err != nil {
+		log.Error("run", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// child is one unpacker subprocess.
+type child struct {
+	cmd *exec.Cmd
+}
+
+func startChild(t *testing.T, urls []string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), "EDGE_UNPACK_CHILD=1", "EDGE_UNPACK_URLS="+strings.Join(urls, ","))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd}
+	t.Cleanup(func() { c.kill(t) })
+	return c
+}
+
+// kill SIGKILLs the child and checks that the signal ended it.
+func (c *child) kill(t *testing.T) {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	c.cmd.Process.Signal(syscall.SIGKILL)
+	c.cmd.Wait()
+	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+		t.Fatalf("unpacker child was not killed: %v", c.cmd.ProcessState)
+	}
+}
+
+// TestUnpackSurvivesKillsAndLeaderChanges: in an R3 cluster, two agents
+// replicate through link proxies that are cut, while an active/standby
+// pair of unpacker processes is SIGKILLed over and over and the derived
+// stream's leader is shut down: the derived stream ends with every
+// source event once, in the source's order, per drone 1..n.
+// EDGE_ROUNDS raises the rounds (default 4), EDGE_SEED replays one.
+func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a fault test of a minute")
+	}
+	rng := rand.New(rand.NewPCG(seedFor(t), 31))
+	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel0()
+	nodes, err := central.StartLocalCluster(ctx0, t.TempDir(), "unpack", 3, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, n := range nodes {
+			n.Close()
+		}
+	}()
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, n.ClientURL())
+	}
+	nc := connect(t, urls...)
+
+	agents := []*testAgent{newTestAgent(t, "gs-a", 3), newTestAgent(t, "gs.b", 2)}
+	var proxies []*linkProxy
+	var reps []*sync.Replicator
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	appDone := make(chan error, len(agents))
+	for _, a := range agents {
+		var purls []string
+		for _, u := range urls {
+			p := newLinkProxy(t, strings.TrimPrefix(u, "nats://"))
+			proxies = append(proxies, p)
+			purls = append(purls, p.URL())
+		}
+		r, _ := a.replicate(t, connect(t, purls...), sync.JetStreamOptions{Replicas: 3})
+		reps = append(reps, r)
+		go func() { appDone <- a.run(ctx, 3*time.Millisecond) }()
+	}
+	children := []*child{startChild(t, urls), startChild(t, urls)}
+	derived := DerivedStreamName(testStream)
+	waitFor(t, 60*time.Second, "the derived stream to grow", func() bool { return derivedLast(nc, testStream) > 50 })
+
+	n := rounds(4)
+	var kills, leaderKills int
+	for round := range n {
+		// Kill while the derived stream moves.
+		before := derivedLast(nc, testStream)
+		waitFor(t, 60*time.Second, "the derived stream to move", func() bool { return derivedLast(nc, testStream) > before })
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		for i, c := range children {
+			if i == 0 || rng.IntN(2) == 0 {
+				c.kill(t)
+				kills++
+				children[i] = startChild(t, urls)
+			}
+		}
+		for _, p := range proxies {
+			if rng.IntN(2) == 0 {
+				p.cut()
+			}
+		}
+		if round%2 == 1 {
+			leader := -1
+			waitFor(t, 30*time.Second, "a derived stream leader", func() bool {
+				for i, nd := range nodes {
+					if nd.Running() && nd.IsStreamLeader(derived) {
+						leader = i
+						return true
+					}
+				}
+				return false
+			})
+			nodes[leader].Shutdown()
+			leaderKills++
+			after := derivedLast(nc, testStream)
+			waitFor(t, 60*time.Second, "the derived stream to move under a new leader", func() bool { return derivedLast(nc, testStream) > after })
+			if err := nodes[leader].Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cancel()
+	for range agents {
+		if err := <-appDone; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, a := range agents {
+		a.waitReplicated(t, reps[i], 90*time.Second)
+	}
+	waitCurrent(t, nc, sync.StreamName(testStream))
+	src := uint64(len(sourceEvents(t, nc, testStream)))
+	waitFor(t, 90*time.Second, "the unpackers to catch up", func() bool { return derivedLast(nc, testStream) >= src })
+	waitCurrent(t, nc, derived)
+	for _, c := range children {
+		c.kill(t)
+	}
+	want := map[string]map[string]int{}
+	for _, a := range agents {
+		want[a.id] = a.counts()
+	}
+	events := verifyDerived(t, nc, testStream, want)
+	var cuts int64
+	for _, p := range proxies {
+		cuts += p.cuts.Load()
+	}
+	t.Logf("%d rounds: %d unpacker SIGKILLs, %d derived-leader shutdowns, %d link cuts; %d events once, in order", n, kills, leaderKills, cuts, events)
+	if kills < n || leaderKills < n/2 || cuts == 0 {
+		t.Fatalf("faults did not happen: %d kills, %d leader kills, %d cuts", kills, leaderKills, cuts)
+	}
+}
+
+// waitCurrent waits until every replica of an R3 stream is current.
+func waitCurrent(t *testing.T, nc *nats.Conn, name string) {
+	t.Helper()
+	js, _ := jetstream.New(nc)
+	waitFor(t, 60*time.Second, name+" replicas current", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return false
+		}
+		ci := st.CachedInfo().Cluster
+		if ci == nil || ci.Leader == "" || len(ci.Replicas) != 2 {
+			return false
+		}
+		for _, r := range ci.Replicas {
+			if !r.Current || r.Offline {
+				return false
+			}
+		}
+		return true
+	})
+}
