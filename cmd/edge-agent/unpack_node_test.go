@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/unpack"
+)
+
+// jsConsumerDir prepares the npm consumer of testdata/unpack-js: the
+// package.json and package-lock.json (nats pinned to an exact version)
+// installed with `npm ci` once per lock file, in the user's cache.
+func jsConsumerDir(t *testing.T) string {
+	t.Helper()
+	for _, bin := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not installed: %v", bin, err)
+		}
+	}
+	src := filepath.Join("testdata", "unpack-js")
+	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(lock)
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "edge-agent-test", "unpack-js-"+hex.EncodeToString(sum[:8]))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"package.json", "package-lock.json", "consume.mjs"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "nats", "package.json")); err != nil {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+	}
+	return dir
+}
+
+// jsLine is one message as consume.mjs prints it.
+type jsLine struct {
+	Seq     uint64            `json:"seq"`
+	Subject string            `json:"subject"`
+	Headers map[string]string `json:"headers"`
+	Data    string            `json:"data"`
+}
+
+// TestStockJSConsumerReadsDerivedStream: `edge-agent central --unpack`
+// and `edge-agent run` (layout 2, the default) as processes, drones
+// publishing through Mosquitto; a consumer written with the npm nats
+// client alone, started before the run, receives every telemetry event
+// of the run once, per drone in order, on per-drone subjects with the
+// layout-1 headers and the committed watermark.
+func TestStockJSConsumerReadsDerivedStream(t *testing.T) {
+	jsDir := jsConsumerDir(t)
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	dir := t.TempDir()
+	centralURL := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	cen := exec.Command(os.Args[0], "central", "--unpack", "--listen", strings.TrimPrefix(centralURL, "nats://"), "--data-dir", filepath.Join(dir, "central"))
+	cen.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
+	cen.Stderr = os.Stderr
+	if err := cen.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cen.Process.Signal(syscall.SIGTERM); cen.Wait() }()
+	var nc *nats.Conn
+	deadline := time.Now().Add(30 * time.Second)
+	for nc == nil {
+		if nc, err = nats.Connect(centralURL); err != nil && time.Now().After(deadline) {
+			t.Fatalf("central did not come up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	defer nc.Close()
+
+	node := exec.Command("node", "consume.mjs", centralURL, unpack.DerivedStreamName("telemetry"))
+	node.Dir = jsDir
+	node.Stderr = os.Stderr
+	stdin, _ := node.StdinPipe()
+	stdout, _ := node.StdoutPipe()
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer node.Process.Kill()
+	lines := make(chan []jsLine, 1)
+	go func() {
+		var out []jsLine
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 4<<20)
+		for sc.Scan() {
+			var l jsLine
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Errorf("consumer line %q: %v", sc.Text(), err)
+			}
+			out = append(out, l)
+		}
+		lines <- out
+	}()
+
+	httpPort := freePort(t)
+	cfgPath := filepath.Join(dir, "agent.yaml")
+	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: js-test
+data_dir: %s
+http: {listen: "127.0.0.1:%d"}
+store: {min_free_bytes: 16777216}
+video: {listen: "127.0.0.1:0", rtcp_listen: mux}
+telemetry: {broker: %q}
+central: {url: %q, shutdown_timeout: 10s}
+devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}}
+`, filepath.Join(dir, "agent"), httpPort, brk.URL(), centralURL)), 0o644)
+	agent := startRun(t, cfgPath, httpPort)
+	res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 3, DronePrefix: "drone.", Rate: 40, Duration: 2 * time.Second, NoStatus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the agent's last deliveries from the broker
+	agent.Process.Signal(syscall.SIGTERM)
+	if err := agent.Wait(); err != nil {
+		t.Fatalf("agent after SIGTERM: %v", err)
+	}
+	items, err := sync.ReadAll(ctx, nc, "telemetry", sync.ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var src []sync.CentralEvent
+	for _, it := range items {
+		if it.Kind == sync.ItemEvent {
+			src = append(src, it.Event)
+		}
+	}
+	fmt.Fprintln(stdin, len(src))
+	var got []jsLine
+	select {
+	case got = <-lines:
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("the JS consumer did not finish (%d source events)", len(src))
+	}
+	node.Wait()
+	if len(got) != len(src) {
+		t.Fatalf("JS consumer received %d messages, the source holds %d events", len(got), len(src))
+	}
+	seen := map[string]uint64{} // drone → last seq
+	for i, l := range got {
+		s := src[i]
+		var m telemetry.Telemetry
+		if err := json.Unmarshal([]byte(l.Data), &m); err != nil {
+			t.Fatalf("message %d: payload %q: %v", i, l.Data, err)
+		}
+		if want := unpack.EventSubject("telemetry", "js-test", s.Record.RoutingKey); l.Subject != want || s.Record.RoutingKey != m.Drone {
+			t.Fatalf("message %d on %q (drone %q), want %q", i, l.Subject, m.Drone, want)
+		}
+		if m.Seq != seen[m.Drone]+1 {
+			t.Fatalf("message %d: drone %s seq %d after %d (a duplicate, a gap or out of order)", i, m.Drone, m.Seq, seen[m.Drone])
+		}
+		seen[m.Drone] = m.Seq
+		h := l.Headers
+		if h[sync.HdrOffset] != strconv.FormatUint(s.Record.Offset, 10) || h[sync.HdrSegment] != strconv.FormatUint(uint64(s.Record.Segment), 10) ||
+			h[sync.HdrEventTime] != strconv.FormatInt(s.Record.EventTime, 10) || h[sync.HdrContentType] == "" || h[sync.HdrMqttTopic] != "drones/"+m.Drone+"/telemetry" ||
+			h[sync.HdrWriter] == "" || h[unpack.HdrWatermarkLower] == "" || h[unpack.HdrWatermarkUpper] == "" || h[unpack.HdrSourceSeq] != strconv.FormatUint(s.Seq, 10) {
+			t.Fatalf("message %d: headers %v for source event %+v", i, h, s.Record.Position)
+		}
+	}
+	for d, r := range res.Drones {
+		name := strings.TrimSuffix(strings.TrimPrefix(r.Topic, "drones/"), "/telemetry")
+		if seen[name] != r.LastSeq {
+			t.Fatalf("drone %s (%s): JS consumer's last seq %d, simulator published up to %d", d, name, seen[name], r.LastSeq)
+		}
+	}
+	t.Logf("JS consumer (npm nats 2.29.3): %d events of %d drones, each once, in order", len(got), len(seen))
+}
