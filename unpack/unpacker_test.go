@@ -2,10 +2,11 @@ package unpack
 
 import (
 	"context"
-	"log/slog"
-	"os"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/sync"
 )
@@ -26,8 +27,7 @@ func TestUnpackLiveAgents(t *testing.T) {
 		reps = append(reps, r)
 		go func() { done <- a.run(ctx, 2*time.Millisecond) }()
 	}
-	u, _ := startUnpacker(t, nc, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	defer func() { t.Logf("stats %+v last %d", u.Stats(), derivedLast(nc, testStream)) }()
+	u, _ := startUnpacker(t, nc, Options{})
 	time.Sleep(1500 * time.Millisecond)
 	cancel()
 	want := map[string]map[string]int{}
@@ -47,5 +47,37 @@ func TestUnpackLiveAgents(t *testing.T) {
 	t.Logf("%d events; stats %+v", n, st)
 	if st.Events != uint64(n) || st.Corrupt != 0 || st.Oversize != 0 || st.Fenced != 0 {
 		t.Fatalf("stats %+v for %d events", st, n)
+	}
+}
+
+// TestLayoutOneNothingChanges: a stream written in layout 1 has no
+// packs; the unpacker reads its commit records, republishes nothing and
+// creates no derived stream.
+func TestLayoutOneNothingChanges(t *testing.T) {
+	srv := startCentral(t)
+	nc := connect(t, srv.ClientURL())
+	a := newTestAgent(t, "gs-1", 2)
+	for range 20 {
+		if err := a.appendRound(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, _ := a.replicate(t, connect(t, srv.ClientURL()), sync.JetStreamOptions{Layout: 1})
+	a.waitReplicated(t, r, 30*time.Second)
+	u, stop := startUnpacker(t, nc, Options{})
+	waitFor(t, 30*time.Second, "the unpacker to read the commit records", func() bool { return u.Stats().SourceSeq > 0 })
+	time.Sleep(200 * time.Millisecond)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	if _, err := js.Stream(context.Background(), DerivedStreamName(testStream)); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("derived stream for a layout-1 stream: %v", err)
+	}
+	if st := u.Stats(); st.Events != 0 || st.Corrupt != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := len(sourceEvents(t, nc, testStream)); n != 40 {
+		t.Fatalf("source holds %d events, want 40", n)
 	}
 }
