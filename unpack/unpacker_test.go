@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/sync"
 )
 
@@ -48,6 +50,37 @@ func TestUnpackLiveAgents(t *testing.T) {
 	if st.Events != uint64(n) || st.Corrupt != 0 || st.Oversize != 0 || st.Fenced != 0 {
 		t.Fatalf("stats %+v for %d events", st, n)
 	}
+	checkStarts(t, nc)
+}
+
+// checkStarts: for a time cut in the middle of the run, every non-late
+// event with time ≤ T is before StartSeq, and EventsStartSeq is the
+// first derived message from StartSeq on.
+func checkStarts(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	src := sourceEvents(t, nc, testStream)
+	at := src[len(src)/2].Record.EventTime
+	cut, err := sync.CutAt(context.Background(), nc, at, sync.TimeCutOptions{Streams: []string{testStream}})
+	if err != nil || !cut.Complete {
+		t.Fatalf("cut at the middle: %+v %v", cut, err)
+	}
+	starts, err := Starts(context.Background(), nc, cut)
+	if err != nil || len(starts) != 1 || !starts[0].Complete || starts[0].StartSeq == 0 || starts[0].EventsStartSeq == 0 {
+		t.Fatalf("starts %+v %v", starts, err)
+	}
+	s := starts[0]
+	for _, ev := range src {
+		if ev.Record.EventTime <= at && !ev.Record.Flags.Has(localstream.FlagLate) && ev.Seq >= s.StartSeq {
+			t.Fatalf("event at %d ≤ T in source seq %d, not before start %d", ev.Record.EventTime, ev.Seq, s.StartSeq)
+		}
+	}
+	der, seqs := derivedEvents(t, nc, testStream)
+	for i, d := range der {
+		if (d.Seq >= s.StartSeq) != (seqs[i] >= s.EventsStartSeq) {
+			t.Fatalf("derived seq %d (source %d) on the wrong side of events start %d (source start %d)", seqs[i], d.Seq, s.EventsStartSeq, s.StartSeq)
+		}
+	}
+	t.Logf("cut at the middle: start seq %d, events start seq %d", s.StartSeq, s.EventsStartSeq)
 }
 
 // TestLayoutOneNothingChanges: a stream written in layout 1 has no

@@ -10,13 +10,21 @@ import (
 
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/unpack"
 )
 
 func init() {
 	commands["cut"] = command{
-		summary: "the time cut at T across streams: is everything up to T at the centre? (JSON)",
+		summary: "the time cut at T across streams: is everything up to T at the centre, and where does a consumer start? (JSON)",
 		run:     runCut,
 	}
+}
+
+// cutOutput is what `edge-agent cut` prints: the time cut and, per
+// stream, the sequences to start a consumer at (docs/unpack.md).
+type cutOutput struct {
+	sync.TimeCut
+	Starts []unpack.StreamStart `json:"starts"`
 }
 
 // runCut prints the time cut at --at (sync.CutAt) as one JSON document.
@@ -56,9 +64,15 @@ func runCut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer cancel()
 	}
 	c, err := sync.CutAt(ctx, nc, t, sync.TimeCutOptions{Streams: streams, Agent: *agent, Wait: *wait})
+	out := cutOutput{TimeCut: c}
+	if err == nil {
+		// Where a consumer starts, per stream, in EDGE_<STREAM> and in
+		// the unpacker's EDGEEV_<STREAM>.
+		out.Starts, err = unpack.Starts(ctx, nc, c)
+	}
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
-	if eerr := enc.Encode(c); eerr != nil {
+	if eerr := enc.Encode(out); eerr != nil {
 		return eerr
 	}
 	switch {

@@ -7,12 +7,12 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // TestCutCommand: usage errors exit 2; against a centre that holds
-// nothing yet the cut is printed incomplete and exits 1, also when waiting
-// times out. (The cut over a running agent is proven in the agent's
+// nothing yet the cut is printed incomplete (no start sequences) and
+// exits 1, also when waiting times out. (Start sequences over a run:
+// unpack's TestUnpackLiveAgents.) (The cut over a running agent is proven in the agent's
 // TestBadClocksEndToEnd and sync's TestTimeCutProperty.)
 func TestCutCommand(t *testing.T) {
 	for _, args := range [][]string{
@@ -34,8 +34,9 @@ func TestCutCommand(t *testing.T) {
 	defer srv.Close()
 	at := time.Now().Format(time.RFC3339Nano)
 	code, out, msg := run(t, "cut", "--central", srv.ClientURL(), "--at", at, "--agent", "gs-1")
-	var c sync.TimeCut
-	if err := json.Unmarshal([]byte(out), &c); err != nil || code != 1 || c.Complete || len(c.Streams) != 3 || !strings.Contains(msg, "not complete") {
+	var c cutOutput
+	if err := json.Unmarshal([]byte(out), &c); err != nil || code != 1 || c.Complete || len(c.Streams) != 3 || !strings.Contains(msg, "not complete") ||
+		len(c.Starts) != 3 || c.Starts[0].Complete || c.Starts[0].StartSeq != 0 {
 		t.Fatalf("empty centre: exit %d %q %q (%v)", code, out, msg, err)
 	}
 	code, _, msg = run(t, "cut", "--central", srv.ClientURL(), "--at", at, "--wait", "--timeout", "1s", "--stream", "telemetry")
