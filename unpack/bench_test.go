@@ -3,6 +3,8 @@ package unpack
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	stdsync "sync"
 	"testing"
 	"time"
@@ -24,7 +26,16 @@ func fillStream(b *testing.B, n, size int) *localstream.Stream {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Payloads as the streams carry them: telemetry JSON (compresses),
+	// video chunks random (does not).
+	rng := rand.New(rand.NewPCG(1, 2))
 	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = byte(rng.Uint32())
+	}
+	if size <= 1024 {
+		payload = fmt.Appendf(nil, `{"drone":"d","seq":%d,"lat":%.6f,"lon":%.6f,"alt":%.2f,"pad":"%s"}`, 1, 52.1, 4.3, 120.0, strings.Repeat("x", max(size-80, 0)))
+	}
 	var wg stdsync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for i := range n {
@@ -49,7 +60,15 @@ func fillStream(b *testing.B, n, size int) *localstream.Stream {
 // both rates in events per second and their ratio (target ≥ 1: the
 // centre keeps up with an agent replicating flat out).
 func BenchmarkUnpackVsReplication(b *testing.B) {
-	const n, size = 60000, 300
+	for _, c := range []struct {
+		name    string
+		n, size int
+	}{{"telemetry-300B", 60000, 300}, {"chunk-256KiB", 300, 256 << 10}} {
+		b.Run(c.name, func(b *testing.B) { benchUnpack(b, c.n, c.size) })
+	}
+}
+
+func benchUnpack(b *testing.B, n, size int) {
 	srv := startCentral(b)
 	var repDur, unpDur time.Duration
 	for i := range b.N {
@@ -92,7 +111,7 @@ func BenchmarkUnpackVsReplication(b *testing.B) {
 		b.StartTimer()
 		start = time.Now()
 		go func() { udone <- u.Run(uctx) }()
-		for u.Stats().DerivedSeq < before+n {
+		for u.Stats().DerivedSeq < before+uint64(n) {
 			time.Sleep(time.Millisecond)
 		}
 		unpDur += time.Since(start)
