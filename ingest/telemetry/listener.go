@@ -541,10 +541,9 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 	if p.Qos > 0 {
 		n, a := c.order.number(), pubAck{id: p.MessageID, qos: p.Qos}
 		ack = func() {
-			if m.refused {
-				a.none = true // passed over in the order, not sent
-			}
-			c.order.release(n, a, c.sendAck)
+			b := a // a copy: a closure that wrote a would move it to the heap, an allocation per message
+			b.none = m.refused // a refused message's place is passed over in the order, nothing sent
+			c.order.release(n, b, c.sendAck)
 		}
 		if c.dedup != nil { // not a typed nil in d
 			d = c.dedup
