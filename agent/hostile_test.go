@@ -32,7 +32,7 @@ import (
 // (peak HeapInuse of the test process, senders included). It follows from
 // the bounds the intake enforces with the defaults: video ≤ 64 drones with
 // a frame in assembly each (≤ 2 × 900 KiB) and 256 probation candidates;
-// telemetry ≤ 4096 messages queued (LaneDepth) of ≤ 64 KiB, 1024 lanes;
+// telemetry ≤ max_buffered_bytes (8 MiB) held before it is durable, 1024 lanes;
 // plus Badger's memtables. See BENCHMARKS.md, "Hostile input".
 const hostileHeapBound = 512 << 20
 

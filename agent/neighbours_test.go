@@ -42,7 +42,9 @@ import (
 // A phase is one entry of neighbourPhases: add a case by adding an entry
 // (issue 30 cases 3 and 7 go here). EDGE_NEIGHBOUR_PHASE sets a phase's
 // length (default 6 s); EDGE_NEIGHBOUR_ONLY runs only the phases whose
-// names it lists (comma separated).
+// names it lists (comma separated); EDGE_NEIGHBOUR_DUMP=<prefix> writes a
+// goroutine dump and a heap profile 5 s into each phase (to find what a
+// stall waits for). Figures: BENCHMARKS.md, "Hostile neighbours".
 
 // neighbourDelayBound bounds the good drones' p99 ingest delay per phase.
 const neighbourDelayBound = time.Second
