@@ -541,8 +541,11 @@ func (c *serverConn) publish(p *packets.PublishPacket) error {
 	if p.Qos > 0 {
 		n, a := c.order.number(), pubAck{id: p.MessageID, qos: p.Qos}
 		ack = func() {
-			b := a // a copy: a closure that wrote a would move it to the heap, an allocation per message
-			b.none = m.refused // a refused message's place is passed over in the order, nothing sent
+			// A copy: a closure that wrote a would move it to the heap (an
+			// allocation per message). A refused message's place is passed
+			// over in the order, nothing sent.
+			b := a
+			b.none = m.refused
 			c.order.release(n, b, c.sendAck)
 		}
 		if c.dedup != nil { // not a typed nil in d
