@@ -109,3 +109,35 @@ func TestBufferedBytesBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStalledDeliveryReported: while the store takes nothing and the lanes
+// are full, a delivery waits; once it waited 10 s Problems (/healthz) says
+// delivery is stalled, naming lane_depth — not before.
+func TestStalledDeliveryReported(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	g := &gatedStream{st: st, open: make(chan struct{})}
+	defer g.release()
+	cfg := listenConfig()
+	cfg.LaneDepth = 4
+	in, stop := startListener(t, cfg, s, g, nil)
+	pub := newListenPub(t, in.ListenAddr().String(), "p", true)
+	for seq := 1; seq <= 8; seq++ {
+		pub.c.Publish("drones/d/telemetry", 0, false, fmt.Sprintf(`{"drone":"d","seq":%d}`, seq))
+	}
+	waitFor(t, 10*time.Second, "a delivery waiting for lane space", func() bool { return in.Stats().LaneFullWaits > 0 })
+	if p := in.Problems(time.Now()); len(p) != 0 {
+		t.Fatalf("problems at once: %q", p)
+	}
+	if p := strings.Join(in.Problems(time.Now().Add(11*time.Second)), "; "); !strings.Contains(p, "delivery stalled") || !strings.Contains(p, "lane_depth 4") {
+		t.Fatalf("problems 11 s on: %q", p)
+	}
+	g.release()
+	waitFor(t, 10*time.Second, "all stored", func() bool { return in.Stats().Appended == 8 })
+	if p := in.Problems(time.Now().Add(11 * time.Second)); len(p) != 0 {
+		t.Fatalf("problems after the store took them: %q", p)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
