@@ -33,11 +33,11 @@ import (
 // through a real Mosquitto and on the agent's MQTT listener, two RTP video
 // drones — stream for the whole run while one hostile neighbour after
 // another does its worst (the phases below, in turn). Each phase must
-// leave the good drones' p99 ingest delay (publish to durable in the
-// local stream) under neighbourDelayBound and /healthz telling the truth
+// add at most neighbourDelayBound to the good drones' p99 ingest delay
+// (publish to durable in the local stream) and leave /healthz telling the truth
 // (the phase's reason while it lasts); over the run nothing the good
-// drones sent is lost, duplicated or reordered and the process RSS stays
-// under neighbourRSSBound.
+// drones sent is lost, duplicated or reordered, every video frame is
+// stored and the live heap stays under neighbourLiveHeapBound.
 //
 // A phase is one entry of neighbourPhases: add a case by adding an entry
 // (issue 30 cases 3 and 7 go here). EDGE_NEIGHBOUR_PHASE sets a phase's
@@ -46,7 +46,8 @@ import (
 // goroutine dump and a heap profile 5 s into each phase (to find what a
 // stall waits for). Figures: BENCHMARKS.md, "Hostile neighbours".
 
-// neighbourDelayBound bounds the good drones' p99 ingest delay per phase.
+// neighbourDelayBound bounds what a phase adds to the good drones' p99
+// ingest delay (over the lead-in's, measured in the same run).
 const neighbourDelayBound = time.Second
 
 // neighbourLiveHeapBound bounds the live heap (as of each GC, sampled
@@ -304,6 +305,11 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 			tb.Fatalf("good video drone %s: %d frames stored of %d; dropped %d, lost %d, queue drops %d", id, got, 180*loops, ds.FramesDropped, ds.Lost, ds.QueueDrops)
 		}
 	}
+	// The bound is over the lead-in's p99 in the same run (no attack yet):
+	// on a quiet machine that is 10–20 ms, so the attack may add at most
+	// neighbourDelayBound; on one loaded by other test binaries the
+	// baseline itself is hundreds of ms, which no attack caused.
+	lead, _, _ := delays.p99("lead-in")
 	for _, p := range append([]string{"lead-in"}, phaseNames(phases)...) {
 		p99, n, maxD := delays.p99(p)
 		tb.Logf("phase %s: good telemetry ingest delay p99 %v, max %v over %d messages", p, p99, maxD, n)
@@ -313,8 +319,8 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 		}
 		if n == 0 {
 			tb.Errorf("phase %s: no good telemetry stored during it", p)
-		} else if p99 > neighbourDelayBound {
-			tb.Errorf("phase %s: good telemetry p99 ingest delay %v above %v", p, p99, neighbourDelayBound)
+		} else if p != "lead-in" && p99 > lead+neighbourDelayBound {
+			tb.Errorf("phase %s: good telemetry p99 ingest delay %v above %v (the lead-in's %v + %v)", p, p99, lead+neighbourDelayBound, lead, neighbourDelayBound)
 		}
 	}
 	tb.Logf("live heap peak %d MiB (bound %d MiB), RSS peak %d MiB", livePeak>>20, neighbourLiveHeapBound>>20, rssPeak>>20)

@@ -73,3 +73,59 @@ func (in *Ingester) release(n int64) {
 		}
 	}
 }
+
+// The store's append queue is one FIFO for every drone: what the
+// dispatcher hands it, a good drone's message waits behind. The lanes
+// take turns (dispatch), so the dispatcher keeps at most storeWindow bytes
+// of telemetry in the store and not yet durable: a good drone's message
+// then waits behind that window and one burst of each busy lane, not
+// behind all of MaxBufferedBytes (at 4 MB/s — a loaded machine's fsyncs —
+// 8 MiB is 2 s). The rest of the budget waits in the lanes.
+type storeWindow struct {
+	max int64
+	// held is the bytes appended and not yet called back.
+	held atomic.Int64
+	// waiting: the dispatcher waits for room (room wakes it, capacity 1).
+	waiting atomic.Bool
+	room    chan struct{}
+}
+
+// storeWindowFor is the window for a max payload: 1 MiB, or two messages.
+func storeWindowFor(maxPayload int) int64 { return max(1<<20, 2*int64(maxPayload)) }
+
+// enterStore waits (the dispatcher) until n more bytes fit in the window
+// (one item always does); false: the ingester stopped first.
+func (in *Ingester) enterStore(n int64) bool {
+	w := &in.window
+	for {
+		if h := w.held.Load(); h == 0 || h+n <= w.max {
+			w.held.Add(n)
+			return true
+		}
+		w.waiting.Store(true)
+		if h := w.held.Load(); h == 0 || h+n <= w.max { // a callback came in between
+			w.waiting.Store(false)
+			continue
+		}
+		select {
+		case <-w.room:
+		case <-time.After(50 * time.Millisecond):
+		case <-in.stopping:
+			w.waiting.Store(false)
+			return false
+		}
+		w.waiting.Store(false)
+	}
+}
+
+// leaveStore gives n bytes of the window back (the append's callback).
+func (in *Ingester) leaveStore(n int64) {
+	w := &in.window
+	w.held.Add(-n)
+	if w.waiting.Load() {
+		select {
+		case w.room <- struct{}{}:
+		default:
+		}
+	}
+}

@@ -46,8 +46,10 @@ type Ingester struct {
 	closeQ  chan *lane
 	// buffered counts the items queued in all lanes (at most LaneDepth).
 	buffered atomic.Int64
-	// budget bounds the bytes buffered (see budget.go).
+	// budget bounds the bytes buffered, window those in the store's
+	// queue (see budget.go).
 	budget budget
+	window storeWindow
 	// refusedAt is the receive time (Unix ns) of the last message refused
 	// for want of a drone slot (0: none); waitingSince is when the
 	// delivery waiting for lane space now began (0: none waits). Problems
@@ -107,6 +109,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
 		notes: make(chan pendingNote, 4*cfg.LaneDepth+1024), notesStop: make(chan struct{}),
 		subscribed: make(chan struct{}), budget: budget{max: int64(cfg.MaxBufferedBytes), room: make(chan struct{}, 1)},
+		window: storeWindow{max: storeWindowFor(cfg.MaxPayload), room: make(chan struct{}, 1)},
 	}
 	if cfg.Broker != "" {
 		meta, ok := sink.Meta.(metaDeleter)
@@ -505,6 +508,9 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 			return true
 		}
 	}
+	if !in.enterStore(n) {
+		return false // stopping: unacknowledged, its sender sends it again
+	}
 	ev := in.buildEvent(l, it.topic, payload, it.recv)
 	var adm watermark.Admission
 	if in.sink.Marks != nil {
@@ -530,6 +536,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	// over ev would move the whole event to the heap for every message.
 	ack, evTime := it.ack, ev.EventTime
 	cb := func(pos localstream.Position, err error) {
+		in.leaveStore(n)
 		in.release(n)
 		in.appended(l, ack, d, pid, h, adm, evTime, pos, err)
 	}
@@ -537,6 +544,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	if err == nil {
 		return true
 	}
+	in.leaveStore(n)
 	in.release(n)
 	in.inflight.Done()
 	l.mu.Lock()

@@ -256,12 +256,17 @@ func (in *Ingester) enqueue(l *lane, it item) {
 	}
 }
 
-// dispatchBurst is how many items one lane may dispatch per round.
-const dispatchBurst = 32
+// dispatchBurst is how many items, and dispatchBurstBytes how many bytes
+// (at least one item), one lane may dispatch per round.
+const (
+	dispatchBurst      = 32
+	dispatchBurstBytes = 256 << 10
+)
 
 // dispatch runs until stopping: round-robin over the lanes, up to
-// dispatchBurst items each per round, so a burst from one drone queues
-// behind at most one burst of each other drone in the store's queue.
+// dispatchBurst items or dispatchBurstBytes each per round, so a burst
+// from one drone queues behind at most one burst of each other drone in
+// the store's queue (which storeWindow keeps short).
 func (in *Ingester) dispatch(ctx context.Context) {
 	var ring []*lane
 	for {
@@ -278,11 +283,12 @@ func (in *Ingester) dispatch(ctx context.Context) {
 			if l.held.Load() {
 				continue
 			}
-			for k := 0; k < dispatchBurst; k++ {
+			for k, sent := 0, int64(0); k < dispatchBurst && sent < dispatchBurstBytes; k++ {
 				it, ok := l.pop()
 				if !ok {
 					break
 				}
+				sent += msgBytes(it.msg)
 				in.buffered.Add(-1)
 				select {
 				case in.space <- struct{}{}:
