@@ -16,9 +16,8 @@ import (
 // The reservation is made without Ingester.deliverMu held: a connection
 // waiting for room (TCP then pushes back on its publisher) never holds up
 // the others, and a small message passes as soon as a little room frees,
-// where a big one waits for its own. The budget also bounds the bytes of
-// telemetry ahead of any message in the store's queue, so a flood delays a
-// good drone by at most MaxBufferedBytes / the store's throughput.
+// where a big one waits for its own. (What of it the store's queue holds
+// is bounded again, by storeWindow below.)
 //
 // One message always passes when nothing is held, so a budget below
 // MaxPayload cannot wedge the intake (Config.Validate refuses it anyway).

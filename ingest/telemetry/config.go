@@ -70,10 +70,9 @@ type Config struct {
 	// lanes and the store's append queue together — checked before a
 	// message is delivered (so before anything acks it). When it is
 	// reached, the connection whose message does not fit is not read
-	// until room frees (Stats.BudgetWaits); the others go on. It also
-	// bounds the telemetry queued ahead of any message in the store: a
-	// flood delays a good drone by at most MaxBufferedBytes / the store's
-	// throughput. At least MaxPayload. Default 8 MiB.
+	// until room frees (Stats.BudgetWaits); the others go on. (Of it, at
+	// most 1 MiB or two messages is in the store's queue at a time: see
+	// storeWindow.) At least MaxPayload. Default 8 MiB.
 	MaxBufferedBytes int `yaml:"max_buffered_bytes"`
 	// MaxDrones bounds the drones (lanes). When all are taken, a new drone
 	// takes the slot of a drone that is offline or silent for
