@@ -66,7 +66,7 @@ type Agent struct {
 	httpAddr string
 
 	// red removes the configured secrets from logs, errors and responses.
-	red *redactor
+	red *Redactor
 	// history is the last minutes of each stream's lags and backlog, for the page.
 	history history
 
@@ -282,6 +282,7 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	close(a.ready)
 	a.log.Info("agent running", "data_dir", a.cfg.DataDir, "central", a.CentralURL(), "http", a.httpAddr,
 		"video", a.VideoAddr(), "mqtt", a.cfg.Telemetry.Broker, "mqtt_listen", a.TelemetryListenAddr())
+	a.warnOpenBinds()
 
 	<-gctx.Done()
 	var stopOnce stdsync.Once

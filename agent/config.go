@@ -78,8 +78,16 @@ type LogConfig struct {
 type HTTPConfig struct {
 	// Listen is HOST:PORT; empty disables. Default 127.0.0.1:9464.
 	Listen string `yaml:"listen"`
-	// Pprof serves /debug/pprof (CPU, heap, goroutine profiles). Default false.
+	// Pprof serves /debug/pprof (CPU, heap, goroutine profiles; GET
+	// only; a GET of profile or trace records for its seconds). Default
+	// false. It has no authentication: keep http.listen on loopback (a
+	// warning at start says when it is not).
 	Pprof bool `yaml:"pprof"`
+	// Hosts are the names, besides IP addresses and localhost, that the
+	// listener may be reached by (the Host header); requests naming
+	// another host are refused (421): a DNS rebinding page cannot read
+	// the agent from the operator's browser. Default none.
+	Hosts []string `yaml:"hosts"`
 }
 
 // StoreConfig configures the local store (see localstream.Options).

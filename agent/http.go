@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
-
-	"golang.org/x/net/netutil"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -73,10 +72,10 @@ func (a *Agent) replicationProblems(now time.Time) []string {
 	return out
 }
 
-// Bounds of the HTTP endpoints: a scraper or a curious host cannot hold
-// more than maxHTTPConns connections (further ones wait in the kernel's
-// accept queue), nor keep an idle keep-alive connection past
-// httpIdleTimeout, nor send more than httpMaxHeaderBytes of headers.
+// Bounds of the HTTP endpoints: at most maxHTTPConns connections are
+// open (a new one closes the one that has waited longest for a request:
+// connLimiter), an idle keep-alive connection is closed after
+// httpIdleTimeout, headers are at most httpMaxHeaderBytes.
 const (
 	maxHTTPConns       = 64
 	httpIdleTimeout    = 30 * time.Second
@@ -86,18 +85,44 @@ const (
 // serveHTTP serves h on ln within the bounds above, until the returned
 // server is shut down.
 func serveHTTP(ln net.Listener, h http.Handler) *http.Server {
-	srv := newHTTPServer(h)
-	go srv.Serve(netutil.LimitListener(ln, maxHTTPConns))
+	srv := newHTTPServer(serving(h))
+	srv.ConnContext = connContext
+	go srv.Serve(newConnLimiter(ln, maxHTTPConns))
 	return srv
 }
 
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: httpHeaderTimeout,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       httpIdleTimeout,
 		MaxHeaderBytes:    httpMaxHeaderBytes,
 	}
+}
+
+// warnOpenBinds warns at start of listeners without authentication that
+// are bound to every interface: pprof on the HTTP listener, the MQTT
+// listener.
+func (a *Agent) warnOpenBinds() {
+	if a.cfg.HTTP.Pprof && everyInterface(a.cfg.HTTP.Listen) {
+		a.log.Warn("http: /debug/pprof is served on every interface without authentication: bind http.listen to 127.0.0.1 or turn http.pprof off",
+			"listen", a.cfg.HTTP.Listen)
+	}
+	if everyInterface(a.cfg.Telemetry.Listen) {
+		a.log.Warn("telemetry: the MQTT listener takes any client on every interface (no authentication, no TLS): bind telemetry.listen to the drones' link",
+			"listen", a.cfg.Telemetry.Listen)
+	}
+}
+
+// everyInterface reports whether HOST:PORT binds every interface (no
+// host, 0.0.0.0, ::).
+func everyInterface(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return host == "" || (err == nil && ip.IsUnspecified())
 }

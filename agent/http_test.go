@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
 // TestHTTPConnectionBounds: 200 keep-alive clients that stay idle hold at
@@ -30,7 +28,8 @@ func TestHTTPConnectionBounds(t *testing.T) {
 	open, peak := &cl.open, &cl.peak
 	srv := newHTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") }))
 	srv.IdleTimeout = 300 * time.Millisecond
-	go srv.Serve(netutil.LimitListener(cl, maxHTTPConns))
+	srv.Handler, srv.ConnContext = serving(srv.Handler), connContext
+	go srv.Serve(newConnLimiter(cl, maxHTTPConns))
 	defer srv.Close()
 	const clients = 200
 	var wg sync.WaitGroup

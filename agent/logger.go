@@ -19,7 +19,7 @@ func NewLogger(c LogConfig, w io.Writer) *slog.Logger {
 	}
 	// URLs lose their passwords here already; Agent adds the literal
 	// secrets of its configuration.
-	return slog.New(RateLimit((&redactor{}).Handler(h), time.Minute, 5, nil))
+	return slog.New(RateLimit(NewRedactor().Handler(h), time.Minute, 5, nil))
 }
 
 // minLevel drops records below a level.

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	stdsync "sync"
 	"testing"
@@ -254,5 +255,33 @@ func BenchmarkRedactStatus(b *testing.B) {
 	b.SetBytes(int64(len(doc)))
 	for b.Loop() {
 		r.String(doc)
+	}
+}
+
+// TestRedactorTrickyPasswords: a password holding any of ',' '/' ' ' '"'
+// '<' '\' '@' ':' given in a URL as written is found as written, decoded,
+// and in the forms text gives it on the way out (Go- and JSON-quoted,
+// percent-encoded, quoted twice), and in the pieces a list or a URL parser
+// cuts it into; a URL the redactor was not given still loses its userinfo.
+func TestRedactorTrickyPasswords(t *testing.T) {
+	for _, c := range []string{",", "/", " ", `"`, "<", `\`, "@", ":"} {
+		pw := "Left9" + c + "Right9"
+		r := NewRedactor()
+		r.AddURLs("nats://other:pw2@h1:4222,tcp://edge:" + pw + "@host:1883")
+		q := strconv.Quote("tcp://edge:" + pw + "@host:1883")
+		for _, text := range []string{
+			"connected to tcp://edge:" + pw + "@host:1883",
+			`parse ` + q + `: invalid`,
+			jsonEscaped(`err="parse ` + q + `"`),
+			"tcp://edge:" + url.QueryEscape(pw) + "@host",
+			"tcp://edge:" + url.UserPassword("edge", pw).String()[5:] + "@host",
+		} {
+			if got := r.String(text); strings.Contains(got, "Left9") || strings.Contains(got, "Right9") {
+				t.Errorf("password with %q: %q -> %q", c, text, got)
+			}
+		}
+	}
+	if got := NewRedactor().String("dial nats://u:secretpw@h:1"); got != "dial nats://u:xxxxx@h:1" {
+		t.Errorf("unknown URL: %q", got)
 	}
 }

@@ -12,10 +12,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/edge-agent/edge-agent/agent"
 )
 
 // command is one subcommand.
@@ -62,15 +65,37 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// secrets is the process's one redactor: runMain gives it the URLs of
+// the command line (every password or token in them, whatever characters
+// it holds), `run` the secrets of its configuration, and every byte a
+// subcommand writes to stdout or stderr passes through it, as do the
+// lines of the standard and default slog loggers.
+var secrets = agent.NewRedactor()
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stderr := secrets.Writer(os.Stderr)
+	log.SetOutput(stderr) // slog.Default writes through it too
+	code := runMain(ctx, os.Args[1:], os.Stdout, stderr)
+	stderr.Flush()
 	stop()
 	os.Exit(code)
 }
 
-// runMain dispatches to a subcommand and maps its error to an exit status.
+// runMain dispatches to a subcommand and maps its error to an exit
+// status. What the subcommand writes, and its error, leave redacted.
 func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		secrets.AddURLs(a)
+	}
+	out, errOut := secrets.Writer(stdout), secrets.Writer(stderr)
+	defer out.Flush()
+	defer errOut.Flush()
+	return dispatch(ctx, args, out, errOut)
+}
+
+// dispatch runs the subcommand of args.
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		printHelp(stderr)
 		if len(args) == 0 {

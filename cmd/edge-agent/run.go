@@ -53,6 +53,11 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	}
 	cfg := agent.NewDefaultConfig()
 	if *path != "" {
+		// The file's URLs are secrets before it is decoded: a YAML error
+		// may quote a line.
+		if b, err := os.ReadFile(*path); err == nil {
+			secrets.AddURLs(string(b))
+		}
 		var err error
 		if cfg, err = agent.LoadConfig(*path); err != nil {
 			return cfg, usageError{err}
@@ -95,6 +100,7 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 		cfg.HTTP.Pprof = *pprof
 	}
 	cfg.Central.Takeover = *takeover
+	secrets.AddConfig(cfg) // password files and variables, before any message quotes them
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError{err}
 	}
