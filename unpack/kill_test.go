@@ -179,7 +179,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 		a.waitReplicated(t, reps[i], 90*time.Second)
 	}
 	waitCurrent(t, nc, sync.StreamName(testStream))
-	src := uint64(len(sourceEvents(t, nc, testStream)))
+	src := uint64(len(waitSource(t, nc, testStream, total(agents...))))
 	waitFor(t, 90*time.Second, "the unpackers to catch up", func() bool { return derivedLast(nc, testStream) >= src })
 	waitCurrent(t, nc, derived)
 	for _, c := range children {

@@ -214,6 +214,26 @@ func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []sync.CentralEven
 	return out
 }
 
+// waitSource reads the source until it holds total events (what the
+// agents appended), and returns them. A read that comes back short while
+// the centre holds them all is logged: sync.ReadAll has been seen to stop
+// early now and then.
+func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []sync.CentralEvent {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		src := sourceEvents(t, nc, stream)
+		if len(src) == total {
+			return src
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the source holds %d events, the agents appended %d", len(src), total)
+		}
+		t.Logf("a read of the source returned %d events of %d", len(src), total)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // derivedEvents reads the whole derived stream in order (with each
 // message's sequence) and decodes it.
 func derivedEvents(t testing.TB, nc *nats.Conn, stream string) ([]Event, []uint64) {
@@ -264,7 +284,19 @@ func derivedEvents(t testing.TB, nc *nats.Conn, stream string) ([]Event, []uint6
 // (want: agent → drone key → n). It returns the number of events.
 func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]map[string]int) int {
 	t.Helper()
-	src := sourceEvents(t, nc, stream)
+	total := -1
+	for _, ds := range want {
+		total = max(total, 0)
+		for _, n := range ds {
+			total += n
+		}
+	}
+	var src []sync.CentralEvent
+	if total >= 0 {
+		src = waitSource(t, nc, stream, total)
+	} else {
+		src = sourceEvents(t, nc, stream)
+	}
 	der, seqs := derivedEvents(t, nc, stream)
 	if len(seqs) > 0 && seqs[len(seqs)-1]-seqs[0]+1 != uint64(len(seqs)) {
 		for i := 1; i < len(seqs); i++ {
@@ -274,6 +306,27 @@ func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]m
 		}
 	}
 	if len(der) != len(src) {
+		type key struct {
+			agent string
+			pos   localstream.Position
+		}
+		ds, ss := map[key]int{}, map[key]int{}
+		for _, d := range der {
+			ds[key{d.Agent, d.Record.Position}]++
+		}
+		for _, e := range src {
+			ss[key{e.Agent, e.Record.Position}]++
+		}
+		for k, n := range ds {
+			if n != ss[k] {
+				t.Logf("%v: derived %d, source %d", k, n, ss[k])
+			}
+		}
+		for k, n := range ss {
+			if ds[k] == 0 {
+				t.Logf("%v: derived 0, source %d", k, n)
+			}
+		}
 		t.Fatalf("derived stream has %d events, source %d", len(der), len(src))
 	}
 	for i, d := range der {
@@ -306,6 +359,17 @@ func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]m
 		t.Fatalf("per drone counts %v, want %v", got, want)
 	}
 	return len(der)
+}
+
+// total is the number of events the agents appended.
+func total(agents ...*testAgent) int {
+	n := 0
+	for _, a := range agents {
+		for _, c := range a.counts() {
+			n += c
+		}
+	}
+	return n
 }
 
 // counts returns what the agent appended: drone key → n.

@@ -3,6 +3,7 @@ package unpack
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -42,7 +43,7 @@ func TestUnpackLiveAgents(t *testing.T) {
 	for _, a := range agents {
 		want[a.id] = a.counts()
 	}
-	src := len(sourceEvents(t, nc, testStream))
+	src := len(waitSource(t, nc, testStream, total(agents...)))
 	waitFor(t, 30*time.Second, "the unpacker to catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
 	n := verifyDerived(t, nc, testStream, want)
 	st := u.Stats()
@@ -59,7 +60,16 @@ func TestUnpackLiveAgents(t *testing.T) {
 func checkStarts(t *testing.T, nc *nats.Conn) {
 	t.Helper()
 	src := sourceEvents(t, nc, testStream)
-	at := src[len(src)/2].Record.EventTime
+	// T: the earliest of the agents' median event times (each agent's
+	// clock base is its own), so that every agent's cut completes.
+	byAgent := map[string][]int64{}
+	for _, ev := range src {
+		byAgent[ev.Agent] = append(byAgent[ev.Agent], ev.Record.EventTime)
+	}
+	at := int64(math.MaxInt64)
+	for _, ts := range byAgent {
+		at = min(at, ts[len(ts)/2])
+	}
 	cut, err := sync.CutAt(context.Background(), nc, at, sync.TimeCutOptions{Streams: []string{testStream}})
 	if err != nil || !cut.Complete {
 		t.Fatalf("cut at the middle: %+v %v", cut, err)
@@ -110,7 +120,5 @@ func TestLayoutOneNothingChanges(t *testing.T) {
 	if st := u.Stats(); st.Events != 0 || st.Corrupt != 0 {
 		t.Fatalf("stats %+v", st)
 	}
-	if n := len(sourceEvents(t, nc, testStream)); n != 40 {
-		t.Fatalf("source holds %d events, want 40", n)
-	}
+	waitSource(t, nc, testStream, 40)
 }
