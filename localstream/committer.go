@@ -1,6 +1,10 @@
 package localstream
 
-import "github.com/dgraph-io/badger/v4"
+import (
+	"errors"
+
+	"github.com/dgraph-io/badger/v4"
+)
 
 // inflightBatch is a group of appends written to Badger and waiting for
 // their commit (and fsync) to complete.
@@ -126,6 +130,17 @@ func (s *Store) writeBatch(batch []*appendReq) {
 		s.inflight <- b
 		return
 	}
+	if err := s.wal.ensure(walBytes(batch)); err != nil {
+		// Nothing written: refused as below the floor (ErrDiskFull), or
+		// a failed store.
+		if errors.Is(err, ErrDiskFull) {
+			s.diskFull.Add(uint64(len(batch)))
+		}
+		b.done <- err
+		b.txns = 1
+		s.inflight <- b
+		return
+	}
 	// Scale before routing this batch: a decision taken at the end of a
 	// rate window applies to the events that close it, and is in place
 	// by the time they are acknowledged.
@@ -208,6 +223,23 @@ func (s *Store) writeBatch(batch []*appendReq) {
 	s.inflight <- b
 }
 
+// walBytes bounds what a batch writes to the memtable's log: its records,
+// metadata and journals, with each Badger entry's header, key version and
+// checksum, and each transaction's end entry.
+func walBytes(batch []*appendReq) int64 {
+	n := int64(4096) // payload index keys, the transactions' end entries
+	for _, r := range batch {
+		n += int64(len(r.rec)) + 64
+		for _, m := range r.metas {
+			n += int64(len(m.key)+len(m.val)) + 64
+		}
+		for _, m := range r.journal {
+			n += int64(len(m.key)+len(m.val)) + 64
+		}
+	}
+	return n
+}
+
 // setMetas adds one append's metadata (WithMeta) to txn.
 func setMetas(txn *badger.Txn, r *appendReq) error {
 	for _, m := range r.metas {
@@ -252,7 +284,9 @@ func (s *Store) completeLoop() {
 		default:
 		}
 		if err != nil {
-			s.setSticky(err)
+			if !errors.Is(err, ErrDiskFull) { // refused before writing
+				s.setSticky(err)
+			}
 			for _, r := range b.reqs {
 				r.cb(Position{}, err)
 			}

@@ -49,6 +49,9 @@ type Store struct {
 	// errMu guards sticky: after a failed write every later write fails with it.
 	errMu  stdsync.Mutex
 	sticky error
+	// wal keeps the memtable log's blocks allocated ahead of Badger's
+	// writes (see walspace.go). Committer goroutine only.
+	wal *walSpace
 	// failed is closed when sticky is set (Failed).
 	failed chan struct{}
 	// dirIno is the data directory's inode at Open: a directory removed
@@ -107,8 +110,21 @@ func Open(dir string, opts Options) (*Store, error) {
 		// WithLoggingLevel installs Badger's own logger: set it first.
 		WithLoggingLevel(badger.WARNING).
 		WithLogger(newBadgerLogger(opts.Logger, opts.Now))
+	if err := prepareWAL(dir); err != nil {
+		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
+	}
 	db, err := badger.Open(bo)
 	if err != nil {
+		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
+	}
+	// Before anything is written: the memtable's log allocated ahead.
+	wal, err := newWALSpace(dir, opts.MemTableSize, int64(opts.MaxBatchBytes))
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
+	}
+	if err := wal.ensure(0); err != nil && !errors.Is(err, ErrDiskFull) {
+		db.Close()
 		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
 	}
 	s := &Store{
@@ -123,6 +139,7 @@ func Open(dir string, opts Options) (*Store, error) {
 
 		completed: make(chan struct{}, 1),
 		failed:    make(chan struct{}),
+		wal:       wal,
 		holdTimer: time.NewTimer(time.Hour),
 	}
 	s.holdTimer.Stop()

@@ -1,0 +1,168 @@
+package localstream
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The memtable's log is written through mmap. Badger creates each
+// memtable's log file (NNNNN.mem, 2 × MemTableSize) by truncating it to
+// its size, a sparse file, and copies every commit into the mapping: the
+// page under a write is only allocated when it is first touched. On a
+// filesystem with no free block left — a tmpfs that another process
+// filled, where no blocks are reserved for root as on ext4 — the kernel
+// cannot allocate the page, and a write to it is a SIGBUS (a crash of the
+// whole process, not an error). So the committer allocates the log's
+// blocks before Badger writes them (walSpace.ensure, before every
+// commit): the current log from the start to well past the estimated
+// write offset, and the next memtable's log ahead of time — created
+// empty with its first blocks allocated beyond its end (fallocate
+// KEEP_SIZE), which Badger then opens, truncates to its size and writes
+// into. When the blocks cannot be had the commit is refused with
+// ErrDiskFull, as below the free-space floor: nothing was written, and
+// it can be retried once space is back.
+//
+// What this does not cover: the tables that Badger writes when it flushes
+// a full memtable or compacts are written through mmap too. They are
+// written only after a memtable filled (every MemTableSize of writes),
+// and the free-space floor (Options.MinFreeBytes) is what leaves room for
+// them; another process that takes the last bytes during such a flush
+// can still make Badger fault.
+
+// walAhead is how far past the estimated write offset of the memtable's
+// log its blocks are kept allocated: room for the writes that do not go
+// through the committer (metadata, cuts, marks) between two commits.
+const walAhead = 1 << 20
+
+// walSpace keeps the blocks of the memtable's log allocated ahead of
+// Badger's writes. Committer goroutine only, but for prepare and init.
+type walSpace struct {
+	dir string
+	// size is a log file's size (2 × MemTableSize); ahead what is kept
+	// allocated past the write offset (walAhead + the largest commit).
+	size, ahead int64
+	// fid is the current log's number; written the estimate of the
+	// bytes written to it; alloc the bytes allocated from its start.
+	fid            int
+	written, alloc int64
+	// next is true once the next log (fid+1) is created with its
+	// first ahead bytes allocated.
+	next bool
+}
+
+// prepareWAL removes the next-log files a previous run left (empty: no
+// memtable was ever in them) before Badger opens dir: Badger takes every
+// .mem file for a memtable to replay, and an empty one for an error.
+func prepareWAL(dir string) error {
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	for _, f := range files {
+		if !strings.HasSuffix(f.Name(), ".mem") {
+			continue
+		}
+		if info, err := f.Info(); err == nil && info.Size() == 0 {
+			if err := os.Remove(filepath.Join(dir, f.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// newWALSpace finds the log Badger opened last (Open creates a memtable).
+func newWALSpace(dir string, memTableSize, maxBatchBytes int64) (*walSpace, error) {
+	w := &walSpace{dir: dir, size: 2 * memTableSize, ahead: walAhead + maxBatchBytes, fid: -1}
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if n, ok := strings.CutSuffix(f.Name(), ".mem"); ok {
+			if fid, err := strconv.Atoi(n); err == nil && fid > w.fid {
+				w.fid = fid
+			}
+		}
+	}
+	if w.fid < 0 {
+		return nil, fmt.Errorf("localstream: no memtable log in %s", dir)
+	}
+	w.written = w.touched(w.fid)
+	return w, nil
+}
+
+func (w *walSpace) path(fid int) string { return filepath.Join(w.dir, fmt.Sprintf("%05d.mem", fid)) }
+
+// touched is the bytes allocated to log fid (for a log this did not
+// allocate ahead: the pages Badger wrote), 0 if it does not exist.
+func (w *walSpace) touched(fid int) int64 {
+	var st syscall.Stat_t
+	if syscall.Stat(w.path(fid), &st) != nil {
+		return 0
+	}
+	return st.Blocks * 512
+}
+
+// ensure makes room in the log for a commit of about n bytes: it follows
+// Badger to its next log when the memtable rotated, allocates the
+// current log to the estimated offset + ahead and creates the next one.
+// It fails with ErrDiskFull when the filesystem has no blocks for them.
+func (w *walSpace) ensure(n int64) error {
+	for {
+		var st syscall.Stat_t
+		if err := syscall.Stat(w.path(w.fid+1), &st); err != nil || st.Size == 0 {
+			break
+		}
+		// Badger moved on to the next log (a full memtable, or a flush
+		// by Reclaim): its first ahead bytes were allocated, if by us.
+		w.fid++
+		w.written, w.alloc, w.next = max(w.touched(w.fid)-w.ahead, 0), 0, false
+		if w.written == 0 {
+			w.written = n // the commit that rotated it, about
+		}
+	}
+	w.written += n
+	if want := min(w.written+w.ahead+n, w.size); want > w.alloc {
+		if err := w.allocate(w.path(w.fid), 0, w.alloc, want-w.alloc); err != nil {
+			return err
+		}
+		w.alloc = want
+	}
+	if !w.next {
+		if err := w.allocate(w.path(w.fid+1), unix.FALLOC_FL_KEEP_SIZE, 0, min(w.ahead, w.size)); err != nil {
+			return err
+		}
+		w.next = true
+	}
+	return nil
+}
+
+// allocate allocates length bytes at off in the file at path (created
+// empty if it does not exist).
+func (w *walSpace) allocate(path string, mode uint32, off, length int64) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("localstream: memtable log: %w", err)
+	}
+	defer f.Close()
+	err = unix.Fallocate(int(f.Fd()), mode, off, length)
+	switch {
+	case err == unix.ENOSPC:
+		return fmt.Errorf("%w: no blocks for the memtable's log (%d bytes at %d of %s)", ErrDiskFull, length, off, filepath.Base(path))
+	case err == unix.EOPNOTSUPP:
+		return nil // a filesystem without fallocate: nothing to reserve
+	case err != nil:
+		return fmt.Errorf("localstream: memtable log %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
