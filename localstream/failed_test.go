@@ -50,3 +50,25 @@ func TestRemovedDirFailsTheStore(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 }
+
+// TestOpenLeavesALiveStoresNextLog: a second Open of a store that is open
+// (refused by Badger's lock) does not remove the open store's next
+// memtable log, allocated ahead for a full filesystem (walspace.go).
+func TestOpenLeavesALiveStoresNextLog(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	next := s.wal.path(s.wal.fid + 1)
+	if _, err := os.Stat(next); err != nil {
+		t.Fatalf("the next memtable log is not there after Open: %v", err)
+	}
+	if _, err := Open(dir, Options{MinFreeBytes: -1}); err == nil {
+		t.Fatal("a second Open of an open store succeeded")
+	}
+	if _, err := os.Stat(next); err != nil {
+		t.Fatalf("a refused second Open removed the open store's next log: %v", err)
+	}
+}

@@ -58,8 +58,17 @@ type walSpace struct {
 
 // prepareWAL removes the next-log files a previous run left (empty: no
 // memtable was ever in them) before Badger opens dir: Badger takes every
-// .mem file for a memtable to replay, and an empty one for an error.
+// .mem file for a memtable to replay, and an empty one for an error. It
+// leaves them when another Open holds the store (Badger's flock of the
+// directory: its Open then fails anyway).
 func prepareWAL(dir string) error {
+	if lock, err := os.Open(dir); err == nil {
+		err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		lock.Close() // releases the lock
+		if err != nil {
+			return nil
+		}
+	}
 	files, err := os.ReadDir(dir)
 	if err != nil {
 		if os.IsNotExist(err) {
