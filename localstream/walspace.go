@@ -20,8 +20,8 @@ import (
 // cannot allocate the page, and a write to it is a SIGBUS (a crash of the
 // whole process, not an error). So the committer allocates the log's
 // blocks before Badger writes them (walSpace.ensure, before every
-// commit): the current log from the start to well past the estimated
-// write offset, and the next memtable's log ahead of time — created
+// commit): the current log from the start to walAhead past the estimated
+// end of the commit, and the next memtable's log ahead of time — created
 // empty with its first blocks allocated beyond its end (fallocate
 // KEEP_SIZE), which Badger then opens, truncates to its size and writes
 // into. When the blocks cannot be had the commit is refused with
@@ -35,24 +35,26 @@ import (
 // them; another process that takes the last bytes during such a flush
 // can still make Badger fault.
 
-// walAhead is how far past the estimated write offset of the memtable's
-// log its blocks are kept allocated: room for the writes that do not go
-// through the committer (metadata, cuts, marks) between two commits.
+// walAhead is how far past the estimated end of the next commit the
+// memtable log's blocks are kept allocated: room for the writes that do
+// not go through the committer (metadata, cuts, marks) between two
+// commits.
 const walAhead = 1 << 20
 
 // walSpace keeps the blocks of the memtable's log allocated ahead of
 // Badger's writes. Committer goroutine only, but for prepare and init.
 type walSpace struct {
 	dir string
-	// size is a log file's size (2 × MemTableSize); ahead what is kept
-	// allocated past the write offset (walAhead + the largest commit).
-	size, ahead int64
+	// size is a log file's size (2 × MemTableSize); first what is
+	// allocated of the next log ahead of time (walAhead + the largest
+	// commit: the commit that rotates the memtable lands there).
+	size, first int64
 	// fid is the current log's number; written the estimate of the
 	// bytes written to it; alloc the bytes allocated from its start.
 	fid            int
 	written, alloc int64
 	// next is true once the next log (fid+1) is created with its
-	// first ahead bytes allocated.
+	// first bytes allocated.
 	next bool
 }
 
@@ -91,7 +93,7 @@ func prepareWAL(dir string) error {
 
 // newWALSpace finds the log Badger opened last (Open creates a memtable).
 func newWALSpace(dir string, memTableSize, maxBatchBytes int64) (*walSpace, error) {
-	w := &walSpace{dir: dir, size: 2 * memTableSize, ahead: walAhead + maxBatchBytes, fid: -1}
+	w := &walSpace{dir: dir, size: 2 * memTableSize, first: walAhead + maxBatchBytes, fid: -1}
 	files, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -124,7 +126,7 @@ func (w *walSpace) touched(fid int) int64 {
 
 // ensure makes room in the log for a commit of about n bytes: it follows
 // Badger to its next log when the memtable rotated, allocates the
-// current log to the estimated offset + ahead and creates the next one.
+// current log past the estimated end of the commit and creates the next one.
 // It fails with ErrDiskFull when the filesystem has no blocks for them.
 func (w *walSpace) ensure(n int64) error {
 	for {
@@ -133,22 +135,26 @@ func (w *walSpace) ensure(n int64) error {
 			break
 		}
 		// Badger moved on to the next log (a full memtable, or a flush
-		// by Reclaim): its first ahead bytes were allocated, if by us.
+		// by Reclaim): its first bytes were allocated, if by us.
 		w.fid++
-		w.written, w.alloc, w.next = max(w.touched(w.fid)-w.ahead, 0), 0, false
+		w.written, w.alloc, w.next = max(w.touched(w.fid)-w.first, 0), 0, false
 		if w.written == 0 {
 			w.written = n // the commit that rotated it, about
 		}
 	}
 	w.written += n
-	if want := min(w.written+w.ahead+n, w.size); want > w.alloc {
+	// Past the commit, walAhead more: the little that is not written
+	// through the committer. (Kept small: what is allocated past the
+	// writes is given back when the log is deleted after its flush, and
+	// free space that swings by more would move across the floor.)
+	if want := min(w.written+walAhead+n, w.size); want > w.alloc {
 		if err := w.allocate(w.path(w.fid), 0, w.alloc, want-w.alloc); err != nil {
 			return err
 		}
 		w.alloc = want
 	}
 	if !w.next {
-		if err := w.allocate(w.path(w.fid+1), unix.FALLOC_FL_KEEP_SIZE, 0, min(w.ahead, w.size)); err != nil {
+		if err := w.allocate(w.path(w.fid+1), unix.FALLOC_FL_KEEP_SIZE, 0, min(w.first, w.size)); err != nil {
 			return err
 		}
 		w.next = true
