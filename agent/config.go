@@ -490,9 +490,15 @@ func (c Config) CheckDisk(total int64) error {
 // filesystemSize returns the size of the filesystem holding dir (or its
 // nearest existing parent: dir is created later).
 func filesystemSize(dir string) (int64, error) {
+	orig := dir
 	for {
 		var st unix.Statfs_t
 		err := unix.Statfs(dir, &st)
+		if err == nil && st.Blocks == 0 {
+			// /proc, /sys: no disk at all (and min_free_bytes is not the problem).
+			return 0, fmt.Errorf("%w: data_dir: %s is on a filesystem with no space at all (%s: not a disk, as /proc or /sys): choose a directory on a disk",
+				ErrConfig, orig, dir)
+		}
 		if err == nil {
 			return int64(st.Blocks) * int64(st.Bsize), nil // Bsize is int32 on 32-bit ARM
 		}

@@ -221,3 +221,15 @@ func TestLayoutTwoByDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestDataDirNotADisk: a data directory on a filesystem with no blocks
+// (/proc) is refused as a data_dir problem, not as store.min_free_bytes
+// being above the filesystem's size.
+func TestDataDirNotADisk(t *testing.T) {
+	cfg := NewDefaultConfig()
+	cfg.DataDir = "/proc/nope"
+	_, err := New(cfg, nil)
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "data_dir") || strings.Contains(err.Error(), "min_free_bytes") {
+		t.Fatalf("err = %v", err)
+	}
+}

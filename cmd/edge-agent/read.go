@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	agentpkg "github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/sync"
@@ -55,7 +58,54 @@ func connectCentral(url string) (*nats.Conn, error) {
 	if url == "" {
 		return nil, usagef("--central URL is required (nats://host:port)")
 	}
-	return sync.Connect(sync.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil)
+	nc, err := sync.Connect(sync.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The connection retries in the background: a request on one that never
+	// came up fails as "outbound buffer limit exceeded", which says nothing
+	// of the centre. Wait for it, and say why it is not there.
+	for deadline := time.Now().Add(centralConnectWait); !nc.IsConnected(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			nc.Close()
+			return nil, fmt.Errorf("%w: %s: %s", errCentralUnreachable, agentpkg.RedactURLs(url), dialReason(url))
+		}
+	}
+	return nc, nil
+}
+
+// errCentralUnreachable: no server of --central answered.
+var errCentralUnreachable = errors.New("central unreachable")
+
+// centralConnectWait is how long a command waits for the centre.
+const centralConnectWait = 5 * time.Second
+
+// dialReason says why the servers of a URL list cannot be reached: each
+// one's TCP dial error (connection refused, a timeout), or that TCP
+// connects but NATS does not answer.
+func dialReason(urls string) string {
+	var why []string
+	for _, u := range strings.Split(urls, ",") {
+		host := u
+		if i := strings.Index(host, "://"); i >= 0 {
+			host = host[i+3:]
+		}
+		if i := strings.LastIndex(host, "@"); i >= 0 {
+			host = host[i+1:]
+		}
+		host, _, _ = strings.Cut(host, "/")
+		if _, _, err := net.SplitHostPort(host); err != nil {
+			host = net.JoinHostPort(host, "4222")
+		}
+		c, err := net.DialTimeout("tcp", host, 2*time.Second)
+		if err != nil {
+			why = append(why, err.Error())
+			continue
+		}
+		c.Close()
+		why = append(why, host+": TCP connects but no NATS server answers (TLS or credentials refused?)")
+	}
+	return strings.Join(why, "; ")
 }
 
 // readLine is one JSON line of `edge-agent read`.
