@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -39,7 +40,13 @@ func childUnpacker() int {
 		log.Error("connect", "err", err)
 		return 1
 	}
-	u, err := New(nc, testStream, Options{Replicas: 3, Logger: log, StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
+	// EDGE_UNPACK_BATCH: the batch size (the pair runs one of each).
+	batch, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_BATCH"))
+	pending := 0 // the default
+	if batch > 1 {
+		pending = 16
+	}
+	u, err := New(nc, testStream, Options{Replicas: 3, BatchSize: batch, MaxPending: pending, Logger: log, StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
 	if err != nil {
 		log.Error("new", "err", err)
 		return 1
@@ -56,10 +63,10 @@ type child struct {
 	cmd *exec.Cmd
 }
 
-func startChild(t *testing.T, urls []string) *child {
+func startChild(t *testing.T, urls []string, batch int) *child {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "EDGE_UNPACK_CHILD=1", "EDGE_UNPACK_URLS="+strings.Join(urls, ","))
+	cmd.Env = append(os.Environ(), "EDGE_UNPACK_CHILD=1", "EDGE_UNPACK_URLS="+strings.Join(urls, ","), "EDGE_UNPACK_BATCH="+strconv.Itoa(batch))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -126,7 +133,9 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 		reps = append(reps, r)
 		go func() { appDone <- a.run(ctx, 3*time.Millisecond) }()
 	}
-	children := []*child{startChild(t, urls), startChild(t, urls)}
+	// One sends plain publishes, the other atomic batches of up to 100.
+	batches := []int{1, 100}
+	children := []*child{startChild(t, urls, batches[0]), startChild(t, urls, batches[1])}
 	derived := DerivedStreamName(testStream)
 	waitFor(t, 60*time.Second, "the derived stream to grow", func() bool { return derivedLast(nc, testStream) > 50 })
 
@@ -141,7 +150,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 			if i == 0 || rng.IntN(2) == 0 {
 				c.kill(t)
 				kills++
-				children[i] = startChild(t, urls)
+				children[i] = startChild(t, urls, batches[i])
 			}
 		}
 		for _, p := range proxies {

@@ -124,7 +124,8 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{Options{Replicas: 7}, "replicas"},
 		{Options{BatchSize: 5000}, "batch size"},
-		{Options{MaxPending: 99}, "max pending"},
+		{Options{MaxPending: 5000}, "max pending"},
+		{Options{BatchSize: 10, MaxPending: 99}, "at most 50 batches"},
 		{Options{StandbyCheck: -1}, "negative"},
 	} {
 		if _, err := New(&nats.Conn{}, testStream, c.o); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {

@@ -11,13 +11,18 @@ type Options struct {
 	// Replicas of a derived stream the unpacker creates. Default 0 = as
 	// many as its source stream has.
 	Replicas int
-	// BatchSize bounds the derived messages of one atomic batch (the
-	// events of one source message, cut into batches of at most this many).
-	// Default 500 (the server allows 1,000 by default; a server that
-	// refuses the size halves it for the next session).
+	// BatchSize is the number of derived messages sent as one atomic
+	// batch (the events of one source message at most). Default 1: each
+	// message is a plain publish with its own expectation — as fast for
+	// telemetry and 5× faster for video chunks, because the server stages
+	// an atomic batch in a store of the stream's kind (on disk for a file
+	// stream) before it applies it. At most 1,000 (the server's default
+	// largest batch; a server that refuses the size halves it for the next
+	// session).
 	BatchSize int
-	// MaxPending bounds the batches in flight (sent, not yet acked).
-	// Default 16 (the server allows 50 per stream by default).
+	// MaxPending bounds what is in flight (sent, not yet acked): messages
+	// with BatchSize 1, batches otherwise. Default 512; at most 4,096, and
+	// at most 50 batches (the server's limit per stream by default).
 	MaxPending int
 	// AckTimeout bounds the wait for one publish's ack; a missing ack
 	// ends the session, which resumes from the cursor. Default 10 s.
@@ -43,8 +48,8 @@ type Options struct {
 // DefaultOptions returns the options with every default filled in.
 func DefaultOptions() Options {
 	return Options{
-		BatchSize:        500,
-		MaxPending:       16,
+		BatchSize:        1,
+		MaxPending:       512,
 		AckTimeout:       10 * time.Second,
 		RequestTimeout:   5 * time.Second,
 		StandbyCheck:     2 * time.Second,
@@ -91,8 +96,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: replicas %d (want 0 = as the source, or 1..5)", ErrConfig, o.Replicas)
 	case o.BatchSize < 1 || o.BatchSize > 1000:
 		return fmt.Errorf("%w: batch size %d (want 1..1000, the server's largest atomic batch by default)", ErrConfig, o.BatchSize)
-	case o.MaxPending < 1 || o.MaxPending > 50:
-		return fmt.Errorf("%w: max pending %d batches (want 1..50, the server's limit per stream by default)", ErrConfig, o.MaxPending)
+	case o.MaxPending < 1 || o.MaxPending > 4096:
+		return fmt.Errorf("%w: max pending %d (want 1..4096)", ErrConfig, o.MaxPending)
+	case o.BatchSize > 1 && o.MaxPending > 50:
+		return fmt.Errorf("%w: max pending %d batches of %d (want at most 50 batches, the server's limit per stream by default)", ErrConfig, o.MaxPending, o.BatchSize)
 	case o.AckTimeout < 0, o.RequestTimeout < 0, o.StandbyCheck < 0, o.RetryWait < 0, o.DiscoverInterval < 0:
 		return fmt.Errorf("%w: a negative duration (ack timeout %s, request timeout %s, standby check %s, retry wait %s, discover interval %s)",
 			ErrConfig, o.AckTimeout, o.RequestTimeout, o.StandbyCheck, o.RetryWait, o.DiscoverInterval)
