@@ -3,7 +3,9 @@ package telemetry
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"net"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +61,8 @@ func TestListenerIdleHostLocksNoOneOut(t *testing.T) {
 	cfg.MaxConnectionsPerSource = 6
 	cfg.MaxUnconnected = 4
 	cfg.ConnectTimeout = 10 * time.Second
+	var logs strings.Builder
+	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
 	in, stop := startListener(t, cfg, s, st, nil)
 	addr := in.ListenAddr().String()
 	const hostile = "127.0.0.2"
@@ -93,6 +97,11 @@ func TestListenerIdleHostLocksNoOneOut(t *testing.T) {
 	if p := strings.Join(in.Problems(time.Now()), "; "); !strings.Contains(p, "max_connections_per_source") && !strings.Contains(p, "max_unconnected") {
 		t.Fatalf("problems %q do not report the lock-out", p)
 	}
+	waitFor(t, 15*time.Second, "the lock-out logged", func() bool {
+		l := logs.String()
+		return regexp.MustCompile(`listener_source_refused=[1-9]`).MatchString(l) &&
+			regexp.MustCompile(`listener_unconnected_evicted=[1-9]`).MatchString(l)
+	})
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
