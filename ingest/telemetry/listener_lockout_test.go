@@ -61,8 +61,8 @@ func TestListenerIdleHostLocksNoOneOut(t *testing.T) {
 	cfg.MaxConnectionsPerSource = 6
 	cfg.MaxUnconnected = 4
 	cfg.ConnectTimeout = 10 * time.Second
-	var logs strings.Builder
-	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	logs := &syncWriter{w: &strings.Builder{}}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	in, stop := startListener(t, cfg, s, st, nil)
 	addr := in.ListenAddr().String()
 	const hostile = "127.0.0.2"

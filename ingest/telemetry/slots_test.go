@@ -70,11 +70,11 @@ func TestRefusedDroneAckedFromBroker(t *testing.T) {
 	b := startBroker(t)
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
-	var logs strings.Builder
+	logs := &syncWriter{w: &strings.Builder{}}
 	cfg := testConfig(b.URL(), "agent-refused")
 	cfg.MaxDrones = 2
 	cfg.DroneIdleTimeout = time.Hour
-	cfg.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	in, stop := runIngester(t, cfg, s, st, nil)
 	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	pub := publisher(t, b.URL())
