@@ -310,6 +310,13 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 	// neighbourDelayBound; on one loaded by other test binaries the
 	// baseline itself is hundreds of ms, which no attack caused.
 	lead, _, _ := delays.p99("lead-in")
+	bound := neighbourDelayBound
+	if raceEnabled {
+		// Under -race the hostile streams cost several times the CPU and
+		// one broker session backs up behind them: the run looks for
+		// races there, the timing bound is the normal build's.
+		bound = 10 * neighbourDelayBound
+	}
 	for _, p := range append([]string{"lead-in"}, phaseNames(phases)...) {
 		p99, n, maxD := delays.p99(p)
 		tb.Logf("phase %s: good telemetry ingest delay p99 %v, max %v over %d messages", p, p99, maxD, n)
@@ -319,8 +326,8 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 		}
 		if n == 0 {
 			tb.Errorf("phase %s: no good telemetry stored during it", p)
-		} else if p != "lead-in" && p99 > lead+neighbourDelayBound {
-			tb.Errorf("phase %s: good telemetry p99 ingest delay %v above %v (the lead-in's %v + %v)", p, p99, lead+neighbourDelayBound, lead, neighbourDelayBound)
+		} else if p != "lead-in" && p99 > lead+bound {
+			tb.Errorf("phase %s: good telemetry p99 ingest delay %v above %v (the lead-in's %v + %v)", p, p99, lead+bound, lead, bound)
 		}
 	}
 	tb.Logf("live heap peak %d MiB (bound %d MiB), RSS peak %d MiB", livePeak>>20, neighbourLiveHeapBound>>20, rssPeak>>20)
