@@ -122,3 +122,41 @@ func TestLayoutOneNothingChanges(t *testing.T) {
 	}
 	waitSource(t, nc, testStream, 40)
 }
+
+// TestActiveStandbyPair: two unpackers of one stream at once; one is
+// fenced and stands by (counted), the stream is still every event once,
+// and when the active one stops, the standby takes over.
+func TestActiveStandbyPair(t *testing.T) {
+	srv := startCentral(t)
+	nc := connect(t, srv.ClientURL())
+	a := newTestAgent(t, "gs-1", 3)
+	r, _ := a.replicate(t, connect(t, srv.ClientURL()), sync.JetStreamOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx, 2*time.Millisecond) }()
+	opts := Options{StandbyCheck: 200 * time.Millisecond}
+	u1, stop1 := startUnpacker(t, connect(t, srv.ClientURL()), opts)
+	u2, stop2 := startUnpacker(t, connect(t, srv.ClientURL()), opts)
+	waitFor(t, 30*time.Second, "one of the pair fenced", func() bool { return u1.Stats().Fenced+u2.Stats().Fenced > 0 })
+	// Stop whichever is active now; the other must finish the work.
+	active, stopActive, other := u1, stop1, u2
+	if u1.Stats().State == StateStandby {
+		active, stopActive, other = u2, stop2, u1
+	}
+	if err := stopActive(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	a.waitReplicated(t, r, 30*time.Second)
+	src := len(waitSource(t, nc, testStream, total(a)))
+	waitFor(t, 30*time.Second, "the standby to take over and catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
+	n := verifyDerived(t, nc, testStream, map[string]map[string]int{a.id: a.counts()})
+	t.Logf("%d events; stopped %+v; took over %+v", n, active.Stats(), other.Stats())
+	if other.Stats().Events == 0 {
+		t.Fatal("the standby never published")
+	}
+}
