@@ -52,6 +52,7 @@ func childAgent() int {
 	out := bufio.NewWriter(os.Stdout)
 	var mu stdsync.Mutex
 	r := NewReplicator(st, sink, inst, ReplicatorConfig{
+		Station:   os.Getenv("EDGE_SYNC_STATION"),
 		Watermark: TrackerWatermark(trackerFor(st), nil),
 		OnCommit: func(c Committed, _ []int64) {
 			mu.Lock()
@@ -61,6 +62,15 @@ func childAgent() int {
 		},
 	})
 	ctx := context.Background()
+	if tag := os.Getenv("EDGE_SYNC_EVENTS"); tag != "" {
+		// Events with unique payloads, each printed once acknowledged.
+		go produceLogged(st, tag, &mu, out)
+		if err := r.Run(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	}
 	app := newAppender(st, 6)
 	if os.Getenv("EDGE_SYNC_WARM") == "1" {
 		if err := app.warm(ctx); err != nil {
