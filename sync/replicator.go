@@ -397,6 +397,8 @@ func (r *Replicator) setLast(c Committed) {
 // waits IdleCommitInterval). It ends early when fl, the commit in flight,
 // fails. It returns the cut after the last added event. A record that
 // does not fit stays at the prefetcher's head for the next transaction.
+// An event with a time below lateBelow (the committed watermark lower of
+// the commit this transaction lands after) is sent flagged late.
 func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight, lateBelow int64) (localstream.StreamCut, []int64, error) {
 	var ingest []int64
 	lastCut, owned := cut, false

@@ -211,8 +211,8 @@ type ResumeInput struct {
 	Started             bool
 	StartSeq, KnownSeq  uint64
 	OwnCommits, Adopted int
-	// Decided is set once this run applied a decision (Wait and Refuse
-	// are none): until then, what the store found at Open still counts.
+	// Decided is set once this run applied a decision (Refuse is none):
+	// until then, what the store found at Open still counts.
 	Decided bool
 	// Now is the clock (for FoundAtNs).
 	Now time.Time
