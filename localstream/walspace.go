@@ -188,3 +188,10 @@ func (w *walSpace) allocate(path string, mode uint32, off, length int64) error {
 	}
 	return nil
 }
+
+// ReleaseDir makes a store's directory that no process holds openable by
+// plain Badger (badger.Open, Badger's own tools): it removes the empty
+// next-log file a store that did not close (a crash, SIGKILL) leaves
+// behind, which Badger would take for a memtable and refuse. Open does the
+// same itself.
+func ReleaseDir(dir string) error { return prepareWAL(dir) }

@@ -102,6 +102,9 @@ func (p *producer) flow(ctx context.Context, cur *atomic.Pointer[localstream.Str
 // localstream/doc.go). It returns how many events it deleted.
 func truncateLocalTail(t testing.TB, dir, stream string, n int) int {
 	t.Helper()
+	if err := localstream.ReleaseDir(dir); err != nil {
+		t.Fatal(err)
+	}
 	db, err := badger.Open(badger.DefaultOptions(dir).WithLogger(nil))
 	if err != nil {
 		t.Fatal(err)
