@@ -32,7 +32,6 @@
 //	body:   uvarint kind   1 = ends a transaction: commit record follows
 //	                       2 = a part: uvarint txn follows
 //	                       3 = as 1, the commit record with chain fields
-//	                       4 = as 3, then the station
 //	        [commit record | uvarint txn]
 //	        uvarint nstrings, nstrings × (uvarint len, bytes)   string table
 //	        uvarint nevents, nevents × event metadata
@@ -41,11 +40,11 @@
 //	commit record:  uvarint txn, string instance, varint committed_at_ns,
 //	                uvarint events, uvarint bytes (of the whole transaction),
 //	                cut, varint watermark lower_ns, varint upper_ns, cut
-//	                [kind 3: string store, uvarint epoch_base, u8 lost (0/1),
+//	                [kind 3: string store (with the station, "store/station":
+//	                 both hex, see Lost state below), uvarint epoch_base, u8 lost (0/1),
 //	                 lost = 1: string reason, string store, cut from,
 //	                 cut to (n = 0: unknown), uvarint central_seq,
 //	                 varint found_at_ns]
-//	                [kind 4: string station]
 //	cut:            uvarint n, n × (uvarint segment id, uvarint offset),
 //	                ascending segment ids
 //	string:         uvarint len, bytes

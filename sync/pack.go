@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	stdsync "sync"
 	"sync/atomic"
 
@@ -31,9 +32,6 @@ const (
 	// packFlagCommitChain: a commit record followed by its chain fields
 	// (store identity, epoch base, gap marker; see resume.go).
 	packFlagCommitChain = 3
-	// packFlagCommitStation: as packFlagCommitChain, the chain fields
-	// followed by the station identity.
-	packFlagCommitStation = 4
 	// maxPackBody bounds a decoded body: NATS caps a message at 64 MiB, and
 	// a writer compresses only bodies that fit its max payload raw.
 	maxPackBody = 64 << 20
@@ -158,7 +156,7 @@ func appendCommit(b []byte, c *packCommit) []byte {
 	if !c.hasChain() {
 		return b
 	}
-	b = appendBytes(b, c.Chain.Store)
+	b = appendBytes(b, chainStore(c.Chain.Store, c.Chain.Station))
 	b = binary.AppendUvarint(b, uint64(c.Chain.EpochBase))
 	if l := c.Chain.Lost; l == nil {
 		b = append(b, 0)
@@ -171,10 +169,27 @@ func appendCommit(b []byte, c *packCommit) []byte {
 		b = binary.AppendUvarint(b, l.CentralSeq)
 		b = binary.AppendVarint(b, l.FoundAtNs)
 	}
-	if c.Chain.Station == "" {
-		return b
+	return b
+}
+
+// chainStore is the chain's store field: the store identity, and with a
+// station "store/station". The station rides in the field that readers of
+// kind 3 already take as an opaque string, so that they read the packs of
+// agents that know their station (a new kind was refused by them).
+func chainStore(store, station string) string {
+	if station == "" {
+		return store
 	}
-	return appendBytes(b, c.Chain.Station)
+	return store + "/" + station
+}
+
+// splitChainStore undoes chainStore. Store identities and stations are hex
+// (localstream, MachineStation): the last "/" is the one chainStore wrote.
+func splitChainStore(s string) (store, station string) {
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
 }
 
 // appendCutJSON encodes a JSON cut like appendCut (ids are decimal keys).
@@ -274,8 +289,6 @@ func (w *packWriter) encode(commit *packCommit, txn uint64, hint *packHint) []by
 	if commit != nil {
 		flag := byte(packFlagCommit)
 		switch {
-		case commit.Chain.Station != "":
-			flag = packFlagCommitStation
 		case commit.hasChain():
 			flag = packFlagCommitChain
 		}
@@ -344,13 +357,10 @@ func decodePack(stream string, b []byte) (decodedPack, error) {
 	d := packDecoder{b: body}
 	var out decodedPack
 	switch kind := d.uvarint(); kind {
-	case packFlagCommit, packFlagCommitChain, packFlagCommitStation:
+	case packFlagCommit, packFlagCommitChain:
 		c := d.commit(stream)
 		if d.err == nil && kind != packFlagCommit {
 			d.chain(stream, &c)
-		}
-		if d.err == nil && kind == packFlagCommitStation {
-			c.Chain.Station = d.str()
 		}
 		out.commit, out.txn = &c, c.Txn
 	case packFlagPart:
@@ -509,7 +519,7 @@ func (d *packDecoder) commit(stream string) packCommit {
 
 // chain reads a commit's chain fields.
 func (d *packDecoder) chain(stream string, c *packCommit) {
-	c.Chain.Store = d.str()
+	c.Chain.Store, c.Chain.Station = splitChainStore(d.str())
 	if b := d.uvarint(); b > math.MaxUint32 {
 		d.fail("epoch base")
 	} else {

@@ -286,3 +286,33 @@ func TestPackHintSkipsIncompressible(t *testing.T) {
 		t.Fatalf("%d JSON packs raw", raw)
 	}
 }
+
+// TestStationPackReadAsKindThree: a commit with a station is a kind-3 pack
+// whose chain store field reads "store/station", so a reader that knows
+// kinds 1 to 3 only (the shared peers harness's decoder, written from the
+// spec before stations) reads it; a kind 4 of its own was refused there
+// ("unknown kind 4": the harness counted 0 events at the centre).
+func TestStationPackReadAsKindThree(t *testing.T) {
+	w := newPackWriter()
+	recs := packRecords(3, false)
+	for i := range recs {
+		w.add(&recs[i])
+	}
+	c := testStationCommit(false)
+	b := w.encode(c, 42, nil)
+	body := b[2:]
+	if b[1] == packCodecZstd {
+		var err error
+		if body, err = zstdDec.DecodeAll(body, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := packDecoder{b: body}
+	if kind := d.uvarint(); kind != packFlagCommitChain {
+		t.Fatalf("kind %d, want %d", kind, packFlagCommitChain)
+	}
+	d.commit("telemetry")
+	if got, want := d.str(), c.Chain.Store+"/"+c.Chain.Station; got != want {
+		t.Fatalf("chain store field %q, want %q", got, want)
+	}
+}
