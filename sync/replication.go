@@ -33,6 +33,10 @@ type ReplicationConfig struct {
 	Priorities map[string]int
 	// UplinkBytesPerSec caps all streams together (≤ 0: unlimited).
 	UplinkBytesPerSec int64
+	// Uplink, when set, is the cap to share instead of a new one of
+	// UplinkBytesPerSec: another sender on the same link (the live lane,
+	// package live) draws from it too, at a priority of its own.
+	Uplink *Uplink
 	// Watermarks gives a stream's committed-watermark function (nil or a
 	// nil result: no watermark).
 	Watermarks func(stream string) CommittedWatermarkFunc
@@ -72,7 +76,11 @@ func NewReplication(store *localstream.Store, sink Sink, cfg ReplicationConfig) 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Replication{store: store, sink: sink, cfg: cfg, uplink: NewUplink(cfg.UplinkBytesPerSec),
+	up := cfg.Uplink
+	if up == nil {
+		up = NewUplink(cfg.UplinkBytesPerSec)
+	}
+	return &Replication{store: store, sink: sink, cfg: cfg, uplink: up,
 		reps: map[string]*Replicator{}, discovered: make(chan struct{})}
 }
 

@@ -1,0 +1,221 @@
+package live
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// station is a ground station in a test: a real Badger store with
+// telemetry and video streams and their watermark trackers, replicated
+// through a linkProxy to an embedded JetStream centre, with or without
+// the live lane.
+type station struct {
+	t        testing.TB
+	agent    string
+	store    *localstream.Store
+	streams  map[string]*localstream.Stream
+	trackers map[string]*watermark.Tracker
+	centre   *central.Server
+	proxy    *linkProxy
+	reader   *nats.Conn // straight to the centre: the consumer
+
+	nc     *nats.Conn
+	sink   *sync.JetStreamSink
+	repl   *sync.Replication
+	lane   *Lane
+	cancel context.CancelFunc
+	done   chan struct{}
+	// stopLane stops the lane alone and waits for it.
+	stopLane func()
+}
+
+type stationOpts struct {
+	dir       string // store directory (default: a new temp dir)
+	centreDir string
+	capBps    int64 // the agent's uplink cap (0: none)
+	proxyBps  int   // the link's rate (0: uncapped)
+	lane      bool
+	live      Config
+}
+
+func newStation(t testing.TB, o stationOpts) *station {
+	t.Helper()
+	if o.dir == "" {
+		o.dir = t.TempDir()
+	}
+	s := &station{t: t, agent: "a1", streams: map[string]*localstream.Stream{}, trackers: map[string]*watermark.Tracker{}}
+	store, err := localstream.Open(o.dir, localstream.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.store = store
+	t.Cleanup(func() { store.Close() })
+	for _, name := range []string{"telemetry", "video"} {
+		st, err := store.CreateStream(name, localstream.StreamConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := watermark.NewTracker(st, store, watermark.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.streams[name], s.trackers[name] = st, tr
+	}
+	if o.centreDir == "" {
+		o.centreDir = t.TempDir()
+	}
+	srv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: o.centreDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	s.centre = srv
+	s.proxy = newLinkProxy(t, srv.ClientURL()[len("nats://"):], o.proxyBps)
+	s.reader = dial(t, srv.ClientURL())
+	return s
+}
+
+// dial connects the way the agent does.
+func dial(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := sync.Connect(sync.ConnConfig{URLs: []string{url}, IgnoreDiscoveredServers: true}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// start runs replication (and the lane) through the proxy.
+func (s *station) start(o stationOpts) {
+	t := s.t
+	t.Helper()
+	s.nc = dial(t, s.proxy.URL())
+	inst := sync.NewInstanceID()
+	sink, err := sync.NewJetStreamSink(s.nc, s.agent, inst, sync.JetStreamOptions{Layout: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sink = sink
+	up := sync.NewUplink(o.capBps)
+	s.repl = sync.NewReplication(s.store, sink, sync.ReplicationConfig{Instance: inst, Uplink: up,
+		Streams: []string{"telemetry", "video"}, Logger: quiet,
+		Watermarks: func(name string) sync.CommittedWatermarkFunc {
+			return sync.TrackerWatermark(s.trackers[name], nil)
+		}})
+	if o.lane {
+		cfg := o.live
+		if cfg.Streams == nil {
+			cfg = NewDefaultConfig()
+		}
+		s.lane, err = New(s.agent, []*localstream.Stream{s.streams["telemetry"], s.streams["video"]}, cfg,
+			Options{Conn: sink.Conn, Uplink: up, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel, s.done = cancel, make(chan struct{})
+	lctx, lcancel := context.WithCancel(ctx)
+	ld := make(chan struct{})
+	go func() {
+		defer close(ld)
+		if s.lane != nil {
+			s.lane.Run(lctx)
+		}
+	}()
+	s.stopLane = func() { lcancel(); <-ld }
+	go func() {
+		defer close(s.done)
+		s.repl.Run(ctx)
+		s.stopLane()
+	}()
+	t.Cleanup(s.stop)
+}
+
+func (s *station) stop() {
+	if s.cancel != nil {
+		s.cancel()
+		<-s.done
+		s.cancel = nil
+		s.sink.Close()
+		s.nc.Close()
+	}
+}
+
+// telemetryEvent is drone's position report number i at time ns.
+func telemetryEvent(drone string, i int, ns int64) localstream.Event {
+	a := float64(i) / 600
+	return localstream.Event{RoutingKey: drone, Writer: "telemetry/" + drone, EventTime: ns, IngestTime: ns,
+		ContentType: "application/json",
+		Headers:     []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + drone + "/telemetry"}},
+		Payload: fmt.Appendf(nil, `{"drone":%q,"seq":%d,"time_ns":%d,"lat":%.6f,"lon":%.6f,"alt":%.1f,"heading":%.1f,"speed":%.1f,"battery":%.1f}`,
+			drone, i, ns, 48.85+0.01*math.Sin(a), 2.35+0.01*math.Cos(a), 120+10*math.Sin(a), math.Mod(float64(i), 360), 12.5, 100-float64(i)/1000)}
+}
+
+// videoEvent is a one-second chunk of drone's video at time ns: a
+// keyframe of keyBytes then 29 frames of frameBytes (H.264 Annex-B
+// shaped; the lane does not decode the pictures).
+func videoEvent(drone string, ns int64, keyBytes, frameBytes int) localstream.Event {
+	c := &video.Chunk{Codec: video.CodecH264, SSRC: 0x1234}
+	for i := range 30 {
+		n := frameBytes
+		if i == 0 {
+			n = keyBytes
+		}
+		f := make([]byte, n)
+		copy(f, []byte{0, 0, 0, 1, 0x65})
+		for j := 5; j < n; j++ {
+			f[j] = byte(j*7 + i)
+		}
+		c.Payload = append(c.Payload, f...)
+		c.Frames = append(c.Frames, video.FrameInfo{PTS: ns + int64(i)*int64(time.Second)/30, Size: n, Key: i == 0})
+	}
+	return c.Event(drone, ns)
+}
+
+// appendNoted appends ev durably and notes its time with its writer.
+func (s *station) appendNoted(ctx context.Context, stream string, ev localstream.Event) {
+	s.t.Helper()
+	pos, err := s.streams[stream].Append(ctx, ev)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	mark := ev.EventTime
+	if stream == "video" {
+		c, err := video.DecodeChunk(ev)
+		if err == nil {
+			mark = c.Frames[len(c.Frames)-1].PTS
+		}
+	}
+	if err := s.trackers[stream].Note(ev.Writer, mark, pos); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// envInt is an integer from the environment, or def.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
