@@ -206,6 +206,9 @@ func (r *Redactor) AddConfig(c Config) {
 	readLines(c.Central.NkeySeedFile)
 	r.AddURLs(c.Telemetry.Broker)
 	r.AddURLs(c.Central.URL)
+	for _, src := range c.Video.Sources {
+		r.AddURLs(src.URL)
+	}
 	readFile(c.Telemetry.PasswordFile)
 	readFile(c.Central.PasswordFile)
 	if c.Telemetry.PasswordEnv != "" {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -140,6 +141,12 @@ func (a *Agent) Status() Status {
 	if a.video != nil {
 		v := a.video.Stats()
 		s.Video = &v
+		for _, src := range v.Sources {
+			if src.State == video.SourceFailing {
+				s.Errors["video/source/"+src.Drone] = fmt.Sprintf("%s failing since %s (%s ago): %s",
+					src.URL, src.Since.UTC().Format(time.RFC3339), now.Sub(src.Since).Round(time.Second), src.LastError)
+			}
+		}
 	}
 	if a.telem != nil {
 		t := a.telem.Stats()

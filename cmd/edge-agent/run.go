@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/edge-agent/edge-agent/agent"
+	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/procs"
 )
 
@@ -42,6 +43,9 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	fs.Var(&topics, "mqtt-topic", "MQTT topic `PATTERN`, repeatable (overrides telemetry.topics): the drone id is the level\n"+
 		"written {drone}, or the single + level: drones/+/telemetry and drones/{drone}/telemetry/# both work;\n"+
 		"with {drone}, other + levels match anything; # only as the last level")
+	var rtspSources stringList
+	fs.Var(&rtspSources, "rtsp-source", "RTSP camera to pull video from, `DRONE=URL`, repeatable (overrides video.sources):\n"+
+		"drone-1=rtsp://user:password@10.0.0.11:554/stream (rtsps:// too; the password is never shown)")
 	centralURL := fs.String("central", "", "central JetStream: nats://host:port[,...] or embedded (overrides central.url)")
 	layout := fs.Int("central-layout", 0, "central layout written: 2 (packed, the default), 1 (a message per event) (overrides central.layout)")
 	httpListen := fs.String("http-listen", "", "HTTP HOST:PORT for /metrics, /healthz, /status (overrides http.listen)")
@@ -83,6 +87,16 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	}
 	if len(topics) > 0 {
 		cfg.Telemetry.Topics = topics
+	}
+	if len(rtspSources) > 0 {
+		cfg.Video.Sources = nil
+		for _, s := range rtspSources {
+			drone, u, ok := strings.Cut(s, "=")
+			if !ok {
+				return cfg, usageError{fmt.Errorf("%w: --rtsp-source: want DRONE=URL (e.g. drone-1=rtsp://10.0.0.11:554/stream)", agent.ErrConfig)}
+			}
+			cfg.Video.Sources = append(cfg.Video.Sources, video.SourceConfig{Drone: drone, URL: u})
+		}
 	}
 	if set["central"] {
 		cfg.Central.URL = *centralURL

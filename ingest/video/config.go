@@ -26,6 +26,17 @@ type Config struct {
 	ClockRate int `yaml:"clock_rate"`
 	// Drones are the known drones.
 	Drones []DroneConfig `yaml:"drones"`
+	// Sources are RTSP cameras and encoders to pull video from, each
+	// as one drone (see SourceConfig).
+	Sources []SourceConfig `yaml:"sources"`
+	// SourceReconnectMin and SourceReconnectMax bound the wait before an
+	// RTSP source's next attempt: min after a stream that played ends,
+	// doubling after each failed attempt up to max. Defaults 250ms, 5s.
+	SourceReconnectMin time.Duration `yaml:"source_reconnect_min"`
+	SourceReconnectMax time.Duration `yaml:"source_reconnect_max"`
+	// SourceTimeout bounds each RTSP request and the silence of a
+	// playing stream (no packet for this long ends it), default 10s.
+	SourceTimeout time.Duration `yaml:"source_timeout"`
 	// Allow lists the source IPs or CIDRs accepted; empty accepts all.
 	// Packets from elsewhere are dropped and counted (rejected).
 	Allow []string `yaml:"allow"`
@@ -146,6 +157,10 @@ func NewDefaultConfig() Config {
 		SocketBuffer:     16 << 20,
 		RawBatchBytes:    64 << 10,
 		RawBatchAge:      time.Second,
+
+		SourceReconnectMin: defaultReconnectMin,
+		SourceReconnectMax: defaultReconnectMax,
+		SourceTimeout:      defaultSourceTimeout,
 	}
 }
 
@@ -189,6 +204,9 @@ func (c Config) withDefaults() Config {
 	setD(&c.EvictIdle, d.EvictIdle)
 	setD(&c.RebindAfter, d.RebindAfter)
 	setD(&c.RawBatchAge, d.RawBatchAge)
+	setD(&c.SourceReconnectMin, d.SourceReconnectMin)
+	setD(&c.SourceReconnectMax, d.SourceReconnectMax)
+	setD(&c.SourceTimeout, d.SourceTimeout)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -270,6 +288,17 @@ func (c *Config) Validate() error {
 			return bad(field+".fmtp", "%v", err)
 		}
 		d.params = ps
+	}
+	for i := range c.Sources {
+		if err := c.Sources[i].validate(i, seen); err != nil {
+			return err
+		}
+	}
+	if c.SourceReconnectMin < 10*time.Millisecond || c.SourceReconnectMax < c.SourceReconnectMin {
+		return bad("source_reconnect_min", "%v to %v (want at least 10ms, and source_reconnect_max at least that)", c.SourceReconnectMin, c.SourceReconnectMax)
+	}
+	if c.SourceTimeout < 100*time.Millisecond {
+		return bad("source_timeout", "%v (want at least 100ms)", c.SourceTimeout)
 	}
 	return nil
 }

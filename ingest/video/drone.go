@@ -37,7 +37,9 @@ type drone struct {
 	noted int64
 	// lastSeen is the arrival of the last packet.
 	lastSeen time.Time
-	pkt      rtp.Packet
+	// conn is the RTSP connection of the last pulled packet (nil: pushed).
+	conn *sourceConn
+	pkt  rtp.Packet
 }
 
 // session is the state of one SSRC of a drone.
@@ -117,6 +119,25 @@ func (d *drone) startSession(ssrc uint32, codec Codec) {
 	}
 	d.pendingSR = nil
 	d.sess = s
+}
+
+// reconnect starts the session of a new connection of an RTSP source:
+// what arrived on the old one is flushed (its complete frames appended,
+// a frame cut short dropped), the next chunk is flagged discontinuity
+// and starts at a keyframe, and times are estimated until the new
+// connection's first sender report. The codec and parameter sets are
+// the ones the server described this time.
+func (d *drone) reconnect(conn *sourceConn) {
+	if d.sess != nil {
+		d.sess.reorder.flushAll(d.deliver)
+		d.sess.asm.flush()
+		d.sess = nil
+	}
+	if d.chunker != nil {
+		d.chunker.discontinuity(d.emit)
+	}
+	d.waitKey, d.pendingSR, d.conn = true, nil, conn
+	d.codecs, d.seed = d.cfg.codecs(conn.dc), conn.dc.params
 }
 
 // deliver receives in-order packets from the reorder buffer.

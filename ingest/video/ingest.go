@@ -40,6 +40,9 @@ type Ingest struct {
 
 	wg      sync.WaitGroup // drone goroutines
 	running atomic.Bool
+
+	// sources are the RTSP sources, one goroutine each while Run runs.
+	sources []*source
 }
 
 // New checks cfg (defaults applied) and returns an Ingest that appends to sink.
@@ -56,6 +59,9 @@ func New(cfg Config, sink Sink) (*Ingest, error) {
 		cfg: cfg, sink: sink.Stream, marks: sink.Marks, log: cfg.Logger, now: cfg.Now,
 		counters: map[string]*droneCounters{},
 		ready:    make(chan struct{}),
+	}
+	for i := range in.cfg.Sources {
+		in.sources = append(in.sources, newSource(in, &in.cfg.Sources[i]))
 	}
 	return in, nil
 }
@@ -115,6 +121,11 @@ func (in *Ingest) Run(ctx context.Context) error {
 			defer readers.Done()
 			in.read(c, i, stopping)
 		}()
+	}
+	// RTSP sources: one pipeline, two ways in. They stop with the readers,
+	// before the drones flush.
+	for _, s := range in.sources {
+		readers.Go(func() { s.run(ctx) })
 	}
 	<-ctx.Done()
 	close(stopping)
@@ -219,6 +230,15 @@ func (in *Ingest) read(c *net.UDPConn, sock int, stopping <-chan struct{}) {
 	}
 }
 
+// enqueueSource queues a pulled packet for its source's drone (the same
+// bounded queue as pushed RTP, drops counted), starting the drone when it
+// is not running.
+func (in *Ingest) enqueueSource(conn *sourceConn, it item) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.router.enqueue(in.router.startSource(conn.dc, it.arrival), it)
+}
+
 // tickInterval is how often a drone runs its timers.
 func (in *Ingest) tickInterval() time.Duration {
 	t := in.cfg.ReorderMaxWait / 4
@@ -273,6 +293,9 @@ func (in *Ingest) runDrone(ctx context.Context, dr *droneRun) {
 	defer t.Stop()
 	handle := func(ctx context.Context, it item) error {
 		in.router.queued.Add(-int64(len(it.b)))
+		if it.conn != nil && it.conn != d.conn {
+			d.reconnect(it.conn)
+		}
 		if it.rtcp {
 			return d.rtcpPacket(ctx, it.b, it.arrival)
 		}
@@ -353,6 +376,9 @@ func (in *Ingest) Stats() Stats {
 		ds := c.snapshot()
 		s.PerDrone[id] = ds
 		s.DroneStats.add(ds)
+	}
+	for _, src := range in.sources {
+		s.Sources = append(s.Sources, src.state.snapshot())
 	}
 	return s
 }

@@ -24,6 +24,9 @@ type item struct {
 	owned bool
 	// src is the datagram's source (checked when a held report is released).
 	src netip.AddrPort
+	// conn is the RTSP connection a pulled packet came in on (nil for
+	// pushed RTP): a drone that sees a new one starts a new session.
+	conn *sourceConn
 }
 
 // own copies the datagram out of the reader's buffer, once.
@@ -371,6 +374,20 @@ func (r *router) enqueue(dr *droneRun, it item) {
 		r.queued.Add(-n)
 		dr.d.c.queueDrops.Add(1)
 	}
+}
+
+// startSource returns the running drone of an RTSP source, starting it
+// when it is not running (its first packet, or after session_timeout of
+// silence closed it). A source's drone is configured: never evicted, and
+// not refused by max_drones (the sources are bounded by the config).
+func (r *router) startSource(dc *DroneConfig, now time.Time) *droneRun {
+	dr := r.byID[dc.ID]
+	if dr == nil {
+		dr = r.start(dc.ID, dc)
+		dr.dc, dr.lastSeen = dc, now
+		r.byID[dc.ID] = dr
+	}
+	return dr
 }
 
 // remove unbinds a drone that is closing.

@@ -195,4 +195,6 @@ type Stats struct {
 	DroneStats
 	// PerDrone has the counters of each drone seen, by id.
 	PerDrone map[string]DroneStats `json:"per_drone"`
+	// Sources are the RTSP sources' states, in configuration order.
+	Sources []SourceStatus `json:"sources,omitempty"`
 }
