@@ -52,8 +52,8 @@ func DefaultDialect() *Dialect {
 
 // NewDialect reads a gomavlib dialect.
 func NewDialect(dd *dialect.Dialect) (*Dialect, error) {
-	rw, err := dialect.NewReadWriter(dd)
-	if err != nil {
+	rw := &dialect.ReadWriter{Dialect: dd}
+	if err := rw.Initialize(); err != nil {
 		return nil, err
 	}
 	d := &Dialect{rw: rw, byID: map[uint32]*msgInfo{}, names: map[string]uint32{}}

@@ -15,6 +15,7 @@ import (
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
 	"github.com/bluenviron/gomavlib/v3/pkg/frame"
 	"github.com/bluenviron/gomavlib/v3/pkg/message"
+	"github.com/bluenviron/gomavlib/v3/pkg/streamwriter"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -85,20 +86,14 @@ func localConfig() Config {
 // code) writing to a buffer: frames made by it are what a real sender sends.
 type gomavlibWriter struct {
 	buf bytes.Buffer
-	w   *frame.Writer
+	w   *streamwriter.Writer
 }
 
 func newWriter(t testing.TB, v1 bool, sysid, compid uint8, key *frame.V2Key) *gomavlibWriter {
 	t.Helper()
 	g := &gomavlibWriter{}
-	rw := DefaultDialect().rw
-	ver := frame.V2
-	if v1 {
-		ver = frame.V1
-	}
-	g.w = &frame.Writer{ByteWriter: &g.buf, DialectRW: rw, OutVersion: ver, OutSystemID: sysid,
-		OutComponentID: compid, OutKey: key}
-	if err := g.w.Initialize(); err != nil {
+	var err error
+	if g.w, err = newStreamWriter(&g.buf, v1, sysid, compid, key); err != nil {
 		t.Fatal(err)
 	}
 	return g
@@ -108,7 +103,7 @@ func newWriter(t testing.TB, v1 bool, sysid, compid uint8, key *frame.V2Key) *go
 func (g *gomavlibWriter) frame(t testing.TB, msg message.Message) []byte {
 	t.Helper()
 	g.buf.Reset()
-	if err := g.w.WriteMessage(msg); err != nil {
+	if err := g.w.Write(msg); err != nil {
 		t.Fatal(err)
 	}
 	return append([]byte(nil), g.buf.Bytes()...)

@@ -12,6 +12,7 @@ import (
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
 	"github.com/bluenviron/gomavlib/v3/pkg/frame"
 	"github.com/bluenviron/gomavlib/v3/pkg/message"
+	"github.com/bluenviron/gomavlib/v3/pkg/streamwriter"
 )
 
 // SimConfig configures Simulate.
@@ -54,7 +55,7 @@ const SimFramesPerSecond = 50
 
 type simDrone struct {
 	sysid uint8
-	w     *frame.Writer
+	w     *streamwriter.Writer
 	conn  io.WriteCloser
 	boot  time.Time
 	next  []time.Duration
@@ -88,9 +89,9 @@ func Simulate(ctx context.Context, cfg SimConfig) (SimResult, error) {
 			d.conn.Close()
 		}
 	}()
-	ver := frame.V2
-	if cfg.V1 {
-		ver = frame.V1
+	var key *frame.V2Key
+	if cfg.SigningKey != nil {
+		key = frame.NewV2Key(cfg.SigningKey)
 	}
 	for i := range cfg.Drones {
 		c, err := simDial(ctx, u)
@@ -98,11 +99,7 @@ func Simulate(ctx context.Context, cfg SimConfig) (SimResult, error) {
 			return res, err
 		}
 		d := &simDrone{sysid: cfg.FirstSysID + uint8(i), conn: c, boot: time.Now().Add(-time.Duration(30+i) * time.Second)}
-		d.w = &frame.Writer{ByteWriter: c, DialectRW: DefaultDialect().rw, OutVersion: ver, OutSystemID: d.sysid, OutComponentID: 1}
-		if cfg.SigningKey != nil {
-			d.w.OutKey = frame.NewV2Key(cfg.SigningKey)
-		}
-		if err := d.w.Initialize(); err != nil {
+		if d.w, err = newStreamWriter(c, cfg.V1, d.sysid, 1, key); err != nil {
 			return res, err
 		}
 		for k := range simRates { // spread the messages over the first period
@@ -129,7 +126,7 @@ func Simulate(ctx context.Context, cfg SimConfig) (SimResult, error) {
 		for _, d := range drones {
 			for k, r := range simRates {
 				for d.next[k] <= t {
-					if err := d.w.WriteMessage(r.make(d, t)); err != nil {
+					if err := d.w.Write(r.make(d, t)); err != nil {
 						res.Elapsed = time.Since(start)
 						return res, err
 					}
@@ -205,3 +202,21 @@ type udpLink struct {
 
 func (l udpLink) Write(b []byte) (int, error) { return l.pc.WriteToUDP(b, l.to) }
 func (l udpLink) Close() error                { return l.pc.Close() }
+
+// newStreamWriter is gomavlib's message writer on w: frames of version 1 or
+// 2 from sysid/compid, signed with key when it is not nil.
+func newStreamWriter(w io.Writer, v1 bool, sysid, compid uint8, key *frame.V2Key) (*streamwriter.Writer, error) {
+	ver := streamwriter.V2
+	if v1 {
+		ver = streamwriter.V1
+	}
+	fw := &frame.Writer{ByteWriter: w, DialectRW: DefaultDialect().rw}
+	if err := fw.Initialize(); err != nil {
+		return nil, err
+	}
+	sw := &streamwriter.Writer{FrameWriter: fw, Version: ver, SystemID: sysid, ComponentID: compid, Key: key}
+	if err := sw.Initialize(); err != nil {
+		return nil, err
+	}
+	return sw, nil
+}

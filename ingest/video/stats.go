@@ -155,7 +155,6 @@ type receiveCounters struct {
 	tooManyDrones    atomic.Uint64
 	evicted          atomic.Uint64
 	unknownRTCP      atomic.Uint64
-	kernelDrops      atomic.Uint64
 	dronesStarted    atomic.Uint64
 	dronesClosed     atomic.Uint64
 }
