@@ -209,7 +209,7 @@ func explain(step string, err error, timeout time.Duration) error {
 		return fmt.Errorf("%s: %w: check the user and password in the source URL", step, err)
 	case errors.As(err, &bad) && bad.Code == base.StatusNotFound:
 		return fmt.Errorf("%s: %w: no such stream on the server (path, or nothing published yet)", step, err)
-	case errors.As(err, &ne) && ne.Timeout():
+	case errors.As(err, &ne) && ne.Timeout(), errors.As(err, new(liberrors.ErrClientRequestTimedOut)):
 		return fmt.Errorf("%s: no answer within %v: %w", step, timeout, err)
 	case errors.As(err, new(liberrors.ErrClientTCPTimeout)), errors.As(err, new(liberrors.ErrClientUDPTimeout)):
 		return fmt.Errorf("%s: no packets within %v: %w", step, timeout, err)

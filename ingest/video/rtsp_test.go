@@ -2,13 +2,18 @@ package video
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replay"
 )
 
 // rtspIngest runs an Ingest with sources (pushed RTP on an ephemeral
@@ -140,5 +145,171 @@ func TestRTSPSourcePullsH264AndH265(t *testing.T) {
 	}
 	for _, s := range in.Stats().Sources {
 		t.Logf("source %+v", s)
+	}
+}
+
+// TestRTSPServerRestarts: the RTSP server is killed (SIGKILL) and
+// restarted three times mid-stream, each time with a new publisher,
+// while a pushed RTP drone streams into the same ingest. Each time the
+// source plays again within the backoff bound of the stream's return,
+// the first chunk after each gap is flagged (4 discontinuities in all),
+// no frame that arrived whole is dropped, and the pushed drone loses
+// nothing.
+func TestRTSPServerRestarts(t *testing.T) {
+	srv := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
+	in, sink, stop := rtspIngest(t, SourceConfig{URL: srv.URL("", "cam"), Drone: "cam", Transport: "tcp"})
+	bound := in.cfg.SourceReconnectMax + time.Second // the last wait, and the requests of the attempt
+
+	// The pushed drone: a real capture at half speed (12 s) from its own port.
+	c := loadCapture(t, "h264", CodecH264)
+	pushed := make(chan error, 1)
+	go func() {
+		_, err := replay.Send(context.Background(), testdata("h264.pcap"), in.Addr().String(), replay.Options{Speed: 0.5, SSRC: 0x77, Mux: true})
+		pushed <- err
+	}()
+
+	const gop = 10
+	pub := rtsptest.Publish(t, srv.URL("", "cam"), rtsptest.H264, 100000, 25, gop)
+	waitSource(t, in, "cam", SourceStreaming, 10*time.Second)
+	const kills = 3
+	for k := 1; k <= kills; k++ {
+		for deadline := time.Now().Add(10 * time.Second); in.Stats().PerDrone["cam"].FramesOut < uint64(30*k); {
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: no frames stored", k)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		srv.Kill()
+		pub.Kill()
+		waitSource(t, in, "cam", SourceFailing, 5*time.Second)
+		srv.Start()
+		pub = rtsptest.Publish(t, srv.URL("", "cam"), rtsptest.H264, 100000, 25, gop)
+		srv.WaitCount("RECORD request", k+1, 10*time.Second)
+		back := time.Now()
+		st := waitSource(t, in, "cam", SourceStreaming, bound)
+		t.Logf("kill %d: streaming again %v after the stream was back (bound %v), %d reconnects", k, time.Since(back).Round(time.Millisecond), bound, st.Reconnects)
+		if st.Reconnects != uint64(k) {
+			t.Fatalf("kill %d: %d reconnects", k, st.Reconnects)
+		}
+	}
+	time.Sleep(time.Second)
+	if err := <-pushed; err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	stats := in.Stats()
+	evs := byDrone(sink.snapshot())
+	got := checkPulled(t, CodecH264, evs["cam"], 1+kills)
+	ds := stats.PerDrone["cam"]
+	t.Logf("cam: %d frames stored, %d skipped before a keyframe after a join, %d dropped (cut by a kill), %d packets", len(got.frames), ds.FramesSkipped, ds.FramesDropped, ds.Packets)
+	if ds.Lost != 0 || ds.QueueDrops != 0 || ds.FramesDropped > kills || ds.FramesOut != uint64(len(got.frames)) || ds.Packets != stats.Sources[0].RTP {
+		t.Fatalf("cam: frames that arrived were lost: %+v (source %+v)", ds, stats.Sources[0])
+	}
+	// The pushed drone is untouched by the restarts.
+	pd := decodeAll(t, evs["ssrc-00000077"])
+	ps := stats.PerDrone["ssrc-00000077"]
+	if len(pd.frames) != len(c.frames) || ps.Lost != 0 || ps.Discontinuities != 1 || ps.QueueDrops != 0 {
+		t.Fatalf("pushed drone: %d of %d frames, %+v", len(pd.frames), len(c.frames), ps)
+	}
+}
+
+// TestRTSPWrongCredentialsAndSilentServer: a source with a wrong
+// password and one whose server accepts the connection and never answers
+// fail with errors that say so (the password never in them), while a
+// third source streams; the ingest stops at once however the failing
+// sources are stuck.
+func TestRTSPWrongCredentialsAndSilentServer(t *testing.T) {
+	auth := rtsptest.Start(t, rtsptest.Auth, rtsptest.Options{})
+	plain := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(io.Discard, c) // reads the requests, answers nothing
+		}
+	}()
+	const secret = "Sup3rSecretPw"
+	in, sink, stop := rtspIngest(t,
+		SourceConfig{URL: auth.URL(rtsptest.ReadUser+":"+secret, "cam"), Drone: "wrong-pw"},
+		SourceConfig{URL: "rtsp://u:" + secret + "@" + silent.Addr().String() + "/cam", Drone: "silent"},
+		SourceConfig{URL: plain.URL("", "cam"), Drone: "good"})
+	pub := rtsptest.Publish(t, auth.URL(rtsptest.PublishUser+":"+rtsptest.PublishPass, "cam"), rtsptest.H264, 100000, 25, 10)
+	rtsptest.Publish(t, plain.URL("", "cam"), rtsptest.H264, 100000, 25, 10)
+	auth.WaitCount("RECORD request", 1, 10*time.Second)
+	st := waitSource(t, in, "wrong-pw", SourceFailing, 5*time.Second)
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(st.LastError, "401"); st = in.Stats().Sources[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("wrong-pw: %q", st.LastError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(st.LastError, "check the user and password") {
+		t.Errorf("wrong-pw: %q does not say what to fix", st.LastError)
+	}
+	sl := waitSource(t, in, "silent", SourceFailing, 2*in.cfg.SourceTimeout+time.Second)
+	if !strings.Contains(sl.LastError, "no answer within") {
+		t.Errorf("silent: %q", sl.LastError)
+	}
+	waitSource(t, in, "good", SourceStreaming, 5*time.Second)
+	time.Sleep(time.Second)
+	for _, s := range in.Stats().Sources {
+		if strings.Contains(fmt.Sprint(s), secret) {
+			t.Errorf("the password is shown: %+v", s)
+		}
+	}
+	// A right password is played (the failure was the password).
+	_ = pub
+	began := time.Now()
+	stop()
+	if d := time.Since(began); d > 2*time.Second {
+		t.Errorf("Run took %v to stop with a source stuck on a silent server", d)
+	}
+	if evs := byDrone(sink.snapshot()); len(evs["good"]) == 0 || len(evs["wrong-pw"]) != 0 || len(evs["silent"]) != 0 {
+		t.Fatalf("chunks: good %d, wrong-pw %d, silent %d", len(evs["good"]), len(evs["wrong-pw"]), len(evs["silent"]))
+	}
+}
+
+// TestRTSPTransportFallbackAndTLS: with the automatic transport a
+// server without UDP is played over TCP (after its 461), and an rtsps://
+// server whose certificate chains to the configured CA is played; the
+// same server without the CA is refused (unknown authority).
+func TestRTSPTransportFallbackAndTLS(t *testing.T) {
+	noUDP := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{NoUDP: true})
+	in, sink, stop := rtspIngest(t, SourceConfig{URL: noUDP.URL("", "cam"), Drone: "fallback"})
+	rtsptest.Publish(t, noUDP.URL("", "cam"), rtsptest.H264, 50, 25, 10)
+	st := waitSource(t, in, "fallback", SourceStreaming, 10*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	if st = in.Stats().Sources[0]; st.Transport != "TCP" || st.TransportSwitches == 0 {
+		t.Errorf("fallback: transport %q after %d switches", st.Transport, st.TransportSwitches)
+	}
+	if len(sink.snapshot()) == 0 {
+		t.Error("fallback: no chunk")
+	}
+
+	sec := rtsptest.Start(t, rtsptest.Secure, rtsptest.Options{})
+	in, sink, stop = rtspIngest(t,
+		SourceConfig{URL: sec.URL("", "cam"), Drone: "tls", CAFile: sec.CAFile},
+		SourceConfig{URL: sec.URL("", "cam"), Drone: "tls-tcp", CAFile: sec.CAFile, Transport: "tcp"},
+		SourceConfig{URL: sec.URL("", "cam"), Drone: "no-ca"})
+	rtsptest.Publish(t, sec.URL("", "cam"), rtsptest.H264, 100000, 25, 10)
+	waitSource(t, in, "tls", SourceStreaming, 10*time.Second)
+	waitSource(t, in, "tls-tcp", SourceStreaming, 10*time.Second)
+	time.Sleep(time.Second)
+	stop()
+	evs := byDrone(sink.snapshot())
+	for _, d := range []string{"tls", "tls-tcp"} {
+		checkPulled(t, CodecH264, evs[d], 1)
+	}
+	if st := in.Stats().Sources[2]; st.State != SourceFailing || !strings.Contains(st.LastError, "certificate signed by unknown authority") || len(evs["no-ca"]) != 0 {
+		t.Errorf("no-ca: %v %q, %d chunks", st.State, st.LastError, len(evs["no-ca"]))
 	}
 }

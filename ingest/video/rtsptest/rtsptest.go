@@ -213,6 +213,26 @@ func (s *Server) Kill() {
 	s.cmd = nil
 }
 
+// Count returns how many lines of the server's log hold what (the
+// examples log each request: "RECORD request", "PLAY request", ...).
+func (s *Server) Count(what string) int {
+	b, _ := os.ReadFile(s.LogPath)
+	return strings.Count(string(b), what)
+}
+
+// WaitCount waits until the server's log holds what n times.
+func (s *Server) WaitCount(what string, n int, within time.Duration) {
+	s.t.Helper()
+	deadline := time.Now().Add(within)
+	for s.Count(what) < n {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(s.LogPath)
+			s.t.Fatalf("rtsptest: %q %d times in the server's log within %v, want %d:\n%s", what, s.Count(what), within, n, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // URL is the server's URL of path, with userinfo ("user:pass", or "").
 func (s *Server) URL(userinfo, path string) string {
 	if userinfo != "" {
@@ -253,7 +273,9 @@ func Publish(t testing.TB, url, codec string, frames, fps, gop int) *Publisher {
 	default:
 		t.Fatalf("rtsptest: codec %q", codec)
 	}
-	args = append(args, "-f", "rtsp", "-rtsp_transport", "tcp", url)
+	// 1200-byte packets: SRTP (the secure example) adds its tag within the
+	// server's 1472-byte packets.
+	args = append(args, "-f", "rtsp", "-rtsp_transport", "tcp", "-pkt_size", "1200", url)
 	p := &Publisher{Frames: frames, done: make(chan struct{}), Log: &bytes.Buffer{}}
 	p.cmd = exec.Command("ffmpeg", args...)
 	p.cmd.Stdout, p.cmd.Stderr = p.Log, p.Log
