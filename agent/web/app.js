@@ -199,6 +199,7 @@ function render(s) {
   for (const [k, r] of hist.series) if (r.a.length < hist.t.a.length) r.push(null);
 
   renderDrones(s, cur, rate);
+  renderSources(s);
   renderHost(s);
   renderErrors(s);
   prev = cur;
@@ -242,6 +243,32 @@ function renderDrones(s, cur, rate) {
   if (!drones.length) {
     const tr = el("tr");
     tr.appendChild(el("td", { colspan: "9" }, "no drone seen yet"));
+    tb.appendChild(tr);
+  }
+}
+
+// renderSources shows each RTSP source: connecting, streaming, or failing
+// since when and why (the agent's redactor has removed any password).
+function renderSources(s) {
+  const sources = (s.video && s.video.sources) || [];
+  document.getElementById("sources-box").hidden = !sources.length;
+  const tb = document.querySelector("#sources tbody");
+  tb.textContent = "";
+  const now = Date.parse(s.time);
+  for (const src of sources) {
+    const tr = el("tr", { "data-source": src.drone });
+    cell(tr, "drone", src.drone);
+    const cls = { streaming: "ok", connecting: "warn", failing: "bad" }[src.state] || "";
+    const st = cell(tr, "state", "");
+    st.appendChild(el("span", { class: "pill " + cls }, src.state === "failing" ? "failing since " + new Date(src.since).toLocaleTimeString() : src.state));
+    const ago = src.since ? (now - Date.parse(src.since)) / 1000 : null;
+    cell(tr, "for", ago == null ? "–" : fmtSec(Math.max(0, ago)));
+    cell(tr, "url", src.url);
+    cell(tr, "transport", src.transport || "–");
+    cell(tr, "codec", src.codec || "–");
+    cell(tr, "reconnects", fmtInt(src.reconnects));
+    cell(tr, "rtp", fmtInt(src.rtp));
+    cell(tr, "last_error", src.last_error || "–", src.state === "failing" ? "warnText" : "");
     tb.appendChild(tr);
   }
 }
