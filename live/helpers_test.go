@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
+	stdsync "sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,12 @@ import (
 )
 
 var quiet = slog.New(slog.DiscardHandler)
+
+// rng fills video frames (not a test's randomness: any bytes do).
+var (
+	rngMu stdsync.Mutex
+	rng   = rand.NewChaCha8([32]byte{28})
+)
 
 // station is a ground station in a test: a real Badger store with
 // telemetry and video streams and their watermark trackers, replicated
@@ -174,7 +182,8 @@ func telemetryEvent(drone string, i int, ns int64) localstream.Event {
 
 // videoEvent is a one-second chunk of drone's video at time ns: a
 // keyframe of keyBytes then 29 frames of frameBytes (H.264 Annex-B
-// shaped; the lane does not decode the pictures).
+// shaped, the rest random: as incompressible as coded video; the lane
+// does not decode the pictures).
 func videoEvent(drone string, ns int64, keyBytes, frameBytes int) localstream.Event {
 	c := &video.Chunk{Codec: video.CodecH264, SSRC: 0x1234}
 	for i := range 30 {
@@ -183,10 +192,10 @@ func videoEvent(drone string, ns int64, keyBytes, frameBytes int) localstream.Ev
 			n = keyBytes
 		}
 		f := make([]byte, n)
+		rngMu.Lock()
+		rng.Read(f)
+		rngMu.Unlock()
 		copy(f, []byte{0, 0, 0, 1, 0x65})
-		for j := 5; j < n; j++ {
-			f[j] = byte(j*7 + i)
-		}
 		c.Payload = append(c.Payload, f...)
 		c.Frames = append(c.Frames, video.FrameInfo{PTS: ns + int64(i)*int64(time.Second)/30, Size: n, Key: i == 0})
 	}
@@ -196,19 +205,99 @@ func videoEvent(drone string, ns int64, keyBytes, frameBytes int) localstream.Ev
 // appendNoted appends ev durably and notes its time with its writer.
 func (s *station) appendNoted(ctx context.Context, stream string, ev localstream.Event) {
 	s.t.Helper()
+	if err := s.append(ctx, stream, ev); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// append is appendNoted returning its error (for other goroutines).
+func (s *station) append(ctx context.Context, stream string, ev localstream.Event) error {
 	pos, err := s.streams[stream].Append(ctx, ev)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
 	mark := ev.EventTime
 	if stream == "video" {
-		c, err := video.DecodeChunk(ev)
-		if err == nil {
+		if c, err := video.DecodeChunk(ev); err == nil {
 			mark = c.Frames[len(c.Frames)-1].PTS
 		}
 	}
-	if err := s.trackers[stream].Note(ev.Writer, mark, pos); err != nil {
-		s.t.Fatal(err)
+	return s.trackers[stream].Note(ev.Writer, mark, pos)
+}
+
+// fleet is the drones of the time-to-live-view scenario: telemetry drones
+// reporting at 10 Hz, video drones sending a one-second chunk a second
+// (a 20 KB keyframe and 29 frames of 1.5 KB: about 0.5 Mbit/s).
+type fleet struct {
+	telemetry, video []string
+	seq              map[string]int
+}
+
+func newFleet(tel, vid int) *fleet {
+	f := &fleet{seq: map[string]int{}}
+	for i := range tel {
+		f.telemetry = append(f.telemetry, fmt.Sprintf("tel-%d", i+1))
+	}
+	for i := range vid {
+		f.video = append(f.video, fmt.Sprintf("vid-%d", i+1))
+	}
+	return f
+}
+
+// emitter takes one of the fleet's events into a local stream (the
+// station's store, or the leaf's edge streams).
+type emitter func(ctx context.Context, stream string, ev localstream.Event) error
+
+// tick emits the fleet's events of the 100 ms step at ns (video on
+// whole seconds).
+func (f *fleet) tick(ctx context.Context, emit emitter, ns int64, second bool) error {
+	for _, d := range f.telemetry {
+		f.seq[d]++
+		if err := emit(ctx, "telemetry", telemetryEvent(d, f.seq[d], ns)); err != nil {
+			return err
+		}
+	}
+	if !second {
+		return nil
+	}
+	for _, d := range f.video {
+		if err := emit(ctx, "video", videoEvent(d, ns, 20<<10, 1536)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// capture appends d of the fleet's events ending at end, as fast as the
+// store takes them (a capture replayed at full speed).
+func (f *fleet) capture(ctx context.Context, emit emitter, d time.Duration, end time.Time) error {
+	step := int64(100 * time.Millisecond)
+	n := int(d / time.Duration(step))
+	for i := range n {
+		ns := end.UnixNano() - int64(n-i)*step
+		if err := f.tick(ctx, emit, ns, i%10 == 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fly appends the fleet's events in real time until ctx ends.
+func (f *fleet) fly(ctx context.Context, emit emitter) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for i := 0; ; i++ {
+		if err := f.tick(ctx, emit, time.Now().UnixNano(), i%10 == 0); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
 	}
 }
 

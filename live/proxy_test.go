@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"strconv"
@@ -132,6 +133,9 @@ func (p *linkProxy) up(src, dst net.Conn) {
 // frame's bytes and whether it is a live publish.
 func readFrame(br *bufio.Reader) ([]byte, bool, error) {
 	line, err := br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		return append([]byte(nil), line...), false, nil // not NATS client protocol (a leaf's LMSG payload)
+	}
 	if err != nil {
 		return append([]byte(nil), line...), false, err
 	}
