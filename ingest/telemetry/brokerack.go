@@ -1,44 +1,171 @@
 package telemetry
 
 import (
+	"fmt"
+	"io"
 	"net"
 	"net/url"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
 )
 
-// The broker client writes its PUBACKs itself, four bytes into the
-// connection it dialed (dialBroker), as the listener does for its
-// publishers. Through paho, every PUBACK took a closure and a packet, a
-// formatted store key and a map delete (persistOutbound), and two channel
-// hand-offs between goroutines (the router's ack channel, the output
-// redirector, the outgoing writer) before a write of its own:
-// BENCHMARKS.md, issue 32.
+// The broker client reads the PUBLISH packets off its connection itself
+// and writes their PUBACKs itself, four bytes into the same connection, as
+// the listener does for its publishers; paho keeps the rest of the session:
+// CONNECT, SUBSCRIBE, keep-alive, reconnect, DISCONNECT.
 //
-// A message is acknowledged on the connection it came on: paho delivers a
-// connection's messages (ordered delivery: on its router goroutine) only
-// after dialing it and stops that router before it dials the next, so the
-// connection dialed last when a message is delivered is the one it came
-// on. A PUBACK for a connection that is gone fails its write and is
-// dropped, as paho drops the acks of a lost connection: the broker
-// delivers the message again (DUP) and the dedup entry skips it. Over a
-// connection paho dialed itself (ws, wss) the acks go through paho.
+// Through paho, every message crossed three goroutines before the
+// pipeline saw it (the socket reader, the incoming-comms loop, the ordered
+// router: two channel hand-offs, each a wake-up of another goroutine on
+// the one or two Ps the agent runs with), and every PUBACK took a closure
+// and a packet, a formatted store key and a map delete (persistOutbound),
+// and three more hand-offs (the router's ack channel, the output
+// redirector, the outgoing writer) before a write of its own. On one P the
+// hand-offs were most of the path's wait: the broker bridge drained the
+// same Mosquitto faster (BENCHMARKS.md, issue 32).
+//
+// brokerConn sits between paho and the socket (tcp and TLS; over ws and
+// wss paho's own path is kept: onMessage, m.Ack). paho's reader goroutine
+// calls its Read; Read reads whole packets from the socket: a PUBLISH of
+// QoS 0 or 1 is delivered there and then, on that goroutine, in the order
+// it came, and acknowledged on the connection it came on once durable;
+// every other packet (CONNACK, SUBACK, PINGRESP, a QoS 2 PUBLISH, which a
+// QoS 1 subscription never gets) is handed to paho byte for byte. A
+// delivery that waits (lanes or the byte budget full) holds the reading,
+// as paho's ordered delivery did: TCP then pushes back on the broker.
+//
+// A PUBACK for a connection that is gone fails its write and is dropped,
+// as paho drops the acks of a lost connection: the broker delivers the
+// message again (DUP) and the dedup entry skips it.
+
+// brokerConn is the broker client's tcp or TLS connection (see above).
+type brokerConn struct {
+	*bufferedConn
+	in *Ingester
+	// pass holds the bytes of a packet for paho that it has not read yet;
+	// passBuf is its reused buffer; buf the PUBLISH body buffer (the
+	// reading goroutine only).
+	pass, passBuf []byte
+	buf           packetBuf
+}
+
+// Read hands paho the packets that are not delivered here, reading and
+// delivering PUBLISH packets until one comes.
+func (c *brokerConn) Read(p []byte) (int, error) {
+	for len(c.pass) == 0 {
+		if err := c.next(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, c.pass)
+	c.pass = c.pass[n:]
+	return n, nil
+}
+
+// next reads one packet: a PUBLISH of QoS 0 or 1 is delivered, any other
+// is left in c.pass for paho.
+func (c *brokerConn) next() error {
+	r := c.r
+	first, err := r.ReadByte()
+	if err != nil {
+		return err
+	}
+	n, err := readRemainingLength(r)
+	if err != nil {
+		return err
+	}
+	typ, qos := first>>4, (first>>1)&0x03
+	if typ != packets.Publish || qos > 1 {
+		b := appendRemainingLength(append(c.passBuf[:0], first), n)
+		h := len(b)
+		b = append(b, make([]byte, n)...)
+		if _, err := io.ReadFull(r, b[h:]); err != nil {
+			return err
+		}
+		if cap(b) <= keepBuffer {
+			c.passBuf = b
+		}
+		c.pass = b
+		return nil
+	}
+	buf := &c.buf.body
+	if cap(*buf) < n {
+		*buf = make([]byte, n)
+	}
+	body := (*buf)[:n]
+	if _, err := io.ReadFull(r, body); err != nil {
+		return err
+	}
+	p := packets.PublishPacket{FixedHeader: packets.FixedHeader{MessageType: typ, Dup: first&0x08 != 0, Qos: qos, Retain: first&0x01 != 0, RemainingLength: n}}
+	if cap(*buf) > keepBuffer {
+		*buf = nil
+	}
+	if err := unpackPublish(&p, body, c.buf.topic); err != nil {
+		return fmt.Errorf("telemetry: from the broker: %w", err)
+	}
+	c.buf.topic = p.TopicName
+	c.in.deliverBroker(&brokerMessage{topic: p.TopicName, payload: p.Payload, qos: qos, dup: p.Dup, retained: p.Retain, id: p.MessageID}, c.bufferedConn)
+	return nil
+}
+
+// appendRemainingLength appends n as MQTT's remaining length (MQTT 3.1.1
+// §2.2.3: 7 bits a byte, low first, bit 7 = more follows).
+func appendRemainingLength(b []byte, n int) []byte {
+	for {
+		d := byte(n & 0x7f)
+		n >>= 7
+		if n > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if n == 0 {
+			return b
+		}
+	}
+}
+
+// deliverBroker delivers a PUBLISH read off the broker connection conn,
+// on its reading goroutine, in the order it came.
+func (in *Ingester) deliverBroker(m *brokerMessage, conn *bufferedConn) {
+	if !in.reserve(msgBytes(m)) {
+		return // stopping: unacknowledged, the broker delivers it again
+	}
+	a := brokerAck{m: m}
+	if m.qos == 1 {
+		a.conn = conn
+	}
+	in.deliverMu.Lock()
+	defer in.deliverMu.Unlock()
+	n := in.brokerOrder.number()
+	in.deliver(m, func() { in.brokerOrder.release(n, a, sendBrokerAck) }, in.brokerDedup, true)
+}
+
+// brokerMessage is a PUBLISH read by brokerConn, shaped as paho's Message.
+// Its PUBACK is written by sendBrokerAck; Ack does nothing.
+type brokerMessage struct {
+	topic    string
+	payload  []byte
+	qos      byte
+	dup      bool
+	retained bool
+	id       uint16
+}
+
+func (m *brokerMessage) Duplicate() bool   { return m.dup }
+func (m *brokerMessage) Qos() byte         { return m.qos }
+func (m *brokerMessage) Retained() bool    { return m.retained }
+func (m *brokerMessage) Topic() string     { return m.topic }
+func (m *brokerMessage) MessageID() uint16 { return m.id }
+func (m *brokerMessage) Payload() []byte   { return m.payload }
+func (m *brokerMessage) Ack()              {}
 
 // brokerAck is what one message from the broker is owed once durable.
 type brokerAck struct {
 	// conn is the connection the message came on; nil: ack through paho
-	// (m.Ack), for a websocket or a QoS other than 1.
+	// (m.Ack): a message paho delivered (websocket), or QoS 0.
 	conn *bufferedConn
 	m    paho.Message
-}
-
-// brokerAckOf is the ack of m, delivered now.
-func (in *Ingester) brokerAckOf(m paho.Message) brokerAck {
-	a := brokerAck{m: m}
-	if m.Qos() == 1 {
-		a.conn = in.brokerConn.Load()
-	}
-	return a
 }
 
 // sendBrokerAck sends a's PUBACK. Called on the acker goroutine; the
@@ -52,13 +179,12 @@ func sendBrokerAck(a brokerAck) {
 	_, _ = a.conn.Write(appendPubAck(b[:0], pubAck{id: a.m.MessageID(), qos: 1}))
 }
 
-// dialBroker is the broker client's dialer (tcp and TLS): dialBuffered,
-// keeping the connection as the one the next messages come on.
+// dialBroker is the broker client's dialer (tcp and TLS): dialConn,
+// wrapped in a brokerConn that delivers the PUBLISH packets itself.
 func (in *Ingester) dialBroker(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
 	c, err := dialConn(uri, o)
 	if err != nil {
 		return nil, err
 	}
-	in.brokerConn.Store(c)
-	return c, nil
+	return &brokerConn{bufferedConn: c, in: in}, nil
 }

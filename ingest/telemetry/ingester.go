@@ -69,8 +69,6 @@ type Ingester struct {
 	deliverMu sync.Mutex
 	// brokerOrder orders the broker client's PUBACKs (see ackOrder).
 	brokerOrder ackOrder[brokerAck]
-	// brokerConn is the broker connection dialed last (see brokerAck).
-	brokerConn atomic.Pointer[bufferedConn]
 	// listener is the MQTT server for publishers (nil without Listen).
 	listener *listener
 	// stopping is closed when Run begins to stop.
@@ -357,14 +355,17 @@ func (in *Ingester) onConnect(c paho.Client) {
 // client (persistent session), even while it is disconnected.
 func (in *Ingester) Subscribed() <-chan struct{} { return in.subscribed }
 
-// onMessage runs on paho's single delivery goroutine, in delivery order.
+// onMessage runs on paho's single delivery goroutine, in delivery order,
+// for the messages paho reads itself: over a websocket, where brokerConn
+// does not read them (see brokerack.go), and a QoS 2 PUBLISH. They are
+// acked through paho (m.Ack).
 func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	if !in.reserve(msgBytes(m)) {
 		return // stopping: unacknowledged, the broker delivers it again
 	}
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
-	n, a := in.brokerOrder.number(), in.brokerAckOf(m)
+	n, a := in.brokerOrder.number(), brokerAck{m: m}
 	in.deliver(m, func() { in.brokerOrder.release(n, a, sendBrokerAck) }, in.brokerDedup, true)
 }
 
