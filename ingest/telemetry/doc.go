@@ -69,7 +69,8 @@
 //     its earlier events are durable; "online" cancels a close still waiting;
 //   - a new drone while MaxDrones drones hold a slot: refused at once, no
 //     delivery waits (DronesOverLimit, Problems): no PUBACK on the
-//     listener, acked and dropped from the broker (see Ingester.refuse);
+//     listener, dropped from the broker, written as a gap marker and acked
+//     once the marker is durable (refused.go; RefusedMarkers);
 //   - retained status replayed by the broker: acked, skipped (RetainedSkipped);
 //     status messages never take a slot;
 //   - a full lane makes delivery wait (LaneFullWaits): keep LaneDepth ≥ the

@@ -55,6 +55,9 @@ type Ingester struct {
 	// delivery waiting for lane space now began (0: none waits). Problems
 	// reads them.
 	refusedAt, waitingSince atomic.Int64
+	// refusals holds the broker's refused messages until their gap
+	// markers are written (refused.go).
+	refusals refusals
 	// lastLockout is the last connection the listener turned away (nil: none).
 	lastLockout atomic.Pointer[lockout]
 
@@ -109,6 +112,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		subscribed: make(chan struct{}), budget: budget{max: int64(cfg.MaxBufferedBytes), room: make(chan struct{}, 1)},
 		window: storeWindow{max: storeWindowFor(cfg.MaxPayload), room: make(chan struct{}, 1)},
 	}
+	in.refusals.due = make(chan struct{}, 1)
 	if cfg.Broker != "" {
 		meta, ok := sink.Meta.(metaDeleter)
 		if !ok {
@@ -188,6 +192,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	wg.Go(in.closeReleased)
 	if in.brokerDedup != nil {
 		wg.Go(func() { in.collectDedup(dead) })
+		wg.Go(func() { in.writeRefusals(appendCtx) })
 	}
 	ackWG.Go(in.ackLoop)
 	noteWG.Go(in.noteLoop)
@@ -412,7 +417,7 @@ func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroke
 	}
 	l := in.laneFor(drone, recv)
 	if l == nil {
-		in.refuse(m, ack, recv)
+		in.refuse(m, drone, ack, recv)
 		return
 	}
 	in.enqueue(l, item{msg: m, ack: ack, topic: topic, recv: recv, dedup: d})
@@ -470,17 +475,22 @@ func (in *Ingester) droneID(level string) string {
 // On the listener a refused QoS 1/2 message gets no PUBACK (its place in
 // the connection's ack order is passed over, so later acks still go):
 // the publisher keeps it and sends it again after a reconnect. From the
-// broker it is acknowledged and dropped: MQTT 3.1.1 has no negative
-// acknowledgement, and a message held unacked would take one of the
-// broker's in-flight slots for this session until it reconnects — enough
-// of them stall every drone — and the reconnect would deliver it again.
-func (in *Ingester) refuse(m paho.Message, ack func(), recv int64) {
+// broker it is dropped, written into the stream as a gap marker, and
+// acknowledged once the marker is durable (refused.go): MQTT 3.1.1 has
+// no negative acknowledgement, and a message held unacked would take one
+// of the broker's in-flight slots for this session until it reconnects —
+// enough of them stall every drone — and the reconnect would deliver it
+// again.
+func (in *Ingester) refuse(m paho.Message, drone string, ack func(), recv int64) {
 	in.c.dronesOverLimit.Add(1)
 	in.refusedAt.Store(recv)
 	if r, ok := m.(interface{ refuse() }); ok {
 		r.refuse()
+		in.drop(m, ack)
+		return
 	}
-	in.drop(m, ack)
+	in.release(msgBytes(m))
+	in.noteRefused(drone, len(m.Payload()), recv, ack)
 }
 
 // process handles one item on the dispatcher goroutine; false = stop.

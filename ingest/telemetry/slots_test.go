@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -224,5 +225,94 @@ func TestOfflineDroneGivesSlotBack(t *testing.T) {
 	}
 	if got := in.Stats(); got.DronesReleased != 1 {
 		t.Fatalf("released %d, want 1", got.DronesReleased)
+	}
+}
+
+// TestRefusedDroneWrittenAsGapMarker (issue 30.1, rule 2 of docs/design.md):
+// a message from the broker that a full drone table refuses is acked and
+// dropped — a loss by policy — and the loss is written into the telemetry
+// stream as gap markers (FlagGap, writer RefusedWriter), coalesced and
+// bounded: the refused drones' own markers (routing key the drone id) for
+// at most maxRefusedKeys ids per marker, the rest in one summary marker
+// (routing key RefusedKey). Every refused message is in exactly one marker;
+// the markers are durable before the refused messages are acked.
+func TestRefusedDroneWrittenAsGapMarker(t *testing.T) {
+	b := startBroker(t)
+	s, st := openStore(t, t.TempDir())
+	defer s.Close()
+	cfg := testConfig(b.URL(), "agent-refused-gap")
+	cfg.MaxDrones = 2
+	cfg.DroneIdleTimeout = time.Hour
+	in, stop := runIngester(t, cfg, s, st, nil)
+	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	pub := publisher(t, b.URL())
+	send := func(drone string, seq int) {
+		tok := pub.Publish("drones/"+drone+"/telemetry", 1, false, fmt.Sprintf(`{"drone":%q,"seq":%d}`, drone, seq))
+		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+			t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+	send("a", 1)
+	send("b", 1)
+	waitFor(t, 10*time.Second, "a and b stored", func() bool { return in.Stats().Appended == 2 })
+	for seq := 1; seq <= 3; seq++ {
+		send("c", seq)
+	}
+	const spam = 3 * maxRefusedKeys // more ids than one marker round names
+	for i := range spam {
+		send(fmt.Sprintf("new-%d", i), 1)
+	}
+	send("a", 2)
+	waitFor(t, 10*time.Second, "a's second message stored", func() bool { return in.Stats().Appended == 3 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if got := in.Stats().DronesOverLimit; got != 3+spam {
+		t.Fatalf("refused %d, want %d", got, 3+spam)
+	}
+	var markers, events, drones uint64
+	perDrone := map[string]uint64{}
+	var telemetry []localstream.Record
+	for _, r := range readAll(t, st) {
+		if !r.Flags.Has(localstream.FlagGap) {
+			telemetry = append(telemetry, r)
+			continue
+		}
+		markers++
+		if r.Writer != RefusedWriter || r.ContentType != ContentTypeJSON {
+			t.Fatalf("marker %s: writer %q content type %q", r.Position, r.Writer, r.ContentType)
+		}
+		var g RefusedGap
+		if err := json.Unmarshal(r.Payload, &g); err != nil {
+			t.Fatalf("marker %s: %v: %s", r.Position, err, r.Payload)
+		}
+		if g.Reason != RefusedReason || g.Events == 0 || g.Bytes == 0 || g.MaxDrones != cfg.MaxDrones || g.FirstReceiveNs > g.LastReceiveNs {
+			t.Fatalf("marker %s: %s", r.Position, r.Payload)
+		}
+		events += g.Events
+		if r.RoutingKey == RefusedKey {
+			drones += g.Drones
+			continue
+		}
+		if g.Drones != 1 {
+			t.Fatalf("marker %s of drone %s: %s", r.Position, r.RoutingKey, r.Payload)
+		}
+		drones++
+		perDrone[r.RoutingKey] += g.Events
+	}
+	if events != 3+spam || drones < 1+spam {
+		t.Fatalf("%d markers for %d events of %d drones, want %d events of at least %d drones (a drone may be in two rounds)", markers, events, drones, 3+spam, 1+spam)
+	}
+	if perDrone["c"] != 3 && perDrone["c"] != 0 {
+		t.Fatalf("c's markers count %d events, want 3 (or c in a summary)", perDrone["c"])
+	}
+	if len(perDrone) == 0 || markers > 3+spam {
+		t.Fatalf("%d markers, %d drones with their own: want coalesced markers naming drones", markers, len(perDrone))
+	}
+	if got := in.Stats().RefusedMarkers; got != markers {
+		t.Fatalf("stats count %d markers, the stream holds %d", got, markers)
+	}
+	if msg := verifyExactlyOnce(telemetry, map[string]uint64{"a": 2, "b": 1}); msg != "" {
+		t.Fatal(msg)
 	}
 }

@@ -37,8 +37,12 @@ type Stats struct {
 	WritersClosed uint64 `json:"writers_closed"`
 	// DronesOverLimit: messages of new drones refused, at once, while
 	// MaxDrones drones held a slot: on the listener not acknowledged (the
-	// publisher resends), from the broker acknowledged and dropped.
+	// publisher resends), from the broker acknowledged and dropped,
+	// written as gap markers (RefusedMarkers).
 	DronesOverLimit uint64 `json:"drones_over_limit"`
+	// RefusedMarkers: gap markers written for the broker's refused
+	// messages (refused.go; writer RefusedWriter).
+	RefusedMarkers uint64 `json:"refused_markers"`
 	// DronesReleased: slots given back (drone offline, or silent for
 	// DroneIdleTimeout) to let a new drone in.
 	DronesReleased uint64 `json:"drones_released"`
@@ -156,7 +160,7 @@ func (in *Ingester) Stats() Stats {
 		InvalidJSON: c.invalidJSON.Load(), Binary: c.binary.Load(), TimeEstimated: c.timeEstimated.Load(),
 		TimeInvalid: c.timeInvalid.Load(), Late: c.late.Load(), ClockSkew: c.clockSkew.Load(),
 		StatusOnline: c.statusOnline.Load(), StatusOffline: c.statusOffline.Load(), StatusUnknown: c.statusUnknown.Load(),
-		WritersClosed: c.writersClosed.Load(), DronesOverLimit: c.dronesOverLimit.Load(),
+		WritersClosed: c.writersClosed.Load(), DronesOverLimit: c.dronesOverLimit.Load(), RefusedMarkers: in.refusals.markers.Load(),
 		LaneFullWaits: c.laneFullWaits.Load(), Connects: c.connects.Load(), ConnectionLost: c.connectionLost.Load(),
 		SubscribeErrors: c.subscribeErrors.Load(), MarkErrors: c.markErrors.Load(),
 		DedupLoaded: c.dedupLoaded.Load(), DedupCorrupt: c.dedupCorrupt.Load(),
