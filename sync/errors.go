@@ -39,10 +39,6 @@ var (
 	// ErrCutMismatch: the central commit record's cut does not fit the local
 	// stream (data lost locally, or another agent's record). Permanent.
 	ErrCutMismatch = errors.New("sync: central cut does not fit the local stream")
-	// ErrCorruptRecord: a commit record or data message cannot be decoded.
-	ErrCorruptRecord = errors.New("sync: corrupt central record")
-	// ErrBadToken: an escaped subject token is malformed.
-	ErrBadToken = errors.New("sync: malformed subject token")
 	// ErrTxnClosed: a transaction was used after commit or discard.
 	ErrTxnClosed = errors.New("sync: transaction closed")
 	// ErrConfig: invalid configuration; the message names the field.

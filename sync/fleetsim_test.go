@@ -387,7 +387,7 @@ func BenchmarkCentreCommits(b *testing.B) {
 				Storage: jetstream.FileStorage, Replicas: 3, AllowAtomicPublish: true}); err != nil {
 				b.Fatal(err)
 			}
-			recs := packRecords(10, false)
+			recs := telemetryRecords(10)
 			var lat latencies
 			var commits, fails stdsync.Map
 			sinks := make([]*JetStreamSink, n)
@@ -445,4 +445,20 @@ func BenchmarkCentreCommits(b *testing.B) {
 			b.ReportMetric(float64(failed), "failed_commits")
 		})
 	}
+}
+
+// telemetryRecords returns n JSON telemetry records of two drones, one
+// segment, consecutive offsets.
+func telemetryRecords(n int) []localstream.Record {
+	out := make([]localstream.Record, n)
+	for i := range out {
+		d := fmt.Sprintf("drone-%d", i%2)
+		out[i] = localstream.Record{Position: localstream.Position{Offset: uint64(i)}, Event: localstream.Event{
+			RoutingKey: d, Writer: "telemetry/" + d, EventTime: 1_767_000_000_000_000_000 + int64(i)*1_000_000,
+			IngestTime: 1_767_000_000_000_000_000 + int64(i)*1_000_100, ContentType: "application/json",
+			Headers: []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + d + "/telemetry"}},
+			Payload: fmt.Appendf(nil, `{"drone":%q,"seq":%d,"lat":47.%06d,"lon":8.%06d,"alt":%d}`, d, i, i*7919%1e6, i*104729%1e6, i%500),
+		}}
+	}
+	return out
 }

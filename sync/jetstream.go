@@ -411,10 +411,6 @@ func (t *jsTxn) Add(ctx context.Context, rec localstream.Record) error {
 	return t.send(m, int64(len(rec.Payload)))
 }
 
-// markerKeep bounds the writer and routing key a marker carries when the
-// whole ones do not fit (only for keys and writers near the max payload).
-const markerKeep = 1 << 10
-
 // AddMarker sends, in place of rec, the marker that names its position
 // and the reason it could not be sent.
 func (t *jsTxn) AddMarker(ctx context.Context, rec localstream.Record, reason string) error {

@@ -73,64 +73,6 @@ import (
 // store sends again from there what it still retains, and reports what
 // retention deleted as a LostRange with both ends exact.
 
-// LossReason says how events came to be lost.
-type LossReason string
-
-const (
-	// LossLocalTail: the local store lost events that the centre had
-	// committed (a power cut in periodic durability, a restored backup);
-	// the events it had after the centre's cut are lost, end unknown.
-	LossLocalTail LossReason = "local-tail-lost"
-	// LossStoreReplaced: another store took over the agent's chain; the
-	// old store's events after its last commit are lost, end unknown.
-	LossStoreReplaced LossReason = "store-replaced"
-	// LossCentralTail: the centre lost commits; what the local store no
-	// longer retains of them is lost, both ends exact.
-	LossCentralTail LossReason = "central-tail-lost"
-)
-
-// LostRange is a gap marker in a commit record: the central positions of
-// events that will never reach the centre.
-type LostRange struct {
-	// Reason says how they were lost.
-	Reason LossReason `json:"reason"`
-	// Store is the identity of the store that held them.
-	Store string `json:"store,omitempty"`
-	// From is the cut before the first lost event (exact), To the cut
-	// after the last one; To absent means unknown: every later position
-	// in From's segments and their successors at From's epoch base.
-	From localstream.CutMap `json:"from"`
-	To   localstream.CutMap `json:"to,omitempty"`
-	// CentralSeq is the sequence of the commit record the loss was found
-	// against (the chain's last record then).
-	CentralSeq uint64 `json:"central_seq,omitempty"`
-	// FoundAtNs is the agent's clock when the loss was found.
-	FoundAtNs int64 `json:"found_at_ns"`
-}
-
-// check validates a decoded LostRange.
-func (l *LostRange) check(stream string) error {
-	if len(l.From) == 0 || l.Reason == "" {
-		return fmt.Errorf("%w: lost range without reason or start", ErrCorruptRecord)
-	}
-	if _, err := l.From.Cut(stream); err != nil {
-		return fmt.Errorf("%w: lost range: %w", ErrCorruptRecord, err)
-	}
-	if _, err := l.To.Cut(stream); err != nil {
-		return fmt.Errorf("%w: lost range: %w", ErrCorruptRecord, err)
-	}
-	return nil
-}
-
-// String is the loss in one line (logs, /status).
-func (l *LostRange) String() string {
-	to := "unknown"
-	if len(l.To) > 0 {
-		to = fmt.Sprint(map[string]uint64(l.To))
-	}
-	return fmt.Sprintf("%s: events of store %s from %v to %s (central seq %d)", l.Reason, l.Store, map[string]uint64(l.From), to, l.CentralSeq)
-}
-
 // ResumeKind is what a replicator does after reading the centre.
 type ResumeKind int
 

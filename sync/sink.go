@@ -48,3 +48,13 @@ type Txn interface {
 	// Number is the transaction's number.
 	Number() uint64
 }
+
+// Committed is the last commit of an agent on a stream as the central
+// store has it: the zero value means "nothing committed yet".
+type Committed struct {
+	// Seq is the commit record's stream sequence (0: none), the value the
+	// next commit expects as Nats-Expected-Last-Subject-Sequence.
+	Seq uint64
+	// Record is the commit record (zero when Seq is 0).
+	Record CommitRecord
+}

@@ -27,3 +27,7 @@ func TrackerWatermark(t *watermark.Tracker, onErr func(error)) CommittedWatermar
 		return watermark.Watermark{}, fmt.Errorf("%w: %w", watermark.ErrCutRegressed, err)
 	}
 }
+
+// CommittedWatermarkFunc returns the committed watermark for a cut about to
+// be committed: it must use only writer marks inside cut (rule 5).
+type CommittedWatermarkFunc func(cut localstream.StreamCut) (watermark.Watermark, error)
