@@ -27,7 +27,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/procs"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
@@ -57,8 +57,8 @@ type Agent struct {
 	trackers map[string]*watermark.Tracker
 	central  *central.Server
 	nc       *nats.Conn
-	sink     *sync.JetStreamSink
-	repl     *sync.Replication
+	sink     *replicate.JetStreamSink
+	repl     *replicate.Replication
 	video    *video.Ingest
 	telem    *telemetry.Ingester
 	mavlink  *mavlink.Intake
@@ -407,7 +407,7 @@ func (a *Agent) startCentral() error {
 		}
 		password = strings.TrimSpace(string(b))
 	}
-	nc, err := sync.Connect(sync.ConnConfig{URLs: urls, Name: "edge-agent " + a.id, CAFile: c.CAFile,
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: urls, Name: "edge-agent " + a.id, CAFile: c.CAFile,
 		CertFile: c.CertFile, KeyFile: c.KeyFile, CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile,
 		User: c.User, Password: password, IgnoreDiscoveredServers: c.IgnoreDiscoveredServers}, a.log)
 	if err != nil {
@@ -418,7 +418,7 @@ func (a *Agent) startCentral() error {
 		// Connect returns at once and keeps retrying: say so, with the URL.
 		a.log.Warn("central not reachable; capturing locally and retrying", "url", a.CentralURL())
 	}
-	sink, err := sync.NewJetStreamSink(nc, a.id, a.instance, sync.JetStreamOptions{Replicas: c.Replicas, Layout: c.EffectiveLayout(),
+	sink, err := replicate.NewJetStreamSink(nc, a.id, a.instance, replicate.JetStreamOptions{Replicas: c.Replicas, Layout: c.EffectiveLayout(),
 		Limits: c.serverLimits()})
 	if err != nil {
 		return err
@@ -429,17 +429,19 @@ func (a *Agent) startCentral() error {
 	}
 	// The station identity tells this station's replaced disk or restored
 	// backup from another station with the same agent id (docs/sync.md).
-	station, err := sync.MachineStation()
+	station, err := replicate.MachineStation()
 	if err != nil {
 		a.log.Warn("station identity unknown: a replaced disk or a restored backup waits for --takeover", "err", err)
 	}
-	a.repl = sync.NewReplication(a.store, sink, sync.ReplicationConfig{
+	a.repl = replicate.NewReplication(a.store, sink, replicate.ReplicationConfig{
 		Instance: a.instance, Priorities: c.Priorities, UplinkBytesPerSec: c.UplinkBytesPerSec,
-		Template: sync.ReplicatorConfig{MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
+		Template: replicate.ReplicatorConfig{MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
 			CommitInterval: c.CommitInterval, Takeover: c.Takeover, Station: station},
-		Streams:    slices.Sorted(maps.Keys(a.streams)),
-		Watermarks: func(name string) sync.CommittedWatermarkFunc { return a.committedWatermark(name, a.trackers[name]) },
-		Logger:     a.log,
+		Streams: slices.Sorted(maps.Keys(a.streams)),
+		Watermarks: func(name string) replicate.CommittedWatermarkFunc {
+			return a.committedWatermark(name, a.trackers[name])
+		},
+		Logger: a.log,
 	})
 	return nil
 }
@@ -448,7 +450,7 @@ func (a *Agent) startCentral() error {
 // larger than a central message (docs/design.md rule 13): everything stored
 // must be sendable. The max payload is the connected server's (else
 // nats-server's default, 1 MiB).
-func (a *Agent) checkIntakeLimits(l sync.Limits) error {
+func (a *Agent) checkIntakeLimits(l replicate.Limits) error {
 	if a.cfg.Video.Enabled {
 		if err := l.CheckIntake("video.chunk_max_bytes", int64(a.cfg.Video.ChunkMaxBytes)); err != nil {
 			return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -465,8 +467,8 @@ func (a *Agent) checkIntakeLimits(l sync.Limits) error {
 // committedWatermark gives the replicator of a stream its committed
 // watermark (sync.TrackerWatermark); a tracker error is logged and shown
 // in /status.
-func (a *Agent) committedWatermark(stream string, tr *watermark.Tracker) sync.CommittedWatermarkFunc {
-	return sync.TrackerWatermark(tr, func(err error) {
+func (a *Agent) committedWatermark(stream string, tr *watermark.Tracker) replicate.CommittedWatermarkFunc {
+	return replicate.TrackerWatermark(tr, func(err error) {
 		a.setErr("watermark/"+stream, err)
 		a.log.Warn("committed watermark unavailable; the commit repeats the previous one", "stream", stream, "err", err)
 	})

@@ -17,11 +17,12 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/procs"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // testConfig is an agent on free loopback ports with an embedded central.
@@ -143,7 +144,7 @@ func TestEndpointsAndRestart(t *testing.T) {
 		t.Fatalf("status: %+v", s)
 	}
 	tm := streamStatus(s, "telemetry")
-	if tm.LocalWatermark.LowerNs == 0 || tm.Committed["central"] == "" || len(tm.Segments) == 0 || tm.Replication.State == sync.StateStarting {
+	if tm.LocalWatermark.LowerNs == 0 || tm.Committed["central"] == "" || len(tm.Segments) == 0 || tm.Replication.State == replicate.StateStarting {
 		t.Fatalf("telemetry stream status: %+v", tm)
 	}
 	var dev struct {
@@ -238,13 +239,13 @@ func TestEndpointsAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	items, err := sync.ReadAll(ctx, nc, "telemetry", sync.ReadOptions{Agent: id})
+	items, err := centralread.ReadAll(ctx, nc, "telemetry", centralread.ReadOptions{Agent: id})
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := map[localstream.Position]bool{}
 	for _, it := range items {
-		if it.Kind != sync.ItemEvent {
+		if it.Kind != centralread.ItemEvent {
 			continue
 		}
 		if seen[it.Event.Record.Position] {

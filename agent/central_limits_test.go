@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // TestHealthzFailsWhileAStreamCannotReplicate (issue 10): a stream whose
@@ -47,7 +47,7 @@ func TestHealthzFailsWhileAStreamCannotReplicate(t *testing.T) {
 	js, _ := jetstream.New(nc)
 	ctx, cancelCtx := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelCtx()
-	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: sync.StreamName("health"), Subjects: []string{"edge.health.>"}}); err != nil {
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: wire.StreamName("health"), Subjects: []string{"edge.health.>"}}); err != nil {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t, dir, "tcp://127.0.0.1:1")

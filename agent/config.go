@@ -18,7 +18,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
@@ -609,7 +609,7 @@ func (c CentralConfig) validateLimits() error {
 }
 
 // serverLimits are the configured central limits for the sink.
-func (c CentralConfig) serverLimits() sync.Limits {
-	return sync.Limits{MaxBatchSize: c.MaxBatchSize, MaxBatchInflight: c.MaxBatchInflight,
+func (c CentralConfig) serverLimits() replicate.Limits {
+	return replicate.Limits{MaxBatchSize: c.MaxBatchSize, MaxBatchInflight: c.MaxBatchInflight,
 		BatchTimeout: c.BatchTimeout, MaxControlLine: c.MaxControlLine}
 }

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // TestBadClocksEndToEnd is issue 14 end to end: a real agent (Mosquitto,
@@ -50,7 +51,7 @@ func TestBadClocksEndToEnd(t *testing.T) {
 		<-done
 	}()
 	base := "http://" + a.HTTPAddr()
-	nc, err := sync.Connect(sync.ConnConfig{URLs: []string{a.CentralURL()}}, nil)
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: []string{a.CentralURL()}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestBadClocksEndToEnd(t *testing.T) {
 	start := time.Now()
 	cutT := start.Add(2 * time.Second).UnixNano()
 	type waited struct {
-		cut sync.TimeCut
+		cut centralread.TimeCut
 		err error
 		at  time.Time
 	}
@@ -67,7 +68,7 @@ func TestBadClocksEndToEnd(t *testing.T) {
 	go func() {
 		wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 		defer wcancel()
-		c, err := sync.CutAt(wctx, nc, cutT, sync.TimeCutOptions{Agent: a.ID(), Wait: true, PollWait: 200 * time.Millisecond})
+		c, err := centralread.CutAt(wctx, nc, cutT, centralread.TimeCutOptions{Agent: a.ID(), Wait: true, PollWait: 200 * time.Millisecond})
 		waitDone <- waited{c, err, time.Now()}
 	}()
 
@@ -174,19 +175,19 @@ func TestBadClocksEndToEnd(t *testing.T) {
 	}
 	// The time cut, waited for and at random times over the run; checked
 	// below against what the centre holds after them (commits only add).
-	cuts := []sync.TimeCut{w.cut}
+	cuts := []centralread.TimeCut{w.cut}
 	end := time.Now()
 	for range 8 {
 		T := start.UnixNano() + rng.Int64N(int64(end.Sub(start)))
-		c, err := sync.CutAt(ctx, nc, T, sync.TimeCutOptions{Agent: a.ID()})
+		c, err := centralread.CutAt(ctx, nc, T, centralread.TimeCutOptions{Agent: a.ID()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cuts = append(cuts, c)
 	}
-	items := map[string][]sync.Item{}
-	for _, st := range sync.DefaultTimeCutStreams {
-		its, err := sync.ReadAll(ctx, nc, st, sync.ReadOptions{Agent: a.ID()})
+	items := map[string][]centralread.Item{}
+	for _, st := range centralread.DefaultTimeCutStreams {
+		its, err := centralread.ReadAll(ctx, nc, st, centralread.ReadOptions{Agent: a.ID()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,7 +200,7 @@ func TestBadClocksEndToEnd(t *testing.T) {
 	per := map[string]*tally{}
 	for stream, its := range items {
 		for _, it := range its {
-			if it.Kind == sync.ItemCommit {
+			if it.Kind == centralread.ItemCommit {
 				wm, at := it.Commit.Watermark, it.Commit.CommittedAtNs
 				if wm.LowerNs > at+int64(skew) || wm.UpperNs > at+int64(skew) {
 					t.Errorf("%s txn %d: committed watermark %+v ahead of the agent's clock at commit %d + %s", stream, it.Commit.Txn, wm, at, skew)
@@ -310,9 +311,9 @@ func TestBadClocksEndToEnd(t *testing.T) {
 
 // checkAgentTimeCut checks a time cut of agent a against the centre's
 // items (sync.TimeCut.Verify over the agent's local topologies).
-func checkAgentTimeCut(t *testing.T, a *Agent, items map[string][]sync.Item, c sync.TimeCut) {
+func checkAgentTimeCut(t *testing.T, a *Agent, items map[string][]centralread.Item, c centralread.TimeCut) {
 	t.Helper()
-	if len(c.Streams) != len(sync.DefaultTimeCutStreams) {
+	if len(c.Streams) != len(centralread.DefaultTimeCutStreams) {
 		t.Fatalf("T=%d: %d stream cuts", c.AtNs, len(c.Streams))
 	}
 	err := c.Verify(items, func(_, stream string, cut localstream.StreamCut, p localstream.Position) (bool, error) {
@@ -323,9 +324,9 @@ func checkAgentTimeCut(t *testing.T, a *Agent, items map[string][]sync.Item, c s
 	}
 }
 
-func videoDrone(items map[string][]sync.Item) string {
+func videoDrone(items map[string][]centralread.Item) string {
 	for _, it := range items["video"] {
-		if it.Kind == sync.ItemEvent {
+		if it.Kind == centralread.ItemEvent {
 			return it.Event.Record.RoutingKey
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 func TestRedactURLs(t *testing.T) {
@@ -171,13 +171,13 @@ func TestNoSecretShown(t *testing.T) {
 			}
 			if strings.HasPrefix(c.name, "unreachable") {
 				// Shown with its URL, and the replicators say why they fail.
-				for !strings.Contains(s.Errors["sync/telemetry"], sync.ErrNotConnected.Error()) && time.Now().Before(deadline) {
+				for !strings.Contains(s.Errors["sync/telemetry"], replicate.ErrNotConnected.Error()) && time.Now().Before(deadline) {
 					time.Sleep(100 * time.Millisecond)
 					getJSON(t, base+"/status", &s)
 				}
 				if s.CentralConnected || !strings.Contains(s.Errors["central"], "not connected to nats://") ||
 					!strings.Contains(s.Errors["central"], deadHost) ||
-					!strings.Contains(s.Errors["sync/telemetry"], sync.ErrNotConnected.Error()) {
+					!strings.Contains(s.Errors["sync/telemetry"], replicate.ErrNotConnected.Error()) {
 					t.Errorf("unreachable central not shown in /status: connected=%v errors=%v", s.CentralConnected, s.Errors)
 				}
 				if !strings.Contains(text.String(), "central unreachable") || !strings.Contains(text.String(), deadHost) {

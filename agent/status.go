@@ -11,7 +11,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/procs"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
@@ -72,7 +72,7 @@ type StreamStatus struct {
 	// (not holding the watermark back).
 	ClockSkew []watermark.WriterSkew `json:"clock_skew,omitempty"`
 	// Replication is the replicator's state, lag and backlog (nil without central).
-	Replication *sync.StreamStats `json:"replication,omitempty"`
+	Replication *replicate.StreamStats `json:"replication,omitempty"`
 }
 
 // Status assembles the current status. Safe to call after Ready.
@@ -99,7 +99,7 @@ func (a *Agent) Status() Status {
 		}
 		s.Errors["central"] = msg
 	}
-	repl := map[string]*sync.StreamStats{}
+	repl := map[string]*replicate.StreamStats{}
 	for _, rs := range a.replStats() {
 		repl[rs.Stream] = &rs
 		if rs.LastError != "" {
@@ -167,7 +167,7 @@ func lagSeconds(now time.Time, lowerNs int64) *float64 {
 }
 
 // replStats are the streams' replication snapshots (none without central).
-func (a *Agent) replStats() []sync.StreamStats {
+func (a *Agent) replStats() []replicate.StreamStats {
 	if a.repl == nil {
 		return nil
 	}

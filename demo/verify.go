@@ -18,10 +18,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // Report is the demo's verification.
@@ -125,13 +125,13 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 	defer nc.Close()
 	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	all := map[string][]sync.Item{}
+	all := map[string][]centralread.Item{}
 	for _, st := range store.Streams() {
 		local, err := st.ReadAll()
 		if err != nil {
 			return rep, fmt.Errorf("demo: read local %s: %w", st.Name(), err)
 		}
-		items, err := sync.ReadAll(rctx, nc, st.Name(), sync.ReadOptions{Agent: agentID})
+		items, err := centralread.ReadAll(rctx, nc, st.Name(), centralread.ReadOptions{Agent: agentID})
 		if err != nil {
 			return rep, fmt.Errorf("demo: read central %s: %w", st.Name(), err)
 		}
@@ -156,7 +156,7 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 // checkTimeCut takes T just before the lowest final watermark of the
 // streams — the latest time up to which everything is at the centre —
 // and checks that the time cut there is complete and keeps its promise.
-func checkTimeCut(ctx context.Context, rep *Report, nc *nats.Conn, store *localstream.Store, agentID string, items map[string][]sync.Item) {
+func checkTimeCut(ctx context.Context, rep *Report, nc *nats.Conn, store *localstream.Store, agentID string, items map[string][]centralread.Item) {
 	var names []string
 	var at time.Time
 	for _, s := range rep.Streams {
@@ -172,7 +172,7 @@ func checkTimeCut(ctx context.Context, rep *Report, nc *nats.Conn, store *locals
 		return
 	}
 	at = at.Add(-time.Nanosecond)
-	c, err := sync.CutAt(ctx, nc, at.UnixNano(), sync.TimeCutOptions{Agent: agentID, Streams: names})
+	c, err := centralread.CutAt(ctx, nc, at.UnixNano(), centralread.TimeCutOptions{Agent: agentID, Streams: names})
 	if err == nil && !c.Complete {
 		err = fmt.Errorf("not complete: %+v", c.Streams)
 	}
@@ -192,7 +192,7 @@ func checkTimeCut(ctx context.Context, rep *Report, nc *nats.Conn, store *locals
 	rep.TimeCut = at
 }
 
-func checkStream(name string, local []localstream.Record, items []sync.Item) StreamReport {
+func checkStream(name string, local []localstream.Record, items []centralread.Item) StreamReport {
 	sr := StreamReport{Name: name, Local: len(local)}
 	localByKey := map[string][]localstream.Position{}
 	for _, r := range local {
@@ -203,12 +203,12 @@ func checkStream(name string, local []localstream.Record, items []sync.Item) Str
 	seen := map[localstream.Position]int{}
 	for _, it := range items {
 		switch it.Kind {
-		case sync.ItemCommit:
+		case centralread.ItemCommit:
 			sr.Commits++
 			if it.Commit.Watermark.LowerNs > 0 {
 				sr.FinalWatermark = time.Unix(0, it.Commit.Watermark.LowerNs)
 			}
-		case sync.ItemEvent:
+		case centralread.ItemEvent:
 			r := it.Event.Record
 			sr.Central++
 			seen[r.Position]++
@@ -235,10 +235,10 @@ func checkStream(name string, local []localstream.Record, items []sync.Item) Str
 }
 
 // checkTelemetry checks each simulated message (drone, seq) arrived exactly once, in order.
-func checkTelemetry(rep *Report, sim telemetry.SimResult, items []sync.Item) {
+func checkTelemetry(rep *Report, sim telemetry.SimResult, items []centralread.Item) {
 	got := map[string][]uint64{}
 	for _, it := range items {
-		if it.Kind != sync.ItemEvent || it.Event.Record.Flags.Has(localstream.FlagGap) {
+		if it.Kind != centralread.ItemEvent || it.Event.Record.Flags.Has(localstream.FlagGap) {
 			continue
 		}
 		var m telemetry.Telemetry
@@ -285,7 +285,7 @@ func exportClip(ctx context.Context, rep *Report, o Options, nc *nats.Conn, agen
 		rep.problem("video: clip: %v", err)
 		return
 	}
-	st, err := sync.ExportVideo(ctx, nc, sync.ExportOptions{Agent: agentID, Drone: droneName(1), FromNs: 0, ToNs: math.MaxInt64}, f)
+	st, err := centralread.ExportVideo(ctx, nc, centralread.ExportOptions{Agent: agentID, Drone: droneName(1), FromNs: 0, ToNs: math.MaxInt64}, f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/localstream"
-	edgesync "github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // TestDiskFullEndToEnd is TestDiskFull with the real replication: the sync
@@ -27,7 +28,7 @@ func TestDiskFullEndToEnd(t *testing.T) { runDiskFull(t, newJSCentre(t, 1<<20)) 
 type jsCentre struct {
 	t        *testing.T
 	nc       *nats.Conn
-	sink     *edgesync.JetStreamSink
+	sink     *replicate.JetStreamSink
 	instance string
 	uplink   int64 // bytes/s while running
 }
@@ -42,7 +43,7 @@ func newJSCentre(t *testing.T, uplink int64) *jsCentre {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	nc, err := edgesync.Connect(edgesync.ConnConfig{URLs: []string{srv.ClientURL()}, IgnoreDiscoveredServers: true,
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: []string{srv.ClientURL()}, IgnoreDiscoveredServers: true,
 		RequestTimeout: 5 * time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func newJSCentre(t *testing.T, uplink int64) *jsCentre {
 	b := make([]byte, 8)
 	rand.Read(b)
 	instance := hex.EncodeToString(b)
-	sink, err := edgesync.NewJetStreamSink(nc, "gs-1", instance, edgesync.JetStreamOptions{})
+	sink, err := replicate.NewJetStreamSink(nc, "gs-1", instance, replicate.JetStreamOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,12 +61,12 @@ func newJSCentre(t *testing.T, uplink int64) *jsCentre {
 }
 
 // replicate runs one replicator per stream until ctx ends or done says stop.
-func (c *jsCentre) replicate(ctx context.Context, store *localstream.Store, uplink *edgesync.Uplink) error {
+func (c *jsCentre) replicate(ctx context.Context, store *localstream.Store, uplink *replicate.Uplink) error {
 	var wg stdsync.WaitGroup
 	errs := make([]error, len(store.Streams()))
-	var reps []*edgesync.Replicator
+	var reps []*replicate.Replicator
 	for i, st := range store.Streams() {
-		r := edgesync.NewReplicator(st, c.sink, c.instance, edgesync.ReplicatorConfig{Uplink: uplink,
+		r := replicate.NewReplicator(st, c.sink, c.instance, replicate.ReplicatorConfig{Uplink: uplink,
 			CommitInterval: 20 * time.Millisecond, Logger: quietLogger()})
 		reps = append(reps, r)
 		wg.Add(1)
@@ -85,7 +86,7 @@ func (c *jsCentre) replicate(ctx context.Context, store *localstream.Store, upli
 }
 
 func (c *jsCentre) Run(ctx context.Context, store *localstream.Store) error {
-	return c.replicate(ctx, store, edgesync.NewUplink(c.uplink))
+	return c.replicate(ctx, store, replicate.NewUplink(c.uplink))
 }
 
 // Drain replicates without a cap until every stream's committed cut is its tail.
@@ -142,13 +143,13 @@ func (c *jsCentre) Drain(ctx context.Context, store *localstream.Store) error {
 }
 
 func (c *jsCentre) Records(stream string) []localstream.Record {
-	items, err := edgesync.ReadAll(context.Background(), c.nc, stream, edgesync.ReadOptions{Agent: "gs-1"})
+	items, err := centralread.ReadAll(context.Background(), c.nc, stream, centralread.ReadOptions{Agent: "gs-1"})
 	if err != nil {
 		c.t.Fatalf("read central %s: %v", stream, err)
 	}
 	var out []localstream.Record
 	for _, it := range items {
-		if it.Kind == edgesync.ItemEvent {
+		if it.Kind == centralread.ItemEvent {
 			out = append(out, it.Event.Record)
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // fillStream appends n events of size bytes over 8 drones to a fresh
@@ -76,15 +76,15 @@ func benchUnpack(b *testing.B, n, size int) {
 		st := fillStream(b, n, size)
 		nc := connect(b, srv.ClientURL())
 		agent := fmt.Sprintf("bench-%d", i)
-		inst := sync.NewInstanceID()
-		sink, err := sync.NewJetStreamSink(nc, agent, inst, sync.JetStreamOptions{})
+		inst := replicate.NewInstanceID()
+		sink, err := replicate.NewJetStreamSink(nc, agent, inst, replicate.JetStreamOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		tail := st.TailCut()
 		caughtUp := make(chan struct{})
 		var once stdsync.Once
-		r := sync.NewReplicator(st, sink, inst, sync.ReplicatorConfig{OnCommit: func(cm sync.Committed, _ []int64) {
+		r := replicate.NewReplicator(st, sink, inst, replicate.ReplicatorConfig{OnCommit: func(cm replicate.Committed, _ []int64) {
 			if cut, err := cm.Record.StreamCut(); err == nil && cut.Equal(tail) {
 				once.Do(func() { close(caughtUp) })
 			}

@@ -7,16 +7,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // Event is one derived message decoded.
 type Event struct {
 	// CentralEvent is the event as the source holds it (Seq: the source
 	// message's sequence).
-	sync.CentralEvent
+	wire.CentralEvent
 	// Watermark is the committed watermark of its transaction (no cut).
-	Watermark sync.WatermarkJSON
+	Watermark wire.WatermarkJSON
 	// SourceIndex is its index in the source message.
 	SourceIndex int
 }
@@ -26,10 +26,10 @@ type Event struct {
 func Decode(subj string, h nats.Header, data []byte) (Event, error) {
 	parts := strings.Split(subj, ".")
 	if len(parts) != 4 || parts[0] != "edgeev" {
-		return Event{}, fmt.Errorf("%w: subject %q is not edgeev.<stream>.<agent>.<key>", sync.ErrCorruptRecord, subj)
+		return Event{}, fmt.Errorf("%w: subject %q is not edgeev.<stream>.<agent>.<key>", wire.ErrCorruptRecord, subj)
 	}
 	// The headers are a layout-1 data message's: decode it as one.
-	ev, err := sync.DecodeEvent("edge."+parts[1]+"."+parts[2]+".data."+parts[3], h, data)
+	ev, err := wire.DecodeEvent("edge."+parts[1]+"."+parts[2]+".data."+parts[3], h, data)
 	if err != nil {
 		return Event{}, err
 	}
@@ -42,8 +42,8 @@ func Decode(subj string, h nats.Header, data []byte) (Event, error) {
 	lo, err1 := strconv.ParseInt(h.Get(HdrWatermarkLower), 10, 64)
 	hi, err2 := strconv.ParseInt(h.Get(HdrWatermarkUpper), 10, 64)
 	if err1 != nil || err2 != nil {
-		return Event{}, fmt.Errorf("%w: %s=%q %s=%q", sync.ErrCorruptRecord, HdrWatermarkLower, h.Get(HdrWatermarkLower), HdrWatermarkUpper, h.Get(HdrWatermarkUpper))
+		return Event{}, fmt.Errorf("%w: %s=%q %s=%q", wire.ErrCorruptRecord, HdrWatermarkLower, h.Get(HdrWatermarkLower), HdrWatermarkUpper, h.Get(HdrWatermarkUpper))
 	}
-	out.Watermark = sync.WatermarkJSON{LowerNs: lo, UpperNs: hi}
+	out.Watermark = wire.WatermarkJSON{LowerNs: lo, UpperNs: hi}
 	return out, nil
 }

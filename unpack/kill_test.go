@@ -17,7 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // TestMain lets the test binary run as an unpacker process
@@ -35,7 +36,7 @@ func childUnpacker() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	nc, err := sync.Connect(sync.ConnConfig{URLs: strings.Split(os.Getenv("EDGE_UNPACK_URLS"), ","), Name: "unpack-child"}, log)
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: strings.Split(os.Getenv("EDGE_UNPACK_URLS"), ","), Name: "unpack-child"}, log)
 	if err != nil {
 		log.Error("connect", "err", err)
 		return 1
@@ -118,7 +119,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 
 	agents := []*testAgent{newTestAgent(t, "gs-a", 3), newTestAgent(t, "gs.b", 2)}
 	var proxies []*linkProxy
-	var reps []*sync.Replicator
+	var reps []*replicate.Replicator
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	appDone := make(chan error, len(agents))
@@ -129,7 +130,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 			proxies = append(proxies, p)
 			purls = append(purls, p.URL())
 		}
-		r, _ := a.replicate(t, connect(t, purls...), sync.JetStreamOptions{Replicas: 3})
+		r, _ := a.replicate(t, connect(t, purls...), replicate.JetStreamOptions{Replicas: 3})
 		reps = append(reps, r)
 		go func() { appDone <- a.run(ctx, 3*time.Millisecond) }()
 	}
@@ -187,7 +188,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	for i, a := range agents {
 		a.waitReplicated(t, reps[i], 90*time.Second)
 	}
-	waitCurrent(t, nc, sync.StreamName(testStream))
+	waitCurrent(t, nc, wire.StreamName(testStream))
 	src := uint64(len(waitSource(t, nc, testStream, total(agents...))))
 	waitFor(t, 90*time.Second, "the unpackers to catch up", func() bool { return derivedLast(nc, testStream) >= src })
 	waitCurrent(t, nc, derived)

@@ -16,9 +16,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 const testStream = "telemetry"
@@ -58,7 +60,7 @@ func startCentral(t testing.TB) *central.Server {
 
 func connect(t testing.TB, urls ...string) *nats.Conn {
 	t.Helper()
-	nc, err := sync.Connect(sync.ConnConfig{URLs: urls, Name: "unpack-test"}, quiet())
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: urls, Name: "unpack-test"}, quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,14 +163,14 @@ func (a *testAgent) run(ctx context.Context, interval time.Duration) error {
 
 // replicate runs the agent's replicator on nc (layout 2, the default)
 // until the returned stop is called.
-func (a *testAgent) replicate(t testing.TB, nc *nats.Conn, jsOpts sync.JetStreamOptions) (r *sync.Replicator, stop func()) {
+func (a *testAgent) replicate(t testing.TB, nc *nats.Conn, jsOpts replicate.JetStreamOptions) (r *replicate.Replicator, stop func()) {
 	t.Helper()
-	inst := sync.NewInstanceID()
-	sink, err := sync.NewJetStreamSink(nc, a.id, inst, jsOpts)
+	inst := replicate.NewInstanceID()
+	sink, err := replicate.NewJetStreamSink(nc, a.id, inst, jsOpts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r = sync.NewReplicator(a.st, sink, inst, sync.ReplicatorConfig{Watermark: sync.TrackerWatermark(a.tr, nil),
+	r = replicate.NewReplicator(a.st, sink, inst, replicate.ReplicatorConfig{Watermark: replicate.TrackerWatermark(a.tr, nil),
 		CommitInterval: 20 * time.Millisecond, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -189,7 +191,7 @@ func (a *testAgent) replicate(t testing.TB, nc *nats.Conn, jsOpts sync.JetStream
 
 // waitReplicated waits until the centre holds the agent's whole local
 // stream.
-func (a *testAgent) waitReplicated(t testing.TB, r *sync.Replicator, d time.Duration) {
+func (a *testAgent) waitReplicated(t testing.TB, r *replicate.Replicator, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
@@ -199,15 +201,15 @@ func (a *testAgent) waitReplicated(t testing.TB, r *sync.Replicator, d time.Dura
 }
 
 // sourceEvents reads every event of the source stream in order.
-func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []sync.CentralEvent {
+func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []wire.CentralEvent {
 	t.Helper()
-	items, err := sync.ReadAll(context.Background(), nc, stream, sync.ReadOptions{})
+	items, err := centralread.ReadAll(context.Background(), nc, stream, centralread.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []sync.CentralEvent
+	var out []wire.CentralEvent
 	for _, it := range items {
-		if it.Kind == sync.ItemEvent {
+		if it.Kind == centralread.ItemEvent {
 			out = append(out, it.Event)
 		}
 	}
@@ -218,7 +220,7 @@ func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []sync.CentralEven
 // agents appended), and returns them. A read that comes back short while
 // the centre holds them all is logged: sync.ReadAll has been seen to stop
 // early now and then.
-func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []sync.CentralEvent {
+func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []wire.CentralEvent {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -291,7 +293,7 @@ func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]m
 			total += n
 		}
 	}
-	var src []sync.CentralEvent
+	var src []wire.CentralEvent
 	if total >= 0 {
 		src = waitSource(t, nc, stream, total)
 	} else {

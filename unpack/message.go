@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // Headers a derived message has besides the layout-1 data headers (see
@@ -33,18 +33,18 @@ func (p position) after(q position) bool {
 // sourced is one decoded event with its source position.
 type sourced struct {
 	pos position
-	ev  sync.CentralEvent
+	ev  wire.CentralEvent
 }
 
 // derivedMsg builds the derived message of ev, committed with watermark
 // wm. An event that would not fit maxPayload becomes a marker
 // (oversize reports it).
-func derivedMsg(stream string, s sourced, wm sync.WatermarkJSON, maxPayload int64) (m *nats.Msg, oversize bool) {
+func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, maxPayload int64) (m *nats.Msg, oversize bool) {
 	ev := s.ev
 	if ev.Dropped != "" {
-		m = sync.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, ev.Dropped, false)
+		m = wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, ev.Dropped, false)
 	} else {
-		m = sync.EncodeEvent(stream, ev.Agent, ev.Txn, ev.Record)
+		m = wire.EncodeEvent(stream, ev.Agent, ev.Txn, ev.Record)
 	}
 	finish := func(m *nats.Msg) *nats.Msg {
 		m.Subject = EventSubject(stream, ev.Agent, ev.Record.RoutingKey)
@@ -59,9 +59,9 @@ func derivedMsg(stream string, s sourced, wm sync.WatermarkJSON, maxPayload int6
 		return m, false
 	}
 	reason := fmt.Sprintf("unpack: %d bytes with headers, over the max payload %d", msgSize(m), maxPayload)
-	m = finish(sync.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, false))
+	m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, false))
 	if msgSize(m) > maxPayload {
-		m = finish(sync.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, true))
+		m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, true))
 	}
 	return m, true
 }

@@ -8,11 +8,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 func testEvent() sourced {
-	return sourced{pos: position{seq: 7, index: 3}, ev: sync.CentralEvent{Stream: testStream, Agent: "gs.1", Txn: 9,
+	return sourced{pos: position{seq: 7, index: 3}, ev: wire.CentralEvent{Stream: testStream, Agent: "gs.1", Txn: 9,
 		Record: localstream.Record{Position: localstream.Position{Segment: 1<<32 | 2, Offset: 41}, Event: localstream.Event{RoutingKey: "drone 7/x",
 			Writer: "telemetry/drone 7", EventTime: 1_700_000_000_000_000_001, IngestTime: 1_700_000_000_000_000_002,
 			ContentType: "application/json", Flags: localstream.FlagLate | localstream.FlagKeyframe,
@@ -24,7 +24,7 @@ func testEvent() sourced {
 // event with its watermark and source position, on the drone's subject.
 func TestDerivedMessageRoundTrip(t *testing.T) {
 	s := testEvent()
-	m, over := derivedMsg(testStream, s, sync.WatermarkJSON{LowerNs: 5, UpperNs: 8}, 1<<20)
+	m, over := derivedMsg(testStream, s, wire.WatermarkJSON{LowerNs: 5, UpperNs: 8}, 1<<20)
 	if over {
 		t.Fatal("a small event reported oversize")
 	}
@@ -48,7 +48,7 @@ func TestDerivedMessageRoundTrip(t *testing.T) {
 func TestOversizeEventBecomesMarker(t *testing.T) {
 	s := testEvent()
 	s.ev.Record.Payload = make([]byte, 2000)
-	m, over := derivedMsg(testStream, s, sync.WatermarkJSON{}, 1500)
+	m, over := derivedMsg(testStream, s, wire.WatermarkJSON{}, 1500)
 	if !over || msgSize(m) > 1500 {
 		t.Fatalf("oversize %v, %d bytes", over, msgSize(m))
 	}
@@ -63,7 +63,7 @@ func TestOversizeEventBecomesMarker(t *testing.T) {
 
 // TestDecodeRejects: messages that are not derived ones are errors.
 func TestDecodeRejects(t *testing.T) {
-	good, _ := derivedMsg(testStream, testEvent(), sync.WatermarkJSON{}, 0)
+	good, _ := derivedMsg(testStream, testEvent(), wire.WatermarkJSON{}, 0)
 	for name, c := range map[string]struct {
 		subj string
 		h    func(nats.Header)
@@ -72,7 +72,7 @@ func TestDecodeRejects(t *testing.T) {
 		"no source seq":  {h: func(h nats.Header) { h.Del(HdrSourceSeq) }},
 		"bad index":      {h: func(h nats.Header) { h.Set(HdrSourceIndex, "-1") }},
 		"no watermark":   {h: func(h nats.Header) { h.Del(HdrWatermarkLower) }},
-		"bad offset":     {h: func(h nats.Header) { h.Set(sync.HdrOffset, "x") }},
+		"bad offset":     {h: func(h nats.Header) { h.Set(wire.HdrOffset, "x") }},
 	} {
 		h := nats.Header{}
 		for k, v := range good.Header {
@@ -87,7 +87,7 @@ func TestDecodeRejects(t *testing.T) {
 		}
 		if _, err := Decode(subj, h, good.Data); err == nil {
 			t.Errorf("%s: decoded", name)
-		} else if !errors.Is(err, sync.ErrCorruptRecord) && !errors.Is(err, ErrBadCursor) {
+		} else if !errors.Is(err, wire.ErrCorruptRecord) && !errors.Is(err, ErrBadCursor) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
@@ -96,7 +96,7 @@ func TestDecodeRejects(t *testing.T) {
 // FuzzDecode: Decode of any subject, header block and payload returns
 // an event or an error, never a panic.
 func FuzzDecode(f *testing.F) {
-	m, _ := derivedMsg(testStream, testEvent(), sync.WatermarkJSON{LowerNs: 1, UpperNs: 2}, 0)
+	m, _ := derivedMsg(testStream, testEvent(), wire.WatermarkJSON{LowerNs: 1, UpperNs: 2}, 0)
 	var hb strings.Builder
 	hb.WriteString("NATS/1.0\r\n")
 	for k, vs := range m.Header {

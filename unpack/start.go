@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/centralread"
 )
 
 // StreamStart is where a consumer of one stream starts after a time cut
@@ -32,7 +32,7 @@ type StreamStart struct {
 
 // Starts returns each stream's start after cut, in the cut's stream
 // order, looking the derived sequences up on nc.
-func Starts(ctx context.Context, nc *nats.Conn, cut sync.TimeCut) ([]StreamStart, error) {
+func Starts(ctx context.Context, nc *nats.Conn, cut centralread.TimeCut) ([]StreamStart, error) {
 	var out []StreamStart
 	idx := map[string]int{}
 	for _, c := range cut.Streams {

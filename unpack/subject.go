@@ -3,7 +3,7 @@ package unpack
 import (
 	"strings"
 
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // DerivedStreamName is the derived stream of a local stream:
@@ -18,7 +18,7 @@ func DerivedSubjects(stream string) string { return "edgeev." + stream + ".>" }
 // escaped as in the source stream. It is also the subject filter of that
 // drone for a consumer.
 func EventSubject(stream, agent, routingKey string) string {
-	return "edgeev." + stream + "." + sync.EscapeToken(agent) + "." + sync.KeyToken(routingKey)
+	return "edgeev." + stream + "." + wire.EscapeToken(agent) + "." + wire.KeyToken(routingKey)
 }
 
 // sourceFilters are the source subjects that hold packs.

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // Unpacker republishes one central stream's packed events into its
@@ -138,9 +138,9 @@ func (u *Unpacker) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	src, err := js.Stream(rctx, sync.StreamName(u.stream))
+	src, err := js.Stream(rctx, wire.StreamName(u.stream))
 	if err != nil {
-		return fmt.Errorf("unpack: source %s: %w", sync.StreamName(u.stream), err)
+		return fmt.Errorf("unpack: source %s: %w", wire.StreamName(u.stream), err)
 	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: sourceFilters(u.stream)}
 	if cur.pos.seq > 0 {
@@ -148,11 +148,11 @@ func (u *Unpacker) session(ctx context.Context) error {
 	}
 	cons, err := src.OrderedConsumer(rctx, cfg)
 	if err != nil {
-		return fmt.Errorf("unpack: read %s: %w", sync.StreamName(u.stream), err)
+		return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
-		return fmt.Errorf("unpack: read %s: %w", sync.StreamName(u.stream), err)
+		return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), err)
 	}
 	ended := make(chan struct{})
 	stopped := make(chan struct{})
@@ -193,7 +193,7 @@ func (u *Unpacker) session(ctx context.Context) error {
 			if perr := s.pub.error(); perr != nil {
 				return perr
 			}
-			return fmt.Errorf("unpack: read %s: %w", sync.StreamName(u.stream), err)
+			return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), err)
 		}
 		if err := s.message(ctx, m); err != nil {
 			return err
@@ -222,7 +222,7 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 	}
 	seq := md.Sequence.Stream
 	u.c.src.Store(seq)
-	evs, commit, err := sync.DecodeMessage(m.Subject(), m.Headers(), m.Data())
+	evs, commit, err := wire.DecodeMessage(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
 		if u.c.corrupt.Add(1) == 1 {
 			u.log.Error("unpack: a source message does not decode; skipped (counted in corrupt)", "seq", seq, "err", err)
@@ -277,7 +277,7 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 	name := DerivedStreamName(u.stream)
 	st, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:               name,
-		Description:        "edge-agent per-event stream of " + sync.StreamName(u.stream) + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
+		Description:        "edge-agent per-event stream of " + wire.StreamName(u.stream) + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
 		Subjects:           []string{DerivedSubjects(u.stream)},
 		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,

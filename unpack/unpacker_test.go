@@ -10,8 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // TestUnpackLiveAgents: two agents replicate (layout 2) while an
@@ -23,10 +24,10 @@ func TestUnpackLiveAgents(t *testing.T) {
 	agents := []*testAgent{newTestAgent(t, "gs.1", 3), newTestAgent(t, "gs-2", 2)}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var reps []*sync.Replicator
+	var reps []*replicate.Replicator
 	done := make(chan error, len(agents))
 	for _, a := range agents {
-		r, _ := a.replicate(t, connect(t, srv.ClientURL()), sync.JetStreamOptions{})
+		r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
 		reps = append(reps, r)
 		go func() { done <- a.run(ctx, 2*time.Millisecond) }()
 	}
@@ -70,7 +71,7 @@ func checkStarts(t *testing.T, nc *nats.Conn) {
 	for _, ts := range byAgent {
 		at = min(at, ts[len(ts)/2])
 	}
-	cut, err := sync.CutAt(context.Background(), nc, at, sync.TimeCutOptions{Streams: []string{testStream}})
+	cut, err := centralread.CutAt(context.Background(), nc, at, centralread.TimeCutOptions{Streams: []string{testStream}})
 	if err != nil || !cut.Complete {
 		t.Fatalf("cut at the middle: %+v %v", cut, err)
 	}
@@ -105,7 +106,7 @@ func TestLayoutOneNothingChanges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, _ := a.replicate(t, connect(t, srv.ClientURL()), sync.JetStreamOptions{Layout: 1})
+	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{Layout: 1})
 	a.waitReplicated(t, r, 30*time.Second)
 	u, stop := startUnpacker(t, nc, Options{})
 	waitFor(t, 30*time.Second, "the unpacker to read the commit records", func() bool { return u.Stats().SourceSeq > 0 })
@@ -130,7 +131,7 @@ func TestActiveStandbyPair(t *testing.T) {
 	srv := startCentral(t)
 	nc := connect(t, srv.ClientURL())
 	a := newTestAgent(t, "gs-1", 3)
-	r, _ := a.replicate(t, connect(t, srv.ClientURL()), sync.JetStreamOptions{})
+	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.run(ctx, 2*time.Millisecond) }()

@@ -8,8 +8,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
 	"github.com/edge-agent/edge-agent/unpack"
 )
 
@@ -23,7 +23,7 @@ func init() {
 // cutOutput is what `edge-agent cut` prints: the time cut and, per
 // stream, the sequences to start a consumer at (docs/unpack.md).
 type cutOutput struct {
-	sync.TimeCut
+	centralread.TimeCut
 	Starts []unpack.StreamStart `json:"starts"`
 }
 
@@ -63,7 +63,7 @@ func runCut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
 		defer cancel()
 	}
-	c, err := sync.CutAt(ctx, nc, t, sync.TimeCutOptions{Streams: streams, Agent: *agent, Wait: *wait})
+	c, err := centralread.CutAt(ctx, nc, t, centralread.TimeCutOptions{Streams: streams, Agent: *agent, Wait: *wait})
 	out := cutOutput{TimeCut: c}
 	if err == nil {
 		// Where a consumer starts, per stream, in EDGE_<STREAM> and in

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/centralread"
 )
 
 func init() {
@@ -57,7 +57,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	st, err := sync.ExportVideo(ctx, nc, sync.ExportOptions{Stream: *stream, Agent: *agent, Drone: *drone, FromNs: t1, ToNs: t2}, f)
+	st, err := centralread.ExportVideo(ctx, nc, centralread.ExportOptions{Stream: *stream, Agent: *agent, Drone: *drone, FromNs: t1, ToNs: t2}, f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

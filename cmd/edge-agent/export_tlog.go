@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // runExportTelemetry: edge-agent export telemetry --format tlog --drone D
@@ -54,7 +54,7 @@ func runExportTelemetry(ctx context.Context, args []string, stdout, stderr io.Wr
 		return err
 	}
 	defer nc.Close()
-	r, err := sync.NewCentralReader(ctx, nc, *stream, sync.ReadOptions{Agent: *agent, RoutingKey: *drone})
+	r, err := centralread.NewCentralReader(ctx, nc, *stream, centralread.ReadOptions{Agent: *agent, RoutingKey: *drone})
 	if err != nil {
 		return fmt.Errorf("export telemetry: %w", err)
 	}
@@ -75,7 +75,7 @@ func runExportTelemetry(ctx context.Context, args []string, stdout, stderr io.Wr
 			return fmt.Errorf("export telemetry: %w", err)
 		}
 		rec := it.Event.Record
-		if it.Kind != sync.ItemEvent || rec.RoutingKey != *drone || rec.ContentType != mavlink.ContentType {
+		if it.Kind != centralread.ItemEvent || rec.RoutingKey != *drone || rec.ContentType != mavlink.ContentType {
 			continue
 		}
 		at := rec.IngestTime

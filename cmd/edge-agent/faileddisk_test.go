@@ -19,8 +19,8 @@ import (
 	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // loopExt4 is an ext4 filesystem in an image file on a loop device.
@@ -356,14 +356,14 @@ func waitCentre(t *testing.T, url, id string, res telemetry.SimResult, maxDup in
 	defer nc.Close()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		items, err := sync.ReadAll(context.Background(), nc, "telemetry", sync.ReadOptions{Agent: id})
+		items, err := centralread.ReadAll(context.Background(), nc, "telemetry", centralread.ReadOptions{Agent: id})
 		if err != nil {
 			t.Fatal(err)
 		}
 		seen := map[string]int{}
 		for _, it := range items {
 			var m telemetry.Telemetry
-			if it.Kind == sync.ItemEvent && json.Unmarshal(it.Event.Record.Payload, &m) == nil {
+			if it.Kind == centralread.ItemEvent && json.Unmarshal(it.Event.Record.Payload, &m) == nil {
 				seen[fmt.Sprintf("%s/%d", m.Drone, m.Seq)]++
 			}
 		}

@@ -21,9 +21,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // nodeMAVLink returns the directory of the node-mavlink sender with its
@@ -371,7 +371,7 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	items, err := sync.ReadAll(context.Background(), nc, "telemetry", sync.ReadOptions{Agent: "mav-kill"})
+	items, err := centralread.ReadAll(context.Background(), nc, "telemetry", centralread.ReadOptions{Agent: "mav-kill"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	seen := map[int]int{}
 	gaps := 0
 	for _, it := range items {
-		if it.Kind != sync.ItemEvent {
+		if it.Kind != centralread.ItemEvent {
 			continue
 		}
 		r := it.Event.Record

@@ -16,9 +16,11 @@ import (
 	"github.com/nats-io/nats.go"
 
 	agentpkg "github.com/edge-agent/edge-agent/agent"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 func init() {
@@ -58,7 +60,7 @@ func connectCentral(url string) (*nats.Conn, error) {
 	if url == "" {
 		return nil, usagef("--central URL is required (nats://host:port)")
 	}
-	nc, err := sync.Connect(sync.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil)
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +131,7 @@ type readLine struct {
 	// MAVLink is a MAVLink frame decoded with the dialect (name, header, fields).
 	MAVLink   *mavlink.Message   `json:"mavlink,omitempty"`
 	Cut       string             `json:"cut,omitempty"`
-	Watermark sync.WatermarkJSON `json:"watermark"`
+	Watermark wire.WatermarkJSON `json:"watermark"`
 
 	// Dropped is the reason on a marker: the event could not be sent.
 	Dropped string `json:"dropped,omitempty"`
@@ -144,8 +146,8 @@ var flagNames = []struct {
 	{localstream.FlagGap, "gap"}, {localstream.FlagRaw, "raw"}, {localstream.FlagClockSkew, "clock_skew"},
 }
 
-func toLine(it sync.Item) readLine {
-	if it.Kind == sync.ItemCommit {
+func toLine(it centralread.Item) readLine {
+	if it.Kind == centralread.ItemCommit {
 		return readLine{Type: "commit", Seq: it.Seq, Agent: it.Agent, Stream: it.Commit.Stream, Txn: it.Commit.Txn, Cut: it.Commit.CutText, Watermark: it.Watermark}
 	}
 	r := it.Event.Record
@@ -198,7 +200,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := localstream.ValidateStreamName(*stream); err != nil {
 		return usagef("--stream: %v", err)
 	}
-	q := sync.Query{ReadOptions: sync.ReadOptions{Agent: *agent, RoutingKey: *drone, Follow: *follow}, Commits: *commits}
+	q := centralread.Query{ReadOptions: centralread.ReadOptions{Agent: *agent, RoutingKey: *drone, Follow: *follow}, Commits: *commits}
 	var err error
 	if q.FromTimeNs, err = parseTimeFlag("from", *from); err != nil {
 		return err
@@ -221,7 +223,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer nc.Close()
 	enc := json.NewEncoder(stdout)
-	err = sync.RunQuery(ctx, nc, *stream, q, func(it sync.Item) error { return enc.Encode(toLine(it)) })
+	err = centralread.RunQuery(ctx, nc, *stream, q, func(it centralread.Item) error { return enc.Encode(toLine(it)) })
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("read %s: %w", *stream, err)
 	}

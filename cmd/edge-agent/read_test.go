@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // TestReadLineValidJSON: every line `edge-agent read` prints is valid JSON
@@ -53,7 +53,7 @@ func FuzzReadLine(f *testing.F) {
 
 func encodeLine(t testing.TB, payload []byte, h localstream.Header) []byte {
 	t.Helper()
-	it := sync.Item{Kind: sync.ItemEvent}
+	it := centralread.Item{Kind: centralread.ItemEvent}
 	it.Event.Record.RoutingKey = "d1"
 	it.Event.Record.ContentType = "application/json"
 	it.Event.Record.Headers = []localstream.Header{h}

@@ -18,9 +18,9 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // TestMain lets the test binary act as edge-agent (EDGE_AGENT_MAIN=1), so
@@ -185,14 +185,14 @@ func checkCentre(t *testing.T, dir, url string) {
 		for _, rec := range recs {
 			local[rec.Position] = true
 		}
-		items, err := sync.ReadAll(context.Background(), nc, st.Name(), sync.ReadOptions{Agent: "sig-test"})
+		items, err := centralread.ReadAll(context.Background(), nc, st.Name(), centralread.ReadOptions{Agent: "sig-test"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		seen := map[localstream.Position]bool{}
 		msgs := map[string]bool{}
 		for _, it := range items {
-			if it.Kind != sync.ItemEvent {
+			if it.Kind != centralread.ItemEvent {
 				continue
 			}
 			var m telemetry.Telemetry

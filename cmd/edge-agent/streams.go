@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
@@ -79,7 +79,7 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		for sink, c := range cuts {
 			r.Committed[sink] = c.String()
-			ev, by := sync.Backlog(topo, c)
+			ev, by := replicate.Backlog(topo, c)
 			r.Backlog[sink] = backlog{ev, by}
 		}
 		reports = append(reports, r)

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/unpack"
 )
 
@@ -39,7 +39,7 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *url == "" {
 		return usagef("--central URL is required (nats://host:port)")
 	}
-	nc, err := sync.Connect(sync.ConnConfig{URLs: strings.Split(*url, ","), Name: "edge-agent-unpack"}, nil)
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: strings.Split(*url, ","), Name: "edge-agent-unpack"}, nil)
 	if err != nil {
 		return err
 	}

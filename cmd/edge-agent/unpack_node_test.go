@@ -19,9 +19,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
-	"github.com/edge-agent/edge-agent/sync"
 	"github.com/edge-agent/edge-agent/unpack"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // jsConsumerDir prepares the npm consumer of testdata/unpack-js: the
@@ -153,13 +154,13 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 	if err := agent.Wait(); err != nil {
 		t.Fatalf("agent after SIGTERM: %v", err)
 	}
-	items, err := sync.ReadAll(ctx, nc, "telemetry", sync.ReadOptions{})
+	items, err := centralread.ReadAll(ctx, nc, "telemetry", centralread.ReadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var src []sync.CentralEvent
+	var src []wire.CentralEvent
 	for _, it := range items {
-		if it.Kind == sync.ItemEvent {
+		if it.Kind == centralread.ItemEvent {
 			src = append(src, it.Event)
 		}
 	}
@@ -189,9 +190,9 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 		}
 		seen[m.Drone] = m.Seq
 		h := l.Headers
-		if h[sync.HdrOffset] != strconv.FormatUint(s.Record.Offset, 10) || h[sync.HdrSegment] != strconv.FormatUint(uint64(s.Record.Segment), 10) ||
-			h[sync.HdrEventTime] != strconv.FormatInt(s.Record.EventTime, 10) || h[sync.HdrContentType] == "" || h[sync.HdrMqttTopic] != "drones/"+m.Drone+"/telemetry" ||
-			h[sync.HdrWriter] == "" || h[unpack.HdrWatermarkLower] == "" || h[unpack.HdrWatermarkUpper] == "" || h[unpack.HdrSourceSeq] != strconv.FormatUint(s.Seq, 10) {
+		if h[wire.HdrOffset] != strconv.FormatUint(s.Record.Offset, 10) || h[wire.HdrSegment] != strconv.FormatUint(uint64(s.Record.Segment), 10) ||
+			h[wire.HdrEventTime] != strconv.FormatInt(s.Record.EventTime, 10) || h[wire.HdrContentType] == "" || h[wire.HdrMqttTopic] != "drones/"+m.Drone+"/telemetry" ||
+			h[wire.HdrWriter] == "" || h[unpack.HdrWatermarkLower] == "" || h[unpack.HdrWatermarkUpper] == "" || h[unpack.HdrSourceSeq] != strconv.FormatUint(s.Seq, 10) {
 			t.Fatalf("message %d: headers %v for source event %+v", i, h, s.Record.Position)
 		}
 	}

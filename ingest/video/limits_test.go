@@ -16,7 +16,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
-	edgesync "github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // h264Packet marshals one RTP packet of SSRC 7, payload type 96.
@@ -151,7 +151,7 @@ func TestChunkFitsCentralMessage(t *testing.T) {
 	frames := 0
 	for i, ev := range sink.snapshot() {
 		rec := localstream.Record{Event: ev, Position: localstream.Position{Segment: 1<<32 | 7, Offset: 1 << 40}}
-		m := edgesync.EncodeEvent("video", "agent-0123456789", 1<<40, rec)
+		m := wire.EncodeEvent("video", "agent-0123456789", 1<<40, rec)
 		if m.Size() > maxCentralPayload {
 			c, _ := DecodeChunk(ev)
 			t.Fatalf("chunk %d of %d frames makes a central message of %d bytes (max %d)",

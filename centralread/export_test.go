@@ -1,0 +1,60 @@
+package centralread
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replicate"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// TestExportVideoStartsAtKeyframe: export from T1 to T2 starts at the
+// keyframe chunk at or before T1 and ends with the last chunk at or before
+// T2, bytes exactly the chunks' payloads in order.
+func TestExportVideoStartsAtKeyframe(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	store := openEmptyStore(t)
+	st, err := store.CreateStream("video", localstream.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t, 30*time.Second)
+	var chunks [][]byte
+	for i := range 30 {
+		for _, d := range []string{"d1", "d2"} {
+			ev := localstream.Event{RoutingKey: d, Writer: "video/" + d, EventTime: int64(1000 + i*100), ContentType: "video/h264",
+				Headers: []localstream.Header{{Key: "frame-pts", Value: fmt.Sprint(1000 + i*100)}},
+				Payload: fmt.Appendf(nil, "\x00\x00\x00\x01%s-chunk-%d;", d, i)}
+			if i%5 == 0 {
+				ev.Flags |= localstream.FlagKeyframe
+			}
+			if _, err := st.Append(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+			if d == "d1" {
+				chunks = append(chunks, ev.Payload)
+			}
+		}
+	}
+	nc := connect(t, srv.ClientURL())
+	rp := startReplica(t, nc, st, "agent-v", replicate.ReplicatorConfig{Watermark: func(localstream.StreamCut) (watermark.Watermark, error) { return watermark.Watermark{}, nil }}, replicate.JetStreamOptions{})
+	waitFor(t, 10*time.Second, "replication", func() bool { return rp.r.Stats().BacklogEvents == 0 && rp.r.Stats().Txns > 0 })
+	rp.close()
+	var out bytes.Buffer
+	// T1 = 1750 → chunk 7 is the first after... keyframe at or before: chunk 5 (1500).
+	stats, err := ExportVideo(ctx, nc, ExportOptions{Drone: "d1", FromNs: 1750, ToNs: 2300}, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Join(chunks[5:14], nil) // chunks 5..13 (1500..2300)
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("export:\n got %q\nwant %q", out.Bytes(), want)
+	}
+	if stats.StartedAtKeyNs != 1500 || stats.Chunks != 9 {
+		t.Fatalf("stats %+v", stats)
+	}
+}

@@ -1,0 +1,132 @@
+package centralread
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replicate"
+)
+
+// The reader's tests write the centre with the real replicator; these
+// are the few rig pieces they need of the replicator's own tests.
+
+// startCentral starts an embedded JetStream server for one test.
+func startCentral(t testing.TB, cfg central.Config) *central.Server {
+	t.Helper()
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	s, err := central.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// connect connects the way the agent does, only to urls.
+func connect(t testing.TB, urls ...string) *nats.Conn {
+	t.Helper()
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: urls, IgnoreDiscoveredServers: true, RequestTimeout: 5 * time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	waitFor(t, 10*time.Second, "connected", nc.IsConnected)
+	return nc
+}
+
+func newInstance() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// seedFor returns the test's random seed (EDGE_SEED overrides) and logs it.
+func seedFor(t testing.TB) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("EDGE_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed=%d (EDGE_SEED to replay)", seed)
+	return seed
+}
+
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func openEmptyStore(t testing.TB) *localstream.Store {
+	t.Helper()
+	s, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// replica is a replicator running for one stream.
+type replica struct {
+	r    *replicate.Replicator
+	done chan error
+	stop context.CancelFunc
+}
+
+func startReplica(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string, cfg replicate.ReplicatorConfig, jsOpts replicate.JetStreamOptions) *replica {
+	t.Helper()
+	inst := newInstance()
+	sink, err := replicate.NewJetStreamSink(nc, agent, inst, jsOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := replicate.NewReplicator(st, sink, inst, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	rp := &replica{r: r, done: make(chan error, 1), stop: cancel}
+	go func() { rp.done <- r.Run(ctx) }()
+	t.Cleanup(func() { sink.Close() }) // after the replicator stopped
+	t.Cleanup(func() { rp.close() })
+	return rp
+}
+
+func (rp *replica) close() error {
+	rp.stop()
+	select {
+	case err := <-rp.done:
+		rp.done <- err
+		return err
+	case <-time.After(10 * time.Second):
+		return errors.New("replicator did not stop")
+	}
+}

@@ -1,0 +1,191 @@
+package replicate
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// ConnConfig configures the connection to the central store. Secrets in it
+// are never logged (String redacts them).
+type ConnConfig struct {
+	// URLs are the servers (nats://host:port or tls://host:port), tried in
+	// order with random start. Required.
+	URLs []string
+	// Name is the client name shown by the server. Default "edge-agent".
+	Name string
+	// CAFile verifies the server; CertFile/KeyFile are the client
+	// certificate. Empty = plain TCP (or system roots for tls:// URLs).
+	CAFile, CertFile, KeyFile string
+	// CredsFile is a NATS credentials file (JWT + nkey seed).
+	CredsFile string
+	// NkeySeedFile is an nkey seed file (user nkey auth).
+	NkeySeedFile string
+	// User and Password authenticate by user/password.
+	User, Password string
+	// MaxReconnectWait caps the jittered wait between reconnect attempts.
+	// Default 250 ms: the NATS default (2 s) alone would miss the 1 s
+	// recovery target after a link cut.
+	MaxReconnectWait time.Duration
+	// ConnectTimeout bounds one dial + handshake. Default 2 s.
+	ConnectTimeout time.Duration
+	// RequestTimeout is the JetStream API default timeout. Default 5 s.
+	RequestTimeout time.Duration
+	// PingInterval detects a silently dead link (two missed pongs).
+	// Default 2 s.
+	PingInterval time.Duration
+	// IgnoreDiscoveredServers uses only URLs, never the servers that the
+	// cluster advertises (for proxies and NAT). Default false.
+	IgnoreDiscoveredServers bool
+	// Dialer replaces the TCP dialer (tests). Default nil.
+	Dialer nats.CustomDialer
+}
+
+// Validate checks the configuration.
+func (c ConnConfig) Validate() error {
+	if len(c.URLs) == 0 {
+		return fmt.Errorf("%w: central URL is required (nats://host:port)", ErrConfig)
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return fmt.Errorf("%w: client certificate needs both cert and key files", ErrConfig)
+	}
+	auth := 0
+	for _, set := range []bool{c.CredsFile != "", c.NkeySeedFile != "", c.User != ""} {
+		if set {
+			auth++
+		}
+	}
+	if auth > 1 {
+		return fmt.Errorf("%w: choose one of credentials file, nkey seed file, user/password", ErrConfig)
+	}
+	return nil
+}
+
+// String describes the config without secrets.
+func (c ConnConfig) String() string {
+	auth := "none"
+	switch {
+	case c.CredsFile != "":
+		auth = "creds-file"
+	case c.NkeySeedFile != "":
+		auth = "nkey"
+	case c.User != "":
+		auth = "user-password"
+	}
+	return fmt.Sprintf("urls=%s tls=%t auth=%s", c.redactedURLs(), c.CAFile != "" || c.CertFile != "", auth)
+}
+
+// redactedURLs lists the URLs without passwords or tokens.
+func (c ConnConfig) redactedURLs() string {
+	out := make([]string, len(c.URLs))
+	for i, raw := range c.URLs {
+		out[i] = raw
+		if u, err := url.Parse(raw); err == nil && u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				out[i] = u.Redacted()
+			} else {
+				u.User = url.User("xxxxx") // a token
+				out[i] = u.String()
+			}
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// Connect connects to the central store. It returns at once even when no
+// server is reachable: the connection keeps reconnecting forever with short
+// capped jittered waits, and the agent keeps capturing meanwhile.
+func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.Default()
+	}
+	maxWait := cfg.MaxReconnectWait
+	if maxWait <= 0 {
+		maxWait = 250 * time.Millisecond
+	}
+	ct := cfg.ConnectTimeout
+	if ct <= 0 {
+		ct = 2 * time.Second
+	}
+	ping := cfg.PingInterval
+	if ping <= 0 {
+		ping = 2 * time.Second
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "edge-agent"
+	}
+	opts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true),
+		nats.Timeout(ct),
+		nats.PingInterval(ping),
+		nats.MaxPingsOutstanding(2),
+		// No buffering while disconnected: a publish fails at once and the
+		// transaction is retried from the committed cut.
+		nats.ReconnectBufSize(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			d := min(time.Duration(attempts)*20*time.Millisecond, maxWait)
+			return d/2 + rand.N(d/2+1)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				logger.Warn("central disconnected", "err", err)
+			}
+		}),
+		// Without a handler nats.go prints async errors (e.g. writes on a
+		// dropped link) to stderr.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			logger.Debug("central async error", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("central reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		// With RetryOnFailedConnect a first connect that fails is retried
+		// here, silently unless logged: say which URL cannot be reached.
+		nats.ConnectHandler(func(nc *nats.Conn) {
+			logger.Info("central connected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			logger.Warn("central unreachable; capturing locally and retrying", "urls", cfg.redactedURLs(), "err", err)
+		}),
+	}
+	if cfg.IgnoreDiscoveredServers {
+		opts = append(opts, nats.IgnoreDiscoveredServers())
+	}
+	if cfg.CAFile != "" {
+		opts = append(opts, nats.RootCAs(cfg.CAFile))
+	}
+	if cfg.CertFile != "" {
+		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
+	}
+	switch {
+	case cfg.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+	case cfg.NkeySeedFile != "":
+		o, err := nats.NkeyOptionFromSeed(cfg.NkeySeedFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: nkey seed file: %v", ErrConfig, err)
+		}
+		opts = append(opts, o)
+	case cfg.User != "":
+		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	}
+	if cfg.Dialer != nil {
+		opts = append(opts, nats.SetCustomDialer(cfg.Dialer))
+	}
+	nc, err := nats.Connect(strings.Join(cfg.URLs, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sync: connect to central (%s): %w", cfg, err)
+	}
+	return nc, nil
+}

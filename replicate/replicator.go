@@ -1,0 +1,583 @@
+package replicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	stdsync "sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
+	"github.com/edge-agent/edge-agent/wire"
+)
+
+// ReplicatorConfig configures the replication of one local stream.
+type ReplicatorConfig struct {
+	// SinkName is the name under which the committed cut is recorded
+	// locally (Stream.SetCommittedCut). Default "central".
+	SinkName string
+	// Priority orders streams on the shared uplink (lower first). Default
+	// DefaultPriority(stream).
+	Priority *int
+	// MaxTxnEvents bounds a transaction's events. Default and upper
+	// bound: the sink's MaxTxnEvents when it has one (layout 2: 100,000,
+	// the max payload binds first; layout 1: 999, below the server's
+	// 1000-message batch limit with the commit record), else 999.
+	MaxTxnEvents int
+	// MaxTxnBytes bounds a transaction's payload bytes. Default 8 MiB;
+	// with an uplink cap at most 3 s worth of it (the server abandons a
+	// batch 10 s after its first message).
+	MaxTxnBytes int64
+	// CommitInterval is the longest a transaction stays open after its
+	// first event. Default 100 ms.
+	CommitInterval time.Duration
+	// IdleCommitInterval is how often an idle stream commits an empty
+	// transaction when its committed watermark moved (and checks the
+	// Heartbeat). Default 1 s.
+	IdleCommitInterval time.Duration
+	// CommitTimeout bounds the wait for a commit's ack; then the outcome
+	// is read from the central store. Default 3 s.
+	CommitTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the jittered wait after a retryable
+	// error. Defaults 20 ms and 250 ms: short, so that a returning link is
+	// used within a second.
+	MinBackoff, MaxBackoff time.Duration
+	// Watermark gives the committed watermark of a cut. Default: none
+	// (zero watermark in every commit record).
+	Watermark CommittedWatermarkFunc
+	// Uplink is the shared byte-rate cap. Default nil = unlimited.
+	Uplink *Uplink
+	// OnCommit, when set, is called after each commit with the ingest
+	// times of its events (benchmarks, tests). It must not block.
+	OnCommit func(c Committed, ingestNs []int64)
+	// Takeover is the operator's order (edge-agent run --takeover) to take
+	// over the agent's chain at the first central read even when another
+	// store, or a copy of this one, wrote it last. Default false.
+	Takeover bool
+	// Station is the identity of the station (the machine) the store
+	// runs on, one that survives a disk swap: MachineStation. Another
+	// store of the same station that wrote the chain last is this
+	// station's replaced disk (taken over at once); a run of this store
+	// it never had, on the same station, wrote after a backup it was
+	// restored from (continued as its own past). Default "": unknown,
+	// then neither is recognised and both wait for --takeover (resume.go).
+	Station string
+	// Heartbeat is the longest an idle stream goes without a commit, so
+	// that the centre sees the agent and its committed watermark follow
+	// the clock. Default 1 s.
+	Heartbeat time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger logs state changes (never per event). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// txnEventLimiter is a sink that bounds a transaction's events itself.
+type txnEventLimiter interface{ MaxTxnEvents() int }
+
+// txnFitter is a transaction that tells whether one more event fits.
+type txnFitter interface {
+	fits(rec *localstream.Record) bool
+}
+
+func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
+	if c.SinkName == "" {
+		c.SinkName = "central"
+	}
+	if c.Priority == nil {
+		p := DefaultPriority(stream)
+		c.Priority = &p
+	}
+	limit := 999
+	if l, ok := sink.(txnEventLimiter); ok {
+		limit = l.MaxTxnEvents()
+	}
+	if c.MaxTxnEvents <= 0 || c.MaxTxnEvents > limit {
+		c.MaxTxnEvents = limit
+	}
+	if c.MaxTxnBytes <= 0 {
+		c.MaxTxnBytes = 8 << 20
+	}
+	if r := c.Uplink.BytesPerSec(); r > 0 {
+		c.MaxTxnBytes = max(min(c.MaxTxnBytes, 3*r), 1)
+	}
+	if c.CommitInterval <= 0 {
+		c.CommitInterval = 100 * time.Millisecond
+	}
+	if c.IdleCommitInterval <= 0 {
+		c.IdleCommitInterval = time.Second
+	}
+	if c.CommitTimeout <= 0 {
+		c.CommitTimeout = 3 * time.Second
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 20 * time.Millisecond
+	}
+	if c.MaxBackoff < c.MinBackoff {
+		c.MaxBackoff = max(250*time.Millisecond, c.MinBackoff)
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Replicator replicates one local stream to a Sink, exactly once: each
+// transaction holds the events after the last committed cut, read back
+// from the central store at start and after every error. New starts
+// nothing; Run blocks; Stats is safe for concurrent use.
+type Replicator struct {
+	st   *localstream.Stream
+	sink Sink
+	cfg  ReplicatorConfig
+
+	// Counters (atomic).
+	txns, events, bytes         atomic.Uint64
+	retries, conflicts, adopted atomic.Uint64
+	wmRegressed, lost, rewinds  atomic.Uint64
+	lateFlagged                 atomic.Uint64
+	dropped                     atomic.Uint64
+
+	mu stdsync.Mutex
+	// last is the latest commit known (ours or adopted). Guarded by mu.
+	last Committed
+	// lastAt is when last was learned. Guarded by mu.
+	lastAt time.Time
+	// state is where replication is. Guarded by mu.
+	state State
+	// lastErr is the latest error; stopErr the permanent one. Guarded by mu.
+	lastErr, stopErr error
+	// failingSince is the first error after the last commit (zero: none).
+	// Guarded by mu.
+	failingSince time.Time
+	// failWarned is when warnFailing last logged (Run's goroutine only).
+	failWarned time.Time
+	// lastLoss is the latest loss found (LostRange.String). Guarded by mu.
+	lastLoss string
+
+	// Run-local chain state (only Run's goroutine, see chain.go).
+	instance   string
+	store      string // local store identity
+	started    bool   // the first central read of this run happened
+	startSeq   uint64 // seq of the commit record seen at the first read
+	ownCommits int    // commits acked to this run
+	foreign    int    // predecessors' late commits adopted during this run
+	loaded     bool   // base and instance loaded/noted
+	// recordedAtOpen is the local committed-cut record found at the
+	// first load (before this run wrote one), nil when none.
+	recordedAtOpen *localstream.StreamCut
+	// high is the committed high-water mark kept while a resend has not
+	// caught up with it (chain.go), nil when none.
+	high *localstream.StreamCut
+	// recovered is the tail this run's Open found; opens the kept Opens
+	// (chain.go); decided is set once this run applied a decision.
+	recovered localstream.StreamCut
+	opens     []openEntry
+	// recordedBy is the run that wrote the local record found at Open;
+	// recorderNoted is set once this run noted itself as the recorder.
+	recordedBy    string
+	recorderNoted bool
+	// pendingKept is set while a decision is kept (resume meta).
+	pendingKept bool
+	decided     bool
+	base        uint32          // epoch base in use
+	lostNext    *wire.LostRange // gap marker for the next commit record
+	lastCommit  time.Time       // when this run last committed (heartbeat)
+	prepared    bool
+	localAt     time.Time              // when the committed cut was last recorded locally
+	localDirty  *localstream.StreamCut // a committed cut not yet recorded locally
+}
+
+// NewReplicator returns the replicator of st into sink. instance must be
+// the same string the sink writes into commit records (random per run).
+func NewReplicator(st *localstream.Stream, sink Sink, instance string, cfg ReplicatorConfig) *Replicator {
+	cfg.defaults(st.Name(), sink)
+	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, store: st.Store().ID(), state: StateStarting}
+}
+
+// Stream is the local stream's name.
+func (r *Replicator) Stream() string { return r.st.Name() }
+
+// Run replicates until ctx ends (nil) or a permanent error (returned, and
+// kept in Stats) stops this stream.
+func (r *Replicator) Run(ctx context.Context) error {
+	defer func() {
+		if r.localDirty != nil {
+			r.recordLocally(*r.localDirty, true)
+		}
+	}()
+	backoff := r.cfg.MinBackoff
+	for {
+		before := r.txns.Load()
+		err := r.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		class := Classify(err)
+		r.mu.Lock()
+		r.lastErr = explainDisconnected(err)
+		if r.failingSince.IsZero() {
+			r.failingSince = r.cfg.Now()
+		}
+		if class == Permanent {
+			r.state, r.stopErr = StateStopped, err
+			r.mu.Unlock()
+			r.cfg.Logger.Error("replication stopped", "stream", r.st.Name(), "err", err)
+			return err
+		}
+		r.state = StateRetrying
+		r.mu.Unlock()
+		if class == Conflict {
+			r.conflicts.Add(1)
+		}
+		r.retries.Add(1)
+		if r.txns.Load() != before {
+			backoff = r.cfg.MinBackoff
+		}
+		d := backoff/2 + rand.N(backoff/2+1)
+		r.cfg.Logger.Debug("replication retry", "stream", r.st.Name(), "class", class, "err", err, "wait", d)
+		r.warnFailing(err)
+		backoff = min(2*backoff, r.cfg.MaxBackoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(d):
+		}
+	}
+}
+
+// session resumes from the central cut and commits transactions until an error.
+func (r *Replicator) session(ctx context.Context) error {
+	name := r.st.Name()
+	if !r.prepared {
+		if err := r.sink.Prepare(ctx, name); err != nil {
+			return err
+		}
+		r.prepared = true
+	}
+	c, err := r.sink.LastCommitted(ctx, name)
+	if err != nil {
+		if isStreamNotFound(err) {
+			r.prepared = false
+		}
+		return err
+	}
+	cut, err := r.resume(c)
+	if err != nil {
+		return err
+	}
+	r.lastCommit = r.cfg.Now()
+	rd, err := r.st.NewReader(cut, nil)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrCutMismatch, err)
+	}
+	defer rd.Close()
+	pf := newPrefetcher(ctx, rd, 4096, max(2*r.cfg.MaxTxnBytes, 4<<20))
+	defer pf.close()
+	r.mu.Lock()
+	r.state = StateReplicating
+	r.mu.Unlock()
+	// Pipeline: the next transaction's events are sent while the previous
+	// commit waits for its ack; its commit record goes out only after that
+	// ack, expecting its sequence, so the chain stays linear. When a commit
+	// fails, the transaction built behind it is abandoned (nothing of it is
+	// visible) and the session resumes from the central cut.
+	prev, next := c, c.Record.Txn+1
+	var fl *inflight
+	defer func() {
+		if fl != nil {
+			<-fl.done
+		}
+	}()
+	settle := func() error { // waits for the commit in flight
+		if fl == nil {
+			return nil
+		}
+		<-fl.done
+		if fl.err != nil {
+			return fl.err
+		}
+		prev, fl = fl.c, nil
+		return nil
+	}
+	for {
+		if r.sink.Limits().MaxBatchInflight < 2 {
+			// The server keeps one open batch per stream: no pipelining.
+			if err := settle(); err != nil {
+				return err
+			}
+		}
+		txn := r.sink.Begin(name, next)
+		// The events of this transaction land after the commit it chains
+		// onto: those with a time below that commit's watermark lower are
+		// late (a taken-over chain's watermark can be ahead of this
+		// store's backlog).
+		lateBelow := prev.Record.Watermark.LowerNs
+		if fl != nil {
+			lateBelow = fl.lower
+		}
+		lastCut, ingest, err := r.collect(ctx, pf, txn, cut, fl, lateBelow)
+		if err != nil {
+			txn.Discard()
+			return err
+		}
+		if err := settle(); err != nil {
+			txn.Discard()
+			return err
+		}
+		wm, err := r.watermark(lastCut, prev)
+		if err != nil {
+			txn.Discard()
+			return err
+		}
+		heartbeat := r.cfg.Now().Sub(r.lastCommit) >= r.cfg.Heartbeat
+		if txn.Len() == 0 && !r.watermarkMoved(prev, wm) && !heartbeat && r.lostNext == nil {
+			txn.Discard()
+			// Idle: record the last committed cut locally now, not at the
+			// next commit (retention and /status read it). No commit is
+			// in flight here.
+			if r.localDirty != nil {
+				if err := r.recordLocally(*r.localDirty, true); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest,
+			meta: wire.CommitMeta{Store: r.store, Station: r.cfg.Station, EpochBase: r.base, Lost: r.lostNext}, lower: wm.LowerNs}
+		r.lastCommit = r.cfg.Now()
+		go func(fl *inflight, prev Committed) {
+			defer close(fl.done)
+			cctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
+			defer cancel()
+			fl.c, fl.err = txn.Commit(cctx, prev, toCentral(lastCut, fl.meta.EpochBase), toCentralWatermark(wm, fl.meta.EpochBase), fl.meta)
+			if fl.err == nil {
+				// Booked at once (stats, local cut, OnCommit), not when
+				// the next transaction is ready. Only one commit is in
+				// flight, and the session touches this state only
+				// when none is.
+				fl.err = r.committed(fl)
+			}
+		}(fl, prev)
+		next++
+		cut = lastCut
+	}
+}
+
+// inflight is a commit waiting for its ack.
+type inflight struct {
+	done   chan struct{}
+	c      Committed
+	err    error
+	cut    localstream.StreamCut
+	ingest []int64
+	meta   wire.CommitMeta
+	// lower is its committed watermark's lower bound.
+	lower int64
+}
+
+func (r *Replicator) setLast(c Committed) {
+	r.mu.Lock()
+	r.last, r.lastAt = c, r.cfg.Now()
+	r.mu.Unlock()
+}
+
+// collect adds events to txn, from cut on, until the transaction is full
+// or its time is up (CommitInterval after its first event; an empty one
+// waits IdleCommitInterval). It ends early when fl, the commit in flight,
+// fails. It returns the cut after the last added event. A record that
+// does not fit stays at the prefetcher's head for the next transaction.
+// An event with a time below lateBelow (the committed watermark lower of
+// the commit this transaction lands after) is sent flagged late.
+func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight, lateBelow int64) (localstream.StreamCut, []int64, error) {
+	var ingest []int64
+	lastCut, owned := cut, false
+	var closeAt time.Time
+	add := func(f *fetched) error {
+		if err := r.cfg.Uplink.Wait(ctx, *r.cfg.Priority, len(f.rec.Payload)+256); err != nil {
+			return err
+		}
+		rec := f.rec
+		rec.Segment = shift(rec.Segment, r.base)
+		if rec.EventTime < lateBelow && !rec.Flags.Has(localstream.FlagLate) {
+			rec.Flags |= localstream.FlagLate
+			r.lateFlagged.Add(1)
+		}
+		if err := txn.Add(ctx, rec); err != nil {
+			if err := r.replace(ctx, txn, rec, err); err != nil {
+				return err
+			}
+		}
+		if txn.Len() == 1 {
+			closeAt = r.cfg.Now().Add(r.cfg.CommitInterval)
+		}
+		lastCut, owned = advanceCut(lastCut, owned, f)
+		if r.cfg.OnCommit != nil {
+			ingest = append(ingest, f.rec.IngestTime)
+		}
+		return nil
+	}
+	var flDone chan struct{}
+	if fl != nil {
+		flDone = fl.done
+	}
+	timer := time.NewTimer(r.cfg.IdleCommitInterval)
+	defer timer.Stop()
+	maxEvents := r.txnEvents()
+	fitter, _ := txn.(txnFitter)
+	for txn.Len() < maxEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
+		// The commit interval holds under a backlog too: with events
+		// always ready (and each add paced by the uplink), only this check
+		// closes the transaction on time.
+		if txn.Len() > 0 && !r.cfg.Now().Before(closeAt) {
+			return lastCut, ingest, nil
+		}
+		f, ok := pf.head()
+		if !ok {
+			var b prefetchBatch
+			select {
+			case b, ok = <-pf.ch: // what is there already, without arming a timer
+			default:
+				wait := r.cfg.IdleCommitInterval
+				if txn.Len() > 0 {
+					if wait = closeAt.Sub(r.cfg.Now()); wait <= 0 {
+						return lastCut, ingest, nil
+					}
+				}
+				timer.Reset(wait)
+				select {
+				case b, ok = <-pf.ch:
+				case <-timer.C:
+					return lastCut, ingest, nil
+				case <-flDone:
+					if fl.err != nil {
+						return cut, nil, fl.err
+					}
+					flDone = nil
+					continue
+				case <-ctx.Done():
+					return cut, nil, ctx.Err()
+				}
+			}
+			if !ok {
+				return cut, nil, ctx.Err()
+			}
+			pf.put(b)
+			continue
+		}
+		if f.err != nil {
+			return cut, nil, f.err
+		}
+		if txn.Len() > 0 && txn.Bytes()+int64(len(f.rec.Payload)) > r.cfg.MaxTxnBytes {
+			break
+		}
+		if fitter != nil && !fitter.fits(&f.rec) {
+			break
+		}
+		pf.pop()
+		if err := add(&f); err != nil {
+			return cut, nil, err
+		}
+	}
+	return lastCut, ingest, nil
+}
+
+// watermarkMoved reports whether an empty transaction is worth committing.
+func (r *Replicator) watermarkMoved(prev Committed, wm watermark.Watermark) bool {
+	if prev.Seq == 0 {
+		return wm.LowerNs != 0 || wm.UpperNs != 0
+	}
+	return wm.LowerNs != prev.Record.Watermark.LowerNs || wm.UpperNs != prev.Record.Watermark.UpperNs
+}
+
+// committed books an acked commit.
+func (r *Replicator) committed(fl *inflight) error {
+	c := fl.c
+	r.ownCommits++
+	r.txns.Add(1)
+	r.events.Add(uint64(c.Record.Events))
+	r.bytes.Add(uint64(c.Record.Bytes))
+	r.setLast(c)
+	r.lastCommit = r.cfg.Now()
+	r.mu.Lock()
+	r.failingSince = time.Time{}
+	r.mu.Unlock()
+	if err := r.lossDelivered(); err != nil {
+		return err
+	}
+	if err := r.recordLocally(fl.cut, false); err != nil {
+		return err
+	}
+	if err := r.passHigh(fl.cut); err != nil {
+		return err
+	}
+	if r.cfg.OnCommit != nil {
+		r.cfg.OnCommit(c, fl.ingest)
+	}
+	return nil
+}
+
+// recordLocally writes the committed cut into the local store (retention
+// and /status read it) at most every localCutInterval, or now when force.
+// A lagging local record is safe: it only keeps data longer.
+func (r *Replicator) recordLocally(cut localstream.StreamCut, force bool) error {
+	now := r.cfg.Now()
+	if !force && now.Sub(r.localAt) < localCutInterval {
+		r.localDirty = &cut
+		return nil
+	}
+	r.localDirty = nil
+	r.localAt = now
+	err := r.noteRecorder()
+	if err == nil {
+		err = r.st.SetCommittedCut(r.cfg.SinkName, cut)
+	}
+	if errors.Is(err, localstream.ErrFailed) {
+		// The store failed (a failing disk): it takes no write again, and
+		// what is durable in it still replicates until the agent exits.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sync: record committed cut locally: %w", err)
+	}
+	return nil
+}
+
+// localCutInterval throttles the local record of the committed cut (an
+// fsync'd Badger write) off the transaction path.
+const localCutInterval = 250 * time.Millisecond
+
+// watermark is the committed watermark for cut (local positions), never
+// below prev's, the commit it chains onto: the tracker can be rewound by
+// a rebuilt smaller transaction while a larger one lands late, but a
+// record never carries less than its predecessor (monotoneWatermark).
+// When the tracker refuses (it already published one for a later cut of a
+// failed transaction, perhaps by a previous process), prev's watermark is
+// repeated: it holds for every later event.
+func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (watermark.Watermark, error) {
+	if r.cfg.Watermark == nil {
+		return watermark.Watermark{}, nil
+	}
+	wm, err := r.cfg.Watermark(cut)
+	if errors.Is(err, watermark.ErrCutRegressed) {
+		r.wmRegressed.Add(1)
+		wm, err = watermark.Watermark{}, nil
+	}
+	if err != nil {
+		return watermark.Watermark{}, fmt.Errorf("sync: committed watermark: %w", err)
+	}
+	return monotoneWatermark(r.st.Topology(), wm, prev.Record, r.store, r.base), nil
+}
+
+func isStreamNotFound(err error) bool { return errors.Is(err, jetstream.ErrStreamNotFound) }

@@ -1,0 +1,563 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	stdsync "sync"
+	"sync/atomic"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/watermark"
+)
+
+// A pack is the payload of a layout-2 central message: one transaction's
+// events (or a part of them) and, in the transaction's last message, its
+// commit record. The layout is drawn in the package doc ("Layout 2").
+const (
+	// packMagic is the first byte of every pack. A layout-1 commit record
+	// is JSON and starts with '{'.
+	packMagic byte = 0xE2
+	// packCodecNone and packCodecZstd name how the body is stored.
+	packCodecNone byte = 0
+	packCodecZstd byte = 1
+	// packFlagCommit: the body starts with a commit record; packFlagPart:
+	// with the number of the transaction the part belongs to.
+	packFlagCommit = 1
+	packFlagPart   = 2
+	// packFlagCommitChain: a commit record followed by its chain fields
+	// (store identity, epoch base, gap marker; see resume.go).
+	packFlagCommitChain = 3
+	// maxPackBody bounds a decoded body: NATS caps a message at 64 MiB, and
+	// a writer compresses only bodies that fit its max payload raw.
+	maxPackBody = 64 << 20
+)
+
+// packBodies holds encode's scratch bodies (each is copied, compressed
+// or not, into the message); bodies above maxPooledBody are let go.
+var packBodies = stdsync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBody = 8 << 20
+
+// zstdEnc and zstdDec are shared: EncodeAll and DecodeAll are safe for
+// concurrent use.
+var (
+	zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithEncoderConcurrency(1), zstd.WithZeroFrames(true))
+	zstdDec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
+		zstd.WithDecoderMaxMemory(maxPackBody), zstd.WithDecoderMaxWindow(8<<20))
+)
+
+// packCommit is the binary commit record of a pack. Agent and stream are
+// the message subject's.
+type PackCommit struct {
+	Txn           uint64
+	Instance      string
+	CommittedAtNs int64
+	Events        int
+	Bytes         int64
+	Cut           localstream.StreamCut
+	Watermark     watermark.Watermark
+	// Chain holds the store identity, epoch base and gap marker.
+	Chain CommitMeta
+}
+
+// hasChain reports whether the commit needs the chain fields.
+func (c *PackCommit) hasChain() bool {
+	return c.Chain.Store != "" || c.Chain.Station != "" || c.Chain.EpochBase != 0 || c.Chain.Lost != nil
+}
+
+// packWriter builds one pack body: the string table and the per-event
+// metadata grow as events are added; payloads are kept aside and follow
+// the metadata. It is not safe for concurrent use.
+type PackWriter struct {
+	strs    map[string]uint64
+	table   []byte // encoded strings, in index order
+	nstrs   uint64
+	meta    []byte // encoded per-event metadata
+	n       int
+	payload [][]byte
+	bytes   int // payload bytes
+	// prev is the previous event's position and times (deltas).
+	prevSeg, prevOff   uint64
+	prevTime, prevIngs int64
+}
+
+func NewPackWriter() *PackWriter { return &PackWriter{strs: map[string]uint64{}} }
+
+// str returns the index of s in the string table, adding it when new.
+func (w *PackWriter) str(s string) uint64 {
+	if i, ok := w.strs[s]; ok {
+		return i
+	}
+	i := w.nstrs
+	w.strs[s] = i
+	w.nstrs++
+	w.table = binary.AppendUvarint(w.table, uint64(len(s)))
+	w.table = append(w.table, s...)
+	return i
+}
+
+// add appends one event.
+func (w *PackWriter) Add(rec *localstream.Record) {
+	m := w.meta
+	m = binary.AppendUvarint(m, uint64(rec.Flags))
+	m = binary.AppendUvarint(m, w.str(rec.RoutingKey))
+	m = binary.AppendUvarint(m, w.str(rec.Writer))
+	m = binary.AppendUvarint(m, w.str(rec.ContentType))
+	seg := uint64(rec.Segment)
+	m = binary.AppendVarint(m, int64(seg-w.prevSeg))
+	m = binary.AppendVarint(m, int64(rec.Offset-w.prevOff-1))
+	m = binary.AppendVarint(m, rec.EventTime-w.prevTime)
+	m = binary.AppendVarint(m, rec.IngestTime-w.prevIngs)
+	m = binary.AppendUvarint(m, uint64(len(rec.Headers)))
+	for _, h := range rec.Headers {
+		m = binary.AppendUvarint(m, w.str(h.Key))
+		m = binary.AppendUvarint(m, w.str(h.Value))
+	}
+	m = binary.AppendUvarint(m, uint64(len(rec.Payload)))
+	w.meta = m
+	w.prevSeg, w.prevOff, w.prevTime, w.prevIngs = seg, rec.Offset, rec.EventTime, rec.IngestTime
+	w.payload = append(w.payload, rec.Payload)
+	w.bytes += len(rec.Payload)
+	w.n++
+}
+
+// size is the body's size without a commit record.
+func (w *PackWriter) Size() int {
+	return uvarintLen(w.nstrs) + len(w.table) + uvarintLen(uint64(w.n)) + len(w.meta) + w.bytes + 1
+}
+
+// sizeWith is the body's size after adding rec (an upper bound: strings
+// already in the table are counted again).
+func (w *PackWriter) SizeWith(rec *localstream.Record) int {
+	n := w.Size() + 10*9 + len(rec.Payload) + len(rec.RoutingKey) + len(rec.Writer) + len(rec.ContentType) + 3*5
+	for _, h := range rec.Headers {
+		n += len(h.Key) + len(h.Value) + 2*5 + 2
+	}
+	return n
+}
+
+// appendCommit encodes a commit record.
+func appendCommit(b []byte, c *PackCommit) []byte {
+	b = binary.AppendUvarint(b, c.Txn)
+	b = appendBytes(b, c.Instance)
+	b = binary.AppendVarint(b, c.CommittedAtNs)
+	b = binary.AppendUvarint(b, uint64(c.Events))
+	b = binary.AppendUvarint(b, uint64(c.Bytes))
+	b = appendCut(b, c.Cut)
+	b = binary.AppendVarint(b, c.Watermark.LowerNs)
+	b = binary.AppendVarint(b, c.Watermark.UpperNs)
+	b = appendCut(b, c.Watermark.Cut)
+	if !c.hasChain() {
+		return b
+	}
+	b = appendBytes(b, chainStore(c.Chain.Store, c.Chain.Station))
+	b = binary.AppendUvarint(b, uint64(c.Chain.EpochBase))
+	if l := c.Chain.Lost; l == nil {
+		b = append(b, 0)
+	} else {
+		b = append(b, 1)
+		b = appendBytes(b, string(l.Reason))
+		b = appendBytes(b, l.Store)
+		b = appendCutJSON(b, l.From)
+		b = appendCutJSON(b, l.To)
+		b = binary.AppendUvarint(b, l.CentralSeq)
+		b = binary.AppendVarint(b, l.FoundAtNs)
+	}
+	return b
+}
+
+// chainStore is the chain's store field: the store identity, and with a
+// station "store/station". The station rides in the field that readers of
+// kind 3 already take as an opaque string, so that they read the packs of
+// agents that know their station (a new kind was refused by them).
+func chainStore(store, station string) string {
+	if station == "" {
+		return store
+	}
+	return store + "/" + station
+}
+
+// splitChainStore undoes chainStore. Store identities and stations are hex
+// (localstream, MachineStation): the last "/" is the one chainStore wrote.
+func splitChainStore(s string) (store, station string) {
+	if i := strings.LastIndexByte(s, '/'); i >= 0 {
+		return s[:i], s[i+1:]
+	}
+	return s, ""
+}
+
+// appendCutJSON encodes a JSON cut like appendCut (ids are decimal keys).
+func appendCutJSON(b []byte, c localstream.CutMap) []byte {
+	cut, _ := c.Cut("x")
+	return appendCut(b, cut)
+}
+
+// appendCut encodes a cut as its segments in ascending id order.
+func appendCut(b []byte, c localstream.StreamCut) []byte {
+	ids := sortedSegments(c)
+	b = binary.AppendUvarint(b, uint64(len(ids)))
+	for _, id := range ids {
+		b = binary.AppendUvarint(b, uint64(id))
+		b = binary.AppendUvarint(b, c.Positions[id])
+	}
+	return b
+}
+
+func appendBytes(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+// packHint remembers whether one stream's packs compress. A body that
+// zstd does not shrink by 1/16 is sent raw, and the attempt was wasted:
+// video chunks, encrypted or random payloads do not compress, and trying
+// cost ~8 % of the agent's CPU in the peers harness. After such a pack
+// the next ones are sent raw without trying — 1, then 2, 4 … up to
+// maxCompressSkip after each further miss — and then tried again; a pack
+// that compresses ends the skipping. Bytes on the wire are those of
+// trying every pack while a stream's payloads stay as they were, and at
+// most maxCompressSkip packs are sent raw after they start to compress.
+// Safe for concurrent use; nil tries every pack.
+type PackHint struct {
+	skip    atomic.Int32 // packs still to send raw without trying
+	backoff atomic.Int32 // packs to skip after the next miss
+}
+
+const maxCompressSkip = 64
+
+// try reports whether to try compressing the next pack.
+func (h *PackHint) try() bool {
+	if h == nil {
+		return true
+	}
+	for {
+		n := h.skip.Load()
+		if n <= 0 {
+			return true
+		}
+		if h.skip.CompareAndSwap(n, n-1) {
+			return false
+		}
+	}
+}
+
+// result records whether a tried pack compressed.
+func (h *PackHint) result(compressed bool) {
+	if h == nil {
+		return
+	}
+	if compressed {
+		h.backoff.Store(0)
+		h.skip.Store(0)
+		return
+	}
+	b := min(max(2*h.backoff.Load(), 1), maxCompressSkip)
+	h.backoff.Store(b)
+	h.skip.Store(b)
+}
+
+// zstdTries counts compression attempts (tests).
+var zstdTries atomic.Uint64
+
+// encode returns the whole pack: magic, codec and the body, compressed
+// with zstd when that saves at least 1/16 of it (and hint says to try). A
+// pack with a commit record ends transaction commit.Txn; one without is a
+// part of transaction txn.
+func (w *PackWriter) Encode(commit *PackCommit, txn uint64, hint *PackHint) []byte {
+	bp := packBodies.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledBody {
+			packBodies.Put(bp)
+		}
+	}()
+	body := slices.Grow((*bp)[:0], w.Size()+256)
+	defer func() { *bp = body[:0] }()
+	if commit != nil {
+		flag := byte(packFlagCommit)
+		switch {
+		case commit.hasChain():
+			flag = packFlagCommitChain
+		}
+		body = append(body, flag)
+		body = appendCommit(body, commit)
+	} else {
+		body = append(body, packFlagPart)
+		body = binary.AppendUvarint(body, txn)
+	}
+	body = binary.AppendUvarint(body, w.nstrs)
+	body = append(body, w.table...)
+	body = binary.AppendUvarint(body, uint64(w.n))
+	body = append(body, w.meta...)
+	for _, p := range w.payload {
+		body = append(body, p...)
+	}
+	// Room for the body as it is: an incompressible body's frame (a
+	// little larger) is kept or dropped without growing out.
+	out := make([]byte, 2, len(body)+len(body)/128+64)
+	out[0] = packMagic
+	if len(body) >= 64 && hint.try() {
+		zstdTries.Add(1)
+		out[1] = packCodecZstd
+		out = zstdEnc.EncodeAll(body, out)
+		ok := len(out)-2 <= len(body)-len(body)/16
+		hint.result(ok)
+		if ok {
+			return out
+		}
+		out = out[:2]
+	}
+	out[1] = packCodecNone
+	return append(out, body...)
+}
+
+// isPack tells a layout-2 message from a layout-1 commit record.
+func isPack(b []byte) bool { return len(b) > 0 && b[0] == packMagic }
+
+// decodedPack is a decoded pack: its events in order and, when it ends a
+// transaction, its commit record.
+type decodedPack struct {
+	commit *PackCommit
+	// txn is the transaction the events belong to.
+	txn    uint64
+	events []localstream.Record
+}
+
+// decodePack decodes a pack of the named stream. Every count and length
+// is checked against the bytes left, so corrupt input is an error, never
+// a panic or an allocation beyond the message's size.
+func decodePack(stream string, b []byte) (decodedPack, error) {
+	if len(b) < 2 || b[0] != packMagic {
+		return decodedPack{}, fmt.Errorf("%w: not a pack", ErrCorruptRecord)
+	}
+	body := b[2:]
+	switch b[1] {
+	case packCodecNone:
+	case packCodecZstd:
+		var err error
+		if body, err = zstdDec.DecodeAll(body, nil); err != nil {
+			return decodedPack{}, fmt.Errorf("%w: pack: %v", ErrCorruptRecord, err)
+		}
+	default:
+		return decodedPack{}, fmt.Errorf("%w: pack codec %d", ErrCorruptRecord, b[1])
+	}
+	d := packDecoder{b: body}
+	var out decodedPack
+	switch kind := d.uvarint(); kind {
+	case packFlagCommit, packFlagCommitChain:
+		c := d.commit(stream)
+		if d.err == nil && kind != packFlagCommit {
+			d.chain(stream, &c)
+		}
+		out.commit, out.txn = &c, c.Txn
+	case packFlagPart:
+		if out.txn = d.uvarint(); out.txn == 0 {
+			d.fail("part's txn")
+		}
+	default:
+		return decodedPack{}, fmt.Errorf("%w: pack flags", ErrCorruptRecord)
+	}
+	nstrs := d.count(1)
+	strs := make([]string, 0, nstrs)
+	for range nstrs {
+		strs = append(strs, d.str())
+	}
+	n := d.count(10)
+	if d.err != nil {
+		return decodedPack{}, d.err
+	}
+	str := func(i uint64) string {
+		if i >= uint64(len(strs)) {
+			d.fail("string index")
+			return ""
+		}
+		return strs[i]
+	}
+	out.events = make([]localstream.Record, 0, n)
+	lens := make([]uint64, 0, n)
+	var seg, off uint64
+	var et, it int64
+	for range n {
+		var r localstream.Record
+		fl := d.uvarint()
+		if fl > math.MaxUint16 {
+			d.fail("flags")
+		}
+		r.Flags = localstream.Flags(fl)
+		r.RoutingKey = str(d.uvarint())
+		r.Writer = str(d.uvarint())
+		r.ContentType = str(d.uvarint())
+		seg += uint64(d.varint())
+		off += uint64(d.varint()) + 1
+		et += d.varint()
+		it += d.varint()
+		r.Segment, r.Offset, r.EventTime, r.IngestTime = localstream.SegmentID(seg), off, et, it
+		nh := d.count(2)
+		for range nh {
+			k := str(d.uvarint())
+			v := str(d.uvarint())
+			r.Headers = append(r.Headers, localstream.Header{Key: k, Value: v})
+		}
+		lens = append(lens, d.uvarint())
+		if d.err != nil {
+			return decodedPack{}, d.err
+		}
+		out.events = append(out.events, r)
+	}
+	for i, l := range lens {
+		if l > uint64(len(d.b)) {
+			return decodedPack{}, fmt.Errorf("%w: pack payload of %d bytes, %d left", ErrCorruptRecord, l, len(d.b))
+		}
+		if l > 0 {
+			out.events[i].Payload = d.b[:l:l]
+		}
+		d.b = d.b[l:]
+	}
+	if len(d.b) != 0 {
+		return decodedPack{}, fmt.Errorf("%w: pack has %d trailing bytes", ErrCorruptRecord, len(d.b))
+	}
+	return out, nil
+}
+
+// packDecoder reads varints and strings; the first error sticks.
+type packDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *packDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: pack: bad %s", ErrCorruptRecord, what)
+	}
+}
+
+func (d *packDecoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, k := binary.Uvarint(d.b)
+	if k <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.b = d.b[k:]
+	return v
+}
+
+func (d *packDecoder) varint() int64 {
+	u := d.uvarint() // zigzag, as binary.AppendVarint writes it
+	return int64(u>>1) ^ -int64(u&1)
+}
+
+// count reads a count of items each at least min bytes long.
+func (d *packDecoder) count(min int) int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)/min) {
+		d.fail("count")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *packDecoder) str() string {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail("string")
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *packDecoder) cut(stream string) localstream.StreamCut {
+	n := d.count(2)
+	c := localstream.StreamCut{Stream: stream}
+	if n == 0 {
+		return c
+	}
+	c.Positions = make(map[localstream.SegmentID]uint64, n)
+	for range n {
+		id := localstream.SegmentID(d.uvarint())
+		if _, dup := c.Positions[id]; dup {
+			d.fail("cut (segment twice)")
+		}
+		c.Positions[id] = d.uvarint()
+	}
+	return c
+}
+
+func (d *packDecoder) commit(stream string) PackCommit {
+	var c PackCommit
+	c.Txn = d.uvarint()
+	c.Instance = d.str()
+	c.CommittedAtNs = d.varint()
+	c.Events = int(min(d.uvarint(), math.MaxInt32))
+	c.Bytes = int64(min(d.uvarint(), math.MaxInt64))
+	c.Cut = d.cut(stream)
+	c.Watermark.LowerNs = d.varint()
+	c.Watermark.UpperNs = d.varint()
+	c.Watermark.Cut = d.cut(stream)
+	if d.err == nil && (c.Txn == 0 || len(c.Cut.Positions) == 0) {
+		d.fail("commit record (no txn or cut)")
+	}
+	return c
+}
+
+// chain reads a commit's chain fields.
+func (d *packDecoder) chain(stream string, c *PackCommit) {
+	c.Chain.Store, c.Chain.Station = splitChainStore(d.str())
+	if b := d.uvarint(); b > math.MaxUint32 {
+		d.fail("epoch base")
+	} else {
+		c.Chain.EpochBase = uint32(b)
+	}
+	switch d.uvarint() {
+	case 0:
+		return
+	case 1:
+	default:
+		d.fail("lost flag")
+		return
+	}
+	l := &LostRange{Reason: LossReason(d.str()), Store: d.str()}
+	l.From = d.cut(stream).Map()
+	l.To = d.cut(stream).Map()
+	l.CentralSeq = d.uvarint()
+	l.FoundAtNs = d.varint()
+	if d.err == nil {
+		if err := l.check(stream); err != nil {
+			d.fail("lost range")
+			return
+		}
+	}
+	c.Chain.Lost = l
+}
+
+// record converts the binary commit to the public CommitRecord.
+func (c *PackCommit) Record(agent, stream string) CommitRecord {
+	return NewCommitRecord(agent, stream, c.Instance, c.Txn, c.Cut, c.Watermark, c.Chain, c.Events, c.Bytes, c.CommittedAtNs)
+}
+
+// sortedSegments returns a cut's segment ids in ascending order.
+func sortedSegments(c localstream.StreamCut) []localstream.SegmentID {
+	ids := make([]localstream.SegmentID, 0, len(c.Positions))
+	for id := range c.Positions {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
