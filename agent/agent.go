@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -71,7 +71,7 @@ type Agent struct {
 	history history
 
 	// mu guards errs and procs.
-	mu    stdsync.Mutex
+	mu    sync.Mutex
 	errs  map[string]string  // component → last error, for /status
 	procs func() procs.Stats // how the process sizes GOMAXPROCS (ReportProcs)
 }
@@ -254,7 +254,7 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	// stream stopped by a permanent error is logged and shown in /status.
 	replCtx, stopRepl := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRepl()
-	var replWG stdsync.WaitGroup
+	var replWG sync.WaitGroup
 	if a.repl != nil {
 		replWG.Go(func() { a.repl.Run(replCtx) })
 	}
@@ -285,7 +285,7 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	a.warnOpenBinds()
 
 	<-gctx.Done()
-	var stopOnce stdsync.Once
+	var stopOnce sync.Once
 	stop := func() { stopOnce.Do(func() { close(stopping) }) }
 	if a.store.Err() == nil {
 		stop()

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,9 +74,9 @@ func TestBadClocksEndToEnd(t *testing.T) {
 
 	// The drones: two correct, one an hour ahead, one a day behind.
 	clocks := map[string]time.Duration{"ok-": 0, "ahead-": time.Hour, "behind-": -24 * time.Hour}
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	published := map[string]uint64{}
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	for prefix, off := range clocks {
 		n := 1
 		if off == 0 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	stdsync "sync"
+	"sync"
 	"time"
 )
 
@@ -26,7 +26,7 @@ type streamSample struct {
 // shows the last minutes as soon as it opens. It is a ring: memory is
 // bounded by historyLen × streams. Safe for concurrent use.
 type history struct {
-	mu    stdsync.Mutex
+	mu    sync.Mutex
 	times []float64                 // Unix seconds, ring order from start
 	rows  []map[string]streamSample // per sample: stream → numbers
 	start int                       // index of the oldest sample once full

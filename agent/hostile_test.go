@@ -14,7 +14,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,7 +119,7 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	r.rssBefore, r.heapBefore = memNow()
 	var peakRSS, peakHeap atomic.Uint64
 	sampleStop := make(chan struct{})
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { // memory sampler
 		defer wg.Done()
@@ -267,7 +267,7 @@ type gate struct {
 	sent  *atomic.Int64
 	read  func() int64
 	limit int64
-	mu    stdsync.Mutex
+	mu    sync.Mutex
 }
 
 // send counts n datagrams about to be sent, first waiting while more than

@@ -5,7 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
-	stdsync "sync"
+	"sync"
 	"time"
 )
 
@@ -24,7 +24,7 @@ import (
 type connLimiter struct {
 	net.Listener
 	max int
-	mu  stdsync.Mutex
+	mu  sync.Mutex
 	// waiting are the connections not serving a request, oldest first.
 	waiting *list.List
 	open    int

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"net"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,7 +102,7 @@ var slowlorisOpened atomic.Int64
 // attackSlowloris holds 200 connections to the HTTP listener that never
 // finish their headers, reopening each as it closes, until stop is closed.
 func attackSlowloris(tb testing.TB, r *neighbourRig, stop <-chan struct{}) {
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for range 200 {
 		wg.Go(func() {
 			for {

@@ -15,7 +15,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -215,7 +215,7 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 	for _, p := range phases {
 		delays.phase(p.name)
 		stop := make(chan struct{})
-		var wg stdsync.WaitGroup
+		var wg sync.WaitGroup
 		wg.Go(func() { p.attack(tb, r, stop) })
 		if f := os.Getenv("EDGE_NEIGHBOUR_DUMP"); f != "" {
 			go func() {
@@ -388,7 +388,7 @@ func publishRetainedFleet(tb testing.TB, url string, n int) {
 type memSampler struct {
 	rss, heap atomic.Uint64
 	done      chan struct{}
-	wg        stdsync.WaitGroup
+	wg        sync.WaitGroup
 }
 
 func startMemSampler() *memSampler {
@@ -425,11 +425,11 @@ func (m *memSampler) stop() (rss, live uint64) {
 // message's ingest delay: when it became readable (durable) minus the
 // publish time in its payload (the simulator's timestamp, Unix ms).
 type delayLog struct {
-	mu     stdsync.Mutex
+	mu     sync.Mutex
 	cur    string
 	delays map[string][]time.Duration
 	cancel context.CancelFunc
-	wg     stdsync.WaitGroup
+	wg     sync.WaitGroup
 }
 
 func newDelayLog(st *localstream.Stream, good func(localstream.Record) bool) *delayLog {
@@ -493,7 +493,7 @@ func (d *delayLog) p99(name string) (p99 time.Duration, n int, maxD time.Duratio
 // acks (the refused ones never get one).
 func attackNewDroneIDs(tb testing.TB, r *neighbourRig, stop <-chan struct{}) {
 	big := []byte(`{"spam":"` + strings.Repeat("x", 30_000) + `"}`)
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for _, target := range []struct {
 		url     string
 		qos     byte
@@ -548,7 +548,7 @@ func mqttConnect(client string) []byte {
 // sockets that never CONNECT, 200 a second. Meanwhile a good drone on
 // 127.0.0.1 opens a fresh session every 200 ms: every one must connect.
 func attackIdleConnections(tb testing.TB, r *neighbourRig, stop <-chan struct{}) {
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	var conns []net.Conn
 	keep := func(c net.Conn) {
 		mu.Lock()
@@ -562,7 +562,7 @@ func attackIdleConnections(tb testing.TB, r *neighbourRig, stop <-chan struct{})
 		}
 		mu.Unlock()
 	}()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	wg.Go(func() {
 		for i := 0; i < 300; i++ {
 			c, err := dialFrom("127.0.0.2", r.listen)
@@ -614,7 +614,7 @@ func attackIdleConnections(tb testing.TB, r *neighbourRig, stop <-chan struct{})
 // QoS 1 PUBLISHes as fast as TCP takes them, reading (and ignoring) the
 // acks, never waiting for one.
 func attackBigMessages(tb testing.TB, r *neighbourRig, stop <-chan struct{}) {
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for k := range 4 {
 		wg.Go(func() {
 			c, err := dialFrom("127.0.0.4", r.listen)

@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
-	stdsync "sync"
+	"sync"
 	"time"
 )
 
@@ -21,7 +21,7 @@ type rateLimited struct {
 }
 
 type rlState struct {
-	mu      stdsync.Mutex
+	mu      sync.Mutex
 	windows map[string]*rlWindow
 }
 

@@ -14,7 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 )
 
 // redacted replaces a secret wherever the agent shows text.
@@ -109,7 +109,7 @@ func urlCredentials(raw string) []string {
 // responses, pprof's command line and every subcommand's stdout and
 // stderr. Safe for concurrent use; secrets may be added at any time.
 type Redactor struct {
-	mu stdsync.RWMutex
+	mu sync.RWMutex
 	// forms maps each form of each secret to its replacement.
 	forms map[string]string
 	// rep replaces them all, longest first; rebuilt when forms grow.
@@ -402,7 +402,7 @@ const maxLineBuffer = 1 << 20
 type RedactWriter struct {
 	r   *Redactor
 	w   io.Writer
-	mu  stdsync.Mutex
+	mu  sync.Mutex
 	buf []byte
 }
 

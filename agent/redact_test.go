@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +42,7 @@ func TestRedactURLs(t *testing.T) {
 
 // syncBuffer is a bytes.Buffer safe for the agent's concurrent logging.
 type syncBuffer struct {
-	mu stdsync.Mutex
+	mu sync.Mutex
 	b  bytes.Buffer
 }
 

@@ -7,7 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,7 +104,7 @@ func (c TimeCut) Get(agent, stream string) (StreamTimeCut, bool) {
 type timeCutState struct {
 	at      int64
 	streams []string
-	mu      stdsync.Mutex
+	mu      sync.Mutex
 	agents  map[string]bool
 	cuts    map[[2]string]*StreamTimeCut
 }

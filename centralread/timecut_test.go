@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,7 +67,7 @@ func startCutAgent(t *testing.T, nc *nats.Conn, id string) *cutAgent {
 		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { a.done <- a.repl.Run(ctx) }()
-	var once stdsync.Once
+	var once sync.Once
 	a.stop = func() {
 		once.Do(func() {
 			cancel()
@@ -147,7 +147,7 @@ func TestTimeCutProperty(t *testing.T) {
 		c, err := CutAt(ctx, nc, waitT, TimeCutOptions{Wait: true, PollWait: 100 * time.Millisecond})
 		waitDone <- waited{c, err, time.Now()}
 	}()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for ai, a := range agents {
 		wg.Add(1)
 		go func() {

@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	stdsync "sync"
+	"sync"
 	"time"
 
 	"github.com/edge-agent/edge-agent/agent"
@@ -166,7 +166,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var simErr error
 	videoSent := make([]replay.Summary, o.VideoDrones)
 	videoErr := make([]error, o.VideoDrones)
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	wg.Go(func() {
 		sim, simErr = telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: o.Drones, Rate: o.Rate,
 			Duration: o.Duration, ClientPrefix: "demo-sim"})
@@ -242,7 +242,7 @@ func agentConfig(o Options, centralURL, brokerURL string) agent.Config {
 }
 
 // simDone returns a channel closed when wg is done.
-func simDone(wg *stdsync.WaitGroup) <-chan struct{} {
+func simDone(wg *sync.WaitGroup) <-chan struct{} {
 	ch := make(chan struct{})
 	go func() { wg.Wait(); close(ch) }()
 	return ch

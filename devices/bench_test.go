@@ -3,7 +3,7 @@ package devices
 import (
 	"context"
 	"fmt"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,7 +52,7 @@ func BenchmarkAppend(b *testing.B) {
 func BenchmarkSeen(b *testing.B) {
 	now := time.Now()
 	b.Run("baseline-mutex-map", func(b *testing.B) {
-		var mu stdsync.Mutex
+		var mu sync.Mutex
 		m := map[string]uint64{}
 		var n atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
@@ -136,7 +136,7 @@ func BenchmarkPressureCheck(b *testing.B) {
 		d.set(100)
 		for i := 0; i < b.N; i++ {
 			b.StopTimer()
-			var wg stdsync.WaitGroup
+			var wg sync.WaitGroup
 			for range 2000 - int(retainedEvents(st.Topology())) {
 				wg.Add(1)
 				st.AppendAsync(context.Background(), localstream.Event{RoutingKey: "d1", Writer: "video/d1", Payload: payload},

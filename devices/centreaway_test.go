@@ -8,7 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -75,7 +75,7 @@ func newFloodRig(t testing.TB) *floodRig {
 func (r *floodRig) flood(t testing.TB, seed uint64, episodes int) floodResult {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	wg.Go(func() { r.pressure.Run(ctx) })
 	load := &ingestLoad{video: r.video, tele: r.tele, rng: rand.New(rand.NewPCG(seed, seed)),
 		refused: map[string]uint64{}, ackedN: map[string]uint64{}}

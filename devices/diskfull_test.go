@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,7 +29,7 @@ type ingestLoad struct {
 	video, tele *localstream.Stream
 	rng         *rand.Rand
 
-	mu      stdsync.Mutex
+	mu      sync.Mutex
 	acked   []ack
 	refused map[string]uint64
 	ackedN  map[string]uint64
@@ -171,7 +171,7 @@ func runDiskFull(t *testing.T, centre replica) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	goRun := func(f func(context.Context)) {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()

@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,7 +62,7 @@ func newJSCentre(t *testing.T, uplink int64) *jsCentre {
 
 // replicate runs one replicator per stream until ctx ends or done says stop.
 func (c *jsCentre) replicate(ctx context.Context, store *localstream.Store, uplink *replicate.Uplink) error {
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	errs := make([]error, len(store.Streams()))
 	var reps []*replicate.Replicator
 	for i, st := range store.Streams() {

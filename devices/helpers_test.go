@@ -3,7 +3,7 @@ package devices
 import (
 	"io"
 	"log/slog"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +13,7 @@ import (
 
 // clock is an injected, manually advanced clock.
 type clock struct {
-	mu  stdsync.Mutex
+	mu  sync.Mutex
 	now time.Time
 }
 
@@ -34,7 +34,7 @@ func (c *clock) Add(d time.Duration) time.Time {
 
 // recMarks records what the sampler and wrappers tell a watermark tracker.
 type recMarks struct {
-	mu     stdsync.Mutex
+	mu     sync.Mutex
 	notes  []note
 	closed []string
 }

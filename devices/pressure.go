@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	stdsync "sync"
+	"sync"
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -102,7 +102,7 @@ type Pressure struct {
 	cfg   PressureConfig
 
 	// mu guards stats and pending.
-	mu      stdsync.Mutex
+	mu      sync.Mutex
 	stats   PressureStats
 	pending []pendingMarker
 	seq     uint64 // numbers pending markers' metadata keys

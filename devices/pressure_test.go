@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	stdsync "sync"
+	"sync"
 	"testing"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -13,7 +13,7 @@ import (
 
 // fakeDisk is an injected DiskSpace whose free space the test sets.
 type fakeDisk struct {
-	mu          stdsync.Mutex
+	mu          sync.Mutex
 	free, total int64
 }
 
@@ -309,7 +309,7 @@ func TestPressureConfigValidate(t *testing.T) {
 // original is still retained (a crash before the shed) is dropped.
 func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 	dir := t.TempDir()
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	storeFree := int64(1 << 40)
 	freeFn := func(string) (int64, error) { mu.Lock(); defer mu.Unlock(); return storeFree, nil }
 	s, err := localstream.Open(dir, localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: freeFn, Logger: quietLogger()})

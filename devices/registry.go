@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -152,7 +152,7 @@ type Registry struct {
 	cfg RegistryConfig
 
 	// mu guards drones.
-	mu     stdsync.Mutex
+	mu     sync.Mutex
 	drones map[string]*drone
 
 	rejected, evicted, offExplicit, offSilence atomic.Uint64

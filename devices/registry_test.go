@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +12,7 @@ import (
 )
 
 type transitions struct {
-	mu  stdsync.Mutex
+	mu  sync.Mutex
 	log []string
 }
 
@@ -152,14 +152,14 @@ func TestRegistryDropsAndBounds(t *testing.T) {
 
 func TestRegistryConcurrent(t *testing.T) {
 	clk := newClock()
-	var offline stdsync.Map
+	var offline sync.Map
 	r, err := NewRegistry(RegistryConfig{OfflineAfter: time.Second, Now: clk.Now,
 		OnOffline: func(d, _ string) { offline.Store(d, true) }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const goroutines, per = 8, 500
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Add(1)
 		go func() {
@@ -236,7 +236,7 @@ func TestRegistryConfigValidate(t *testing.T) {
 // the store's FreeSpace).
 func TestObserve(t *testing.T) {
 	clk := newClock()
-	var free stdsync.Mutex
+	var free sync.Mutex
 	freeBytes := int64(1 << 40)
 	s := openStore(t, t.TempDir(), localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
 		free.Lock()

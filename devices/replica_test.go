@@ -3,7 +3,7 @@ package devices
 import (
 	"context"
 	"errors"
-	stdsync "sync"
+	"sync"
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -29,7 +29,7 @@ type replica interface {
 
 // memCentre is an in-memory central store.
 type memCentre struct {
-	mu      stdsync.Mutex
+	mu      sync.Mutex
 	records map[string][]localstream.Record
 }
 

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,7 +85,7 @@ type Sampler struct {
 	probe probe
 
 	// mu guards latest.
-	mu     stdsync.Mutex
+	mu     sync.Mutex
 	latest *Sample
 
 	samples, appendErrors, probeErrors, markErrors atomic.Uint64

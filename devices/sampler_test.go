@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,7 +85,7 @@ func TestSamplerWritesHealthEvents(t *testing.T) {
 // and drop samples, not stop; it appends again once space returns.
 func TestSamplerDiskFull(t *testing.T) {
 	dir := t.TempDir()
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	free := int64(0)
 	s := openStore(t, dir, localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
 		mu.Lock()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	stdsync "sync"
+	"sync"
 	"time"
 )
 
@@ -21,7 +21,7 @@ type badgerLogger struct {
 	l   *slog.Logger
 	now func() time.Time
 
-	mu   stdsync.Mutex
+	mu   sync.Mutex
 	seen map[string]*badgerLogged // by format
 }
 

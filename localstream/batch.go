@@ -3,7 +3,7 @@ package localstream
 import (
 	"encoding/binary"
 	"fmt"
-	stdsync "sync"
+	"sync"
 
 	"github.com/klauspost/compress/s2"
 )
@@ -119,7 +119,7 @@ func compressBatch(b []byte) []byte {
 const maxBatchDecoded = maxBatchEntry + 1<<10
 
 // batchBufs holds the buffers compressed batches are decoded into.
-var batchBufs = stdsync.Pool{New: func() any { return new([]byte) }}
+var batchBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // entryRecords calls fn, in offset order, for each record of one stored
 // data entry (last: the offset in its key) whose offset is in [from, to).

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -57,7 +57,7 @@ func BenchmarkDurableAppend(b *testing.B) {
 // spread runs n jobs over w goroutines and returns the elapsed time.
 func spread(n, w int, job func(i int)) time.Duration {
 	var next atomic.Int64
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	start := time.Now()
 	for range w {
 		wg.Go(func() {
@@ -210,7 +210,7 @@ func BenchmarkGroupCommitWindow(b *testing.B) {
 					})
 				} else {
 					sem := make(chan struct{}, inflight)
-					var wg stdsync.WaitGroup
+					var wg sync.WaitGroup
 					for i := range b.N {
 						sem <- struct{}{}
 						wg.Add(1)

@@ -3,7 +3,7 @@ package localstream
 import (
 	"context"
 	"fmt"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,7 +21,7 @@ func holdOne(t *testing.T, s *Store, st *Stream, n int) <-chan error {
 	ctrl := make(chan error, 1)
 	go func() { ctrl <- s.control(ctx, func() error { close(blocked); <-release; return nil }) }()
 	<-blocked
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		err := st.AppendAsync(ctx, Event{RoutingKey: "burst", Writer: "w", EventTime: int64(i)}, func(_ Position, err error) {
@@ -146,7 +146,7 @@ func TestGroupCommitGroupsWriters(t *testing.T) {
 	s := openStore(t, t.TempDir(), Options{GroupCommitWindow: 50 * time.Millisecond})
 	st := mustStream(t, s, "t", 2)
 	commits := s.Stats().Commits
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {

@@ -11,7 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,7 +65,7 @@ func TestCrashChildProcess(t *testing.T) {
 		}
 		next[rec.RoutingKey] = binary.BigEndian.Uint64(rec.Payload) + 1
 	}
-	var out stdsync.Mutex
+	var out sync.Mutex
 	fmt.Println("READY")
 	ctx := context.Background()
 	for w := range uint64(8) {

@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 )
@@ -46,7 +46,7 @@ func TestOrderAcrossRandomScales(t *testing.T) {
 	defer cancel()
 
 	head := st.HeadCut()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Go(func() {
 			for i := range perWriter {
@@ -170,7 +170,7 @@ func TestReaderBetweenCuts(t *testing.T) {
 
 func TestAutoScaleByEventRate(t *testing.T) {
 	now := time.Unix(1000, 0)
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	s := openStore(t, t.TempDir(), Options{Now: clock})

@@ -13,7 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -86,7 +86,7 @@ type payloadStore struct {
 
 	// mu guards files and active; readers hold it for reading while they
 	// read a file, retire for writing while it closes one.
-	mu     stdsync.RWMutex
+	mu     sync.RWMutex
 	files  map[string]map[uint64]*payloadFile // stream → seq → file
 	active map[string]*payloadFile            // activeKey → the file being written
 	next   map[string]uint64                  // stream → next seq

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,7 +106,7 @@ func TestReadersRacePayloadFileDeletion(t *testing.T) {
 	st := mustStream(t, s, "video", 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	var sheds, reads, deleted atomic.Int64
 	wg.Go(func() { // writer: 16 KiB chunks

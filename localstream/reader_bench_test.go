@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	stdsync "sync"
+	"sync"
 	"testing"
 )
 
@@ -30,7 +30,7 @@ func benchEvents(n int) []Event {
 
 // appendAll appends evs concurrently (they share group commits) and waits.
 func appendAll(b *testing.B, st *Stream, evs []Event) {
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	for _, ev := range evs {
 		wg.Add(1)
 		if err := st.AppendAsync(context.Background(), ev, func(_ Position, err error) {

@@ -10,7 +10,7 @@ import (
 	"maps"
 	"os"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,22 +32,22 @@ type Store struct {
 	openID string
 
 	// mu guards streams.
-	mu      stdsync.Mutex
+	mu      sync.Mutex
 	streams map[string]*Stream
 
 	// closeMu is held for reading while a request is enqueued and for
 	// writing by Close, so Close never closes queue under a sender.
-	closeMu stdsync.RWMutex
+	closeMu sync.RWMutex
 	closed  bool
 
 	queue    chan *appendReq     // appends, FIFO: the order of offsets
 	ctrl     chan ctrlReq        // scales, truncations: run by the committer
 	inflight chan *inflightBatch // commits written, waiting for their fsync
-	wg       stdsync.WaitGroup   // committer, completer, syncer
+	wg       sync.WaitGroup      // committer, completer, syncer
 	stopSync chan struct{}
 
 	// errMu guards sticky: after a failed write every later write fails with it.
-	errMu  stdsync.Mutex
+	errMu  sync.Mutex
 	sticky error
 	// wal keeps the memtable log's blocks allocated ahead of Badger's
 	// writes (see walspace.go). Committer goroutine only.
@@ -88,11 +88,11 @@ type Store struct {
 
 	// gate is held for reading by every Badger write and for writing by
 	// Reclaim's memtable flush, which Badger refuses concurrent writes for.
-	gate stdsync.RWMutex
+	gate sync.RWMutex
 	// reclaimMu serialises Reclaim.
-	reclaimMu stdsync.Mutex
+	reclaimMu sync.Mutex
 
-	closeOnce stdsync.Once
+	closeOnce sync.Once
 	closeErr  error
 }
 

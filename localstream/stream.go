@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
@@ -60,7 +60,7 @@ type Stream struct {
 	name string
 
 	// mu guards the fields below.
-	mu     stdsync.RWMutex
+	mu     sync.RWMutex
 	meta   streamMeta // Segments is rebuilt from segs on write
 	segs   map[SegmentID]*segState
 	open   []*segState   // open segments by range

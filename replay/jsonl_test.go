@@ -5,7 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,7 +58,7 @@ func TestSendTelemetryRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer brk.Stop()
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	var got []paho.Message
 	all := make(chan struct{})
 	sub := paho.NewClient(paho.NewClientOptions().AddBroker(brk.URL()).SetClientID("jsonl-sub").SetOrderMatters(true))

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,7 +32,7 @@ func fillStore(b *testing.B, stream string, n, size int) (*localstream.Store, *l
 		b.Fatal(err)
 	}
 	payload := make([]byte, size)
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for i := range n {
 		sem <- struct{}{}
@@ -190,7 +190,7 @@ func benchReplicationThroughput(b *testing.B, layout int) {
 func BenchmarkAppendToCommitted(b *testing.B) {
 	srv := startCentral(b, central.Config{})
 	nc := connect(b, srv.ClientURL())
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	var lat []time.Duration
 	for i := range b.N {
 		store, st := openStore(b, b.TempDir())

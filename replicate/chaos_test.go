@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -23,7 +23,7 @@ import (
 // produceLogged appends an event with a unique payload (tag-n) every
 // 3 ms and prints "ev <payload> <segment> <offset> <store>" once it is
 // acknowledged (the child of TestIdentityChaos).
-func produceLogged(st *localstream.Stream, tag string, mu *stdsync.Mutex, out *bufio.Writer) {
+func produceLogged(st *localstream.Stream, tag string, mu *sync.Mutex, out *bufio.Writer) {
 	p := newProducer()
 	p.tag = tag
 	for {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,7 +54,7 @@ func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 	dir := filepath.Join(t.TempDir(), "store")
 	agent := "agent-" + f.name
 	p := newProducer()
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	var commits []time.Time
 	cfg := ReplicatorConfig{OnCommit: func(c Committed, _ []int64) {
 		if c.Record.Events > 0 {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,7 +16,7 @@ import (
 // longest time an agent went without one and how soon it committed after
 // a fault.
 type commitGaps struct {
-	mu    stdsync.Mutex
+	mu    sync.Mutex
 	start time.Time
 	times map[string][]time.Time
 }
@@ -105,7 +105,7 @@ func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	errs := make(chan error, agents)
 	for _, a := range fleet {
 		wg.Go(func() { errs <- a.app.run(ctx, time.Millisecond, 4) })

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,7 +96,7 @@ func runFleet(t testing.TB, fc fleetConfig) fleetResult {
 	gaps := newCommitGaps(time.Now())
 	stations := make([]*fleetStation, fc.agents)
 	names := make([]string, fc.agents)
-	var setup stdsync.WaitGroup
+	var setup sync.WaitGroup
 	sem := make(chan struct{}, 8)
 	for i := range fc.agents {
 		setup.Go(func() {
@@ -148,7 +148,7 @@ func runFleet(t testing.TB, fc fleetConfig) fleetResult {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), fc.run)
 	defer cancel()
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	errs := make(chan error, fc.agents)
 	interval := time.Second / time.Duration(max(fc.rate, 1))
 	for _, s := range stations {
@@ -267,7 +267,7 @@ func runFleet(t testing.TB, fc fleetConfig) fleetResult {
 
 // latencies collects append → commit acked durations.
 type latencies struct {
-	mu stdsync.Mutex
+	mu sync.Mutex
 	d  []time.Duration
 }
 
@@ -391,7 +391,7 @@ func BenchmarkCentreCommits(b *testing.B) {
 			}
 			recs := telemetryRecords(10)
 			var lat latencies
-			var commits, fails stdsync.Map
+			var commits, fails sync.Map
 			sinks := make([]*JetStreamSink, n)
 			for i := range n {
 				nc := connect(b, urls[i%len(urls)])
@@ -402,7 +402,7 @@ func BenchmarkCentreCommits(b *testing.B) {
 			const run = 10 * time.Second
 			ctx, cancel := context.WithTimeout(context.Background(), run)
 			defer cancel()
-			var wg stdsync.WaitGroup
+			var wg sync.WaitGroup
 			for i, sink := range sinks {
 				wg.Go(func() {
 					var prev Committed

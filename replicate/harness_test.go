@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strconv"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,7 +71,7 @@ func openStoreOpts(dir string, opts localstream.Options) (*localstream.Store, *l
 
 // trackers holds the real watermark tracker of each test stream: the
 // appender notes into it, the replicator commits its watermarks.
-var trackers stdsync.Map
+var trackers sync.Map
 
 func trackerFor(st *localstream.Stream) *watermark.Tracker {
 	tr, _ := trackers.Load(st)
@@ -150,7 +150,7 @@ func (a *appender) run(ctx context.Context, interval time.Duration, burst int) e
 	defer t.Stop()
 	burst = min(burst, a.drones)
 	for k := 0; ; k += burst {
-		var wg stdsync.WaitGroup
+		var wg sync.WaitGroup
 		var firstErr atomic.Value
 		for j := range burst {
 			wg.Add(1)

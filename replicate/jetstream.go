@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,9 +65,9 @@ type JetStreamSink struct {
 	serialUntil atomic.Int64
 
 	// hints: stream → *packHint (layout 2: whether its packs compress).
-	hints stdsync.Map
+	hints sync.Map
 
-	mu stdsync.Mutex
+	mu sync.Mutex
 	// open counts each stream's batches that have sent a message and are
 	// neither committed nor discarded. Guarded by mu.
 	open map[string]int

@@ -9,7 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -50,7 +50,7 @@ func childAgent() int {
 		return 1
 	}
 	out := bufio.NewWriter(os.Stdout)
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	r := NewReplicator(st, sink, inst, ReplicatorConfig{
 		Station:   os.Getenv("EDGE_SYNC_STATION"),
 		Watermark: TrackerWatermark(trackerFor(st), nil),

@@ -4,7 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,7 +22,7 @@ import (
 // connection). It is the timing a real server cannot be made to show on
 // demand.
 type memSink struct {
-	mu      stdsync.Mutex
+	mu      sync.Mutex
 	commits []Committed
 	// holdNext makes the next commit time out and land late.
 	holdNext bool
@@ -125,7 +125,7 @@ func TestLateCommitKeepsWatermarkMonotone(t *testing.T) {
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()
 	sink := &memSink{}
-	var mu stdsync.Mutex
+	var mu sync.Mutex
 	calls := 0
 	// A tracker rewound by a rebuilt, smaller transaction: right after a
 	// late commit landed, it answers from its older state (the watermark

@@ -3,7 +3,7 @@ package replicate
 import (
 	"context"
 	"fmt"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +23,7 @@ import (
 type link struct {
 	timeout time.Duration
 
-	mu stdsync.Mutex
+	mu sync.Mutex
 	// nc and js are the current connection and its JetStream context.
 	// Guarded by mu.
 	nc *nats.Conn

@@ -9,7 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +31,7 @@ import (
 // stream it is given, and remembers every acknowledged one with its local
 // position and the store it went to.
 type producer struct {
-	mu    stdsync.Mutex
+	mu    sync.Mutex
 	n     int
 	acked map[string]ackedEvent
 	base  int64

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
-	stdsync "sync"
+	"sync"
 
 	"golang.org/x/sync/semaphore"
 
@@ -25,7 +25,7 @@ type prefetcher struct {
 	budget *semaphore.Weighted
 	max    int64
 	cancel context.CancelFunc
-	wg     stdsync.WaitGroup
+	wg     sync.WaitGroup
 	// cur is the batch being consumed: cur.recs[next:] are not consumed
 	// yet. Consumer side only.
 	cur  prefetchBatch

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"io"
 	"net"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,9 +27,9 @@ type faultProxy struct {
 	// Proof counters.
 	midBatchCuts, droppedAcks, delayedAcks, cuts, accepted atomic.Int64
 
-	mu    stdsync.Mutex
+	mu    sync.Mutex
 	conns map[net.Conn]struct{}
-	wg    stdsync.WaitGroup
+	wg    sync.WaitGroup
 }
 
 var (

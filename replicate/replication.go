@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -63,7 +63,7 @@ type Replication struct {
 	// discovered is closed once Run has started the streams there were.
 	discovered chan struct{}
 
-	mu stdsync.Mutex
+	mu sync.Mutex
 	// reps are the replicators by stream. Guarded by mu.
 	reps map[string]*Replicator
 }
@@ -87,7 +87,7 @@ func NewReplication(store *localstream.Store, sink Sink, cfg ReplicationConfig) 
 // Run replicates every stream (and streams created later) until ctx ends,
 // then returns nil once every replicator has stopped.
 func (r *Replication) Run(ctx context.Context) error {
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	defer wg.Wait()
 	t := time.NewTicker(r.cfg.DiscoverInterval)
 	defer t.Stop()
@@ -109,7 +109,7 @@ func (r *Replication) Run(ctx context.Context) error {
 }
 
 // discover starts a replicator for every stream without one.
-func (r *Replication) discover(ctx context.Context, wg *stdsync.WaitGroup) {
+func (r *Replication) discover(ctx context.Context, wg *sync.WaitGroup) {
 	for _, st := range r.store.Streams() {
 		r.mu.Lock()
 		_, have := r.reps[st.Name()]

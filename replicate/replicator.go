@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -149,7 +149,7 @@ type Replicator struct {
 	lateFlagged                 atomic.Uint64
 	dropped                     atomic.Uint64
 
-	mu stdsync.Mutex
+	mu sync.Mutex
 	// last is the latest commit known (ours or adopted). Guarded by mu.
 	last Committed
 	// lastAt is when last was learned. Guarded by mu.

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	stdsync "sync"
+	"sync"
 
 	"golang.org/x/time/rate"
 )
@@ -17,7 +17,7 @@ type Uplink struct {
 	lim   *rate.Limiter
 	chunk int
 
-	mu stdsync.Mutex
+	mu sync.Mutex
 	// queue holds the waiters in (priority, arrival) order. Guarded by mu.
 	queue []*uplinkWaiter
 	// busy is set while one waiter draws tokens. Guarded by mu.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,7 +36,7 @@ func fillStream(b *testing.B, n, size int) *localstream.Stream {
 	if size <= 1024 {
 		payload = fmt.Appendf(nil, `{"drone":"d","seq":%d,"lat":%.6f,"lon":%.6f,"alt":%.2f,"pad":"%s"}`, 1, 52.1, 4.3, 120.0, strings.Repeat("x", max(size-80, 0)))
 	}
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for i := range n {
 		sem <- struct{}{}
@@ -83,7 +83,7 @@ func benchUnpack(b *testing.B, n, size int) {
 		}
 		tail := st.TailCut()
 		caughtUp := make(chan struct{})
-		var once stdsync.Once
+		var once sync.Once
 		r := replicate.NewReplicator(st, sink, inst, replicate.ReplicatorConfig{OnCommit: func(cm replicate.Committed, _ []int64) {
 			if cut, err := cm.Record.StreamCut(); err == nil && cut.Equal(tail) {
 				once.Do(func() { close(caughtUp) })

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,7 +96,7 @@ type testAgent struct {
 	drones int
 	// next[d] is drone d's next sequence number (from 1).
 	next []int
-	mu   stdsync.Mutex
+	mu   sync.Mutex
 	sent atomic.Int64
 	base int64
 }
@@ -175,7 +175,7 @@ func (a *testAgent) replicate(t testing.TB, nc *nats.Conn, jsOpts replicate.JetS
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	var once stdsync.Once
+	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cancel()
@@ -400,7 +400,7 @@ func startUnpacker(t testing.TB, nc *nats.Conn, opts Options) (*Unpacker, func()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- u.Run(ctx) }()
-	var once stdsync.Once
+	var once sync.Once
 	var rerr error
 	stop := func() error {
 		once.Do(func() { cancel(); rerr = <-done })

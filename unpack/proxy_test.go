@@ -3,7 +3,7 @@ package unpack
 import (
 	"io"
 	"net"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,9 +16,9 @@ type linkProxy struct {
 	ln     net.Listener
 	target string
 	cuts   atomic.Int64
-	mu     stdsync.Mutex
+	mu     sync.Mutex
 	conns  map[net.Conn]struct{}
-	wg     stdsync.WaitGroup
+	wg     sync.WaitGroup
 }
 
 func newLinkProxy(t testing.TB, target string) *linkProxy {

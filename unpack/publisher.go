@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	stdsync "sync"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -35,7 +35,7 @@ type publisher struct {
 	// failed is closed at the first failure.
 	failed chan struct{}
 
-	mu  stdsync.Mutex
+	mu  sync.Mutex
 	err error // guarded by mu
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
-	stdsync "sync"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,7 +22,7 @@ type Service struct {
 	streams []string
 	opts    Options
 
-	mu stdsync.Mutex
+	mu sync.Mutex
 	// running are the unpackers started, in start order. Guarded by mu.
 	running []*Unpacker
 }

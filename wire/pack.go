@@ -6,7 +6,7 @@ import (
 	"math"
 	"slices"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
@@ -39,7 +39,7 @@ const (
 
 // packBodies holds encode's scratch bodies (each is copied, compressed
 // or not, into the message); bodies above maxPooledBody are let go.
-var packBodies = stdsync.Pool{New: func() any { return new([]byte) }}
+var packBodies = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxPooledBody = 8 << 20
 

@@ -12,7 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -198,7 +198,7 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 	udp, _ := net.ListenPacket("udp", "127.0.0.1:0")
 	defer udp.Close()
 	at := time.Now().Format(time.RFC3339)
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)
 	for name, p := range trickyPasswords {
 		for _, form := range []string{p, encoded(p)} {
@@ -231,7 +231,7 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 
 // syncBuf is a bytes.Buffer safe for a subprocess's two output pipes.
 type syncBuf struct {
-	mu stdsync.Mutex
+	mu sync.Mutex
 	b  bytes.Buffer
 }
 

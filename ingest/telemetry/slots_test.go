@@ -6,7 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -179,7 +179,7 @@ func isClosed(ch <-chan struct{}) bool {
 
 // syncWriter serialises writes to w (a logger's output read by the test).
 type syncWriter struct {
-	mu stdsync.Mutex
+	mu sync.Mutex
 	w  io.Writer
 }
 

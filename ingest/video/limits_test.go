@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -279,7 +279,7 @@ func TestDropsLoggedWhileRunning(t *testing.T) {
 
 // lockedBuffer is a bytes.Buffer safe for a logger and a reader.
 type lockedBuffer struct {
-	mu  stdsync.Mutex
+	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
