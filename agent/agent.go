@@ -465,7 +465,7 @@ func (a *Agent) checkIntakeLimits(l replicate.Limits) error {
 }
 
 // committedWatermark gives the replicator of a stream its committed
-// watermark (sync.TrackerWatermark); a tracker error is logged and shown
+// watermark (replicate.TrackerWatermark); a tracker error is logged and shown
 // in /status.
 func (a *Agent) committedWatermark(stream string, tr *watermark.Tracker) replicate.CommittedWatermarkFunc {
 	return replicate.TrackerWatermark(tr, func(err error) {

@@ -310,7 +310,7 @@ func TestBadClocksEndToEnd(t *testing.T) {
 }
 
 // checkAgentTimeCut checks a time cut of agent a against the centre's
-// items (sync.TimeCut.Verify over the agent's local topologies).
+// items (centralread.TimeCut.Verify over the agent's local topologies).
 func checkAgentTimeCut(t *testing.T, a *Agent, items map[string][]centralread.Item, c centralread.TimeCut) {
 	t.Helper()
 	if len(c.Streams) != len(centralread.DefaultTimeCutStreams) {

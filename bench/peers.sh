@@ -4,7 +4,7 @@
 # event: it reads layout 1 (the default with a central URL) as is, and sees
 # none of layout 2's packed transactions. This copies it to $OUT/harness,
 # applies bench/peers-consumer.patch (its agent consumer decodes every
-# message with sync.DecodeMessage, and the agent runs with
+# message with wire.DecodeMessage, and the agent runs with
 # --central-layout $EDGE_CENTRAL_LAYOUT, default 2; with EDGE_MQTT_LISTEN=1
 # the publisher speaks MQTT straight to the agent's listener, --mqtt-listen,
 # like for like with the NATS leaf's MQTT listener, instead of through the

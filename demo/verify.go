@@ -43,7 +43,7 @@ type Report struct {
 	ClipFrames int
 	ClipError  string
 	// TimeCut is the latest T up to which everything is at the centre
-	// across all streams (a sync.CutAt, checked with TimeCut.Verify);
+	// across all streams (a centralread.CutAt, checked with TimeCut.Verify);
 	// zero when some stream has no committed watermark.
 	TimeCut time.Time
 	// Problems lists every failed check.

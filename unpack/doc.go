@@ -13,8 +13,8 @@
 //	derived  EDGEEV_<STREAM>   edgeev.<stream>.<agent>.<key>  one message per event
 //
 // <agent> and <key> are the tokens of the agent id and the event's routing
-// key (the drone), escaped as in the source (sync.EscapeToken,
-// sync.KeyToken). The derived names have a root of their own (edgeev, not
+// key (the drone), escaped as in the source (wire.EscapeToken,
+// wire.KeyToken). The derived names have a root of their own (edgeev, not
 // edge.ev) because a local stream may be called "ev": EDGE_EV would then
 // claim edge.ev.>. One derived stream per source stream, so that video and
 // telemetry keep their own retention and each stream's cursor fences only

@@ -218,7 +218,7 @@ func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []wire.CentralEven
 
 // waitSource reads the source until it holds total events (what the
 // agents appended), and returns them. A read that comes back short while
-// the centre holds them all is logged: sync.ReadAll has been seen to stop
+// the centre holds them all is logged: centralread.ReadAll has been seen to stop
 // early now and then.
 func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []wire.CentralEvent {
 	t.Helper()

@@ -1,7 +1,8 @@
-// Package sync replicates local streams to the central store (NATS
-// JetStream) exactly once, resumable from committed stream cuts, and reads
-// the central store back (for `edge-agent read`, `export video` and the
-// demo's verification).
+// Package wire is the central format: what the replicator (package
+// replicate) writes to the central store and every reader (package
+// centralread, the unpack service, tools of other teams) reads back —
+// commit records, layout-2 packs, layout-1 data messages and their
+// headers, subjects and token escaping, markers. It imports neither side.
 //
 // # Central layout (public contract; docs/sync.md describes it in full)
 //

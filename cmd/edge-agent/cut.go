@@ -27,7 +27,7 @@ type cutOutput struct {
 	Starts []unpack.StreamStart `json:"starts"`
 }
 
-// runCut prints the time cut at --at (sync.CutAt) as one JSON document.
+// runCut prints the time cut at --at (centralread.CutAt) as one JSON document.
 // Exit status 0 when complete; 1 when not (or the wait timed out).
 func runCut(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cut", stderr)
