@@ -110,7 +110,7 @@ func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	}
 	st, err := js.Stream(ctx, wire.StreamName(stream))
 	if err != nil {
-		return nil, fmt.Errorf("sync: central stream %s: %w", wire.StreamName(stream), err)
+		return nil, fmt.Errorf("centralread: central stream %s: %w", wire.StreamName(stream), err)
 	}
 	agentTok := "*"
 	if opts.Agent != "" {
@@ -132,7 +132,7 @@ func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	}
 	cons, err := st.OrderedConsumer(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("sync: read %s: %w", wire.StreamName(stream), err)
+		return nil, fmt.Errorf("centralread: read %s: %w", wire.StreamName(stream), err)
 	}
 	r := &CentralReader{stream: stream, opts: opts, cons: cons, wm: map[string]wire.WatermarkJSON{}}
 	if !opts.Follow {

@@ -212,7 +212,7 @@ func (s *timeCutState) follow(ctx context.Context, nc *nats.Conn, stream string,
 			case <-time.After(time.Second):
 			}
 		default:
-			return fmt.Errorf("sync: time cut of %s: %w", stream, err)
+			return fmt.Errorf("centralread: time cut of %s: %w", stream, err)
 		}
 	}
 	for {

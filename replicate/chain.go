@@ -71,7 +71,7 @@ func (r *Replicator) load() error {
 	s := r.st.Store()
 	v, ok, err := s.GetMeta(r.metaKey("base"))
 	if err != nil {
-		return fmt.Errorf("sync: read epoch base: %w", err)
+		return fmt.Errorf("replicate: read epoch base: %w", err)
 	}
 	if ok {
 		b, err := strconv.ParseUint(string(v), 10, 32)
@@ -84,12 +84,12 @@ func (r *Replicator) load() error {
 		r.recordedAtOpen = &c
 	}
 	if v, ok, err := s.GetMeta(r.metaKey("recorder")); err != nil {
-		return fmt.Errorf("sync: read recorder: %w", err)
+		return fmt.Errorf("replicate: read recorder: %w", err)
 	} else if ok {
 		r.recordedBy = string(v)
 	}
 	if v, ok, err := s.GetMeta(r.metaKey("high")); err != nil {
-		return fmt.Errorf("sync: read committed high-water mark: %w", err)
+		return fmt.Errorf("replicate: read committed high-water mark: %w", err)
 	} else if ok {
 		// A resend moved the record back: what had been committed before
 		// is what a lost tail must be compared with.
@@ -104,10 +104,10 @@ func (r *Replicator) load() error {
 	}
 	if _, ok, err := s.GetMeta(instanceKey(r.instance)); err != nil || !ok {
 		if err := s.PutMeta(instanceKey(r.instance), []byte(strconv.FormatInt(r.cfg.Now().UnixNano(), 10))); err != nil {
-			return fmt.Errorf("sync: note instance: %w", err)
+			return fmt.Errorf("replicate: note instance: %w", err)
 		}
 		if err := s.Sync(); err != nil {
-			return fmt.Errorf("sync: note instance: %w", err)
+			return fmt.Errorf("replicate: note instance: %w", err)
 		}
 	}
 	r.loaded = true
@@ -133,7 +133,7 @@ func (r *Replicator) loadOpens() error {
 	r.recovered = r.st.RecoveredTail()
 	v, ok, err := s.GetMeta(r.metaKey("opens"))
 	if err != nil {
-		return fmt.Errorf("sync: read opens: %w", err)
+		return fmt.Errorf("replicate: read opens: %w", err)
 	}
 	r.opens = nil
 	if ok {
@@ -147,7 +147,7 @@ func (r *Replicator) loadOpens() error {
 	}
 	b, _ := json.Marshal(r.opens)
 	if err := s.PutMeta(r.metaKey("opens"), b); err != nil {
-		return fmt.Errorf("sync: keep opens: %w", err)
+		return fmt.Errorf("replicate: keep opens: %w", err)
 	}
 	return nil
 }
@@ -241,7 +241,7 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 			return localstream.StreamCut{}, err
 		}
 		if err := r.st.ResetCommittedCut(r.cfg.SinkName, act.From); err != nil {
-			return localstream.StreamCut{}, fmt.Errorf("sync: record committed cut locally: %w", err)
+			return localstream.StreamCut{}, fmt.Errorf("replicate: record committed cut locally: %w", err)
 		}
 		r.localDirty = nil
 		r.lostNext = act.Lost
@@ -305,7 +305,7 @@ func (r *Replicator) decide(c Committed) (ResumeAction, bool, error) {
 func (r *Replicator) dropPending() error {
 	r.pendingKept = false
 	if err := r.st.Store().DeleteMeta(r.metaKey("resume")); err != nil {
-		return fmt.Errorf("sync: clear pending resume: %w", err)
+		return fmt.Errorf("replicate: clear pending resume: %w", err)
 	}
 	return nil
 }
@@ -370,7 +370,7 @@ func (r *Replicator) keepHigh(act ResumeAction, committed *localstream.StreamCut
 	}
 	b, _ := committed.MarshalBinary()
 	if err := s.PutMeta(r.metaKey("high"), b); err != nil {
-		return fmt.Errorf("sync: keep committed high-water mark: %w", err)
+		return fmt.Errorf("replicate: keep committed high-water mark: %w", err)
 	}
 	c := committed.Clone()
 	r.high = &c
@@ -401,7 +401,7 @@ func (r *Replicator) keepPending(c Committed, act ResumeAction, committed *local
 	}
 	s := r.st.Store()
 	if err := s.PutMeta(r.metaKey("resume"), b); err != nil {
-		return fmt.Errorf("sync: keep pending resume: %w", err)
+		return fmt.Errorf("replicate: keep pending resume: %w", err)
 	}
 	r.pendingKept = true
 	return r.putBase(act.Base)
@@ -410,10 +410,10 @@ func (r *Replicator) keepPending(c Committed, act ResumeAction, committed *local
 func (r *Replicator) putBase(b uint32) error {
 	s := r.st.Store()
 	if err := s.PutMeta(r.metaKey("base"), []byte(strconv.FormatUint(uint64(b), 10))); err != nil {
-		return fmt.Errorf("sync: keep epoch base: %w", err)
+		return fmt.Errorf("replicate: keep epoch base: %w", err)
 	}
 	if err := s.Sync(); err != nil {
-		return fmt.Errorf("sync: keep epoch base: %w", err)
+		return fmt.Errorf("replicate: keep epoch base: %w", err)
 	}
 	return nil
 }
@@ -481,7 +481,7 @@ func (r *Replicator) noteRecorder() error {
 		return nil
 	}
 	if err := r.st.Store().PutMeta(r.metaKey("recorder"), []byte(r.instance)); err != nil {
-		return fmt.Errorf("sync: note recorder: %w", err)
+		return fmt.Errorf("replicate: note recorder: %w", err)
 	}
 	r.recorderNoted = true
 	return nil

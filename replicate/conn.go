@@ -185,7 +185,7 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 	}
 	nc, err := nats.Connect(strings.Join(cfg.URLs, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("sync: connect to central (%s): %w", cfg, err)
+		return nil, fmt.Errorf("replicate: connect to central (%s): %w", cfg, err)
 	}
 	return nc, nil
 }

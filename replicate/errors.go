@@ -11,7 +11,7 @@ import (
 var (
 	// ErrFenced: another agent process with the same agent id committed to
 	// this stream; this replicator stopped. Permanent.
-	ErrFenced = errors.New("sync: fenced: another agent uses this agent id")
+	ErrFenced = errors.New("replicate: fenced: another agent uses this agent id")
 	// ErrTwin: the agent's chain is another station's (a second station
 	// with the same agent id, a record written before store identities
 	// that this store did not write), or a copy of this store elsewhere
@@ -22,40 +22,40 @@ var (
 	ErrTwin = fmt.Errorf("%w: another live store writes this agent's chain", ErrFenced)
 	// ErrNoStation: the machine has no usable machine id, so the station
 	// identity is unknown (MachineStation).
-	ErrNoStation = errors.New("sync: no machine id for the station identity")
+	ErrNoStation = errors.New("replicate: no machine id for the station identity")
 	// ErrAtomicUnsupported: the central server or stream does not support
 	// atomic batch publish (server 2.12+ and allow_atomic are needed). Permanent.
-	ErrAtomicUnsupported = errors.New("sync: central store does not support atomic batch publish (needs NATS server 2.12+ and allow_atomic)")
+	ErrAtomicUnsupported = errors.New("replicate: central store does not support atomic batch publish (needs NATS server 2.12+ and allow_atomic)")
 	// ErrStreamMisconfigured: EDGE_<STREAM> exists with settings that break
 	// the contract (subjects, atomic publish, direct get). Permanent.
-	ErrStreamMisconfigured = errors.New("sync: central stream misconfigured")
+	ErrStreamMisconfigured = errors.New("replicate: central stream misconfigured")
 	// ErrMessageTooLarge: an event does not fit the server's max payload.
 	// It concerns that event only: the replicator sends a marker in its
 	// place (Txn.AddMarker) and goes on.
-	ErrMessageTooLarge = errors.New("sync: event larger than the central max payload")
+	ErrMessageTooLarge = errors.New("replicate: event larger than the central max payload")
 	// errBatchLimit: the server refused a batch for its batch limits; the
 	// sink lowered its limits, and the transaction is retried within them.
-	errBatchLimit = errors.New("sync: over the central batch limits")
+	errBatchLimit = errors.New("replicate: over the central batch limits")
 	// ErrCutMismatch: the central commit record's cut does not fit the local
 	// stream (data lost locally, or another agent's record). Permanent.
-	ErrCutMismatch = errors.New("sync: central cut does not fit the local stream")
+	ErrCutMismatch = errors.New("replicate: central cut does not fit the local stream")
 	// ErrTxnClosed: a transaction was used after commit or discard.
-	ErrTxnClosed = errors.New("sync: transaction closed")
+	ErrTxnClosed = errors.New("replicate: transaction closed")
 	// ErrConfig: invalid configuration; the message names the field.
-	ErrConfig = errors.New("sync: invalid config")
+	ErrConfig = errors.New("replicate: invalid config")
 	// errTxnFull: the event does not fit the transaction's message; it
 	// opens the next transaction.
-	errTxnFull = errors.New("sync: transaction full")
+	errTxnFull = errors.New("replicate: transaction full")
 	// errLinkLost: the connection dropped while a request was in flight.
-	errLinkLost = errors.New("sync: link to central lost")
+	errLinkLost = errors.New("replicate: link to central lost")
 	// ErrClosed: the component is closed.
-	ErrClosed = errors.New("sync: closed")
+	ErrClosed = errors.New("replicate: closed")
 )
 
 // ErrNotConnected: the connection to the central server is down; nats.go
 // then fails a publish with "outbound buffer limit exceeded" (no buffering
 // while disconnected), which says nothing to an operator. Retryable.
-var ErrNotConnected = errors.New("sync: central not connected (capturing locally, retrying)")
+var ErrNotConnected = errors.New("replicate: central not connected (capturing locally, retrying)")
 
 // explainDisconnected puts ErrNotConnected in front of the errors nats.go
 // returns while disconnected.

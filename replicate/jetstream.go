@@ -223,7 +223,7 @@ func (s *JetStreamSink) Prepare(ctx context.Context, stream string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("sync: prepare %s: %w", name, err)
+		return fmt.Errorf("replicate: prepare %s: %w", name, err)
 	}
 	cfg := st.CachedInfo().Config
 	if !cfg.AllowAtomicPublish {
@@ -289,20 +289,20 @@ func lastCommitted(ctx context.Context, nc *nats.Conn, stream, agent string, tim
 	req, _ := json.Marshal(map[string]string{"last_by_subj": wire.CutSubject(stream, agent)})
 	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+wire.StreamName(stream), req)
 	if err != nil {
-		return Committed{}, fmt.Errorf("sync: read last commit of %s: %w", stream, err)
+		return Committed{}, fmt.Errorf("replicate: read last commit of %s: %w", stream, err)
 	}
 	var r msgGetResponse
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return Committed{}, fmt.Errorf("sync: read last commit of %s: bad answer: %w", stream, err)
+		return Committed{}, fmt.Errorf("replicate: read last commit of %s: bad answer: %w", stream, err)
 	}
 	if r.Error != nil {
 		if r.Error.ErrorCode == errCodeNoMessage {
 			return Committed{}, nil
 		}
-		return Committed{}, fmt.Errorf("sync: read last commit of %s: %w", stream, r.Error)
+		return Committed{}, fmt.Errorf("replicate: read last commit of %s: %w", stream, r.Error)
 	}
 	if r.Message == nil {
-		return Committed{}, fmt.Errorf("sync: read last commit of %s: empty answer", stream)
+		return Committed{}, fmt.Errorf("replicate: read last commit of %s: empty answer", stream)
 	}
 	rec, err := wire.DecodeCommitMessage(stream, agent, r.Message.Data)
 	if err != nil {
@@ -434,7 +434,7 @@ func (t *jsTxn) send(m *nats.Msg, payload int64) error {
 		if t.sink.learn(err, t.n+1, t.overlapped) { // an acked message (AckFirst) was refused
 			err = fmt.Errorf("%w: %w", errBatchLimit, err)
 		}
-		return fmt.Errorf("sync: txn %d add: %w", t.number, err)
+		return fmt.Errorf("replicate: txn %d add: %w", t.number, err)
 	}
 	t.n++
 	t.bytes += payload
@@ -469,7 +469,7 @@ func (t *jsTxn) Commit(ctx context.Context, prev Committed, cut localstream.Stre
 		if t.sink.learn(err, t.n+1, t.overlapped) {
 			err = fmt.Errorf("%w: %w", errBatchLimit, err)
 		}
-		return Committed{}, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
+		return Committed{}, fmt.Errorf("replicate: txn %d commit: %w", t.number, err)
 	}
 	return Committed{Seq: ack.Sequence, Record: rec}, nil
 }

@@ -57,7 +57,7 @@ func newLink(nc *nats.Conn, timeout time.Duration) (*link, error) {
 func (l *link) attach(nc *nats.Conn) error {
 	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(l.timeout))
 	if err != nil {
-		return fmt.Errorf("sync: jetstream: %w", err)
+		return fmt.Errorf("replicate: jetstream: %w", err)
 	}
 	l.nc, l.js = nc, js
 	l.status = nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
@@ -95,7 +95,7 @@ func (l *link) get() (*nats.Conn, jetstream.JetStream, error) {
 	old := l.nc
 	nc, err := old.Opts.Connect()
 	if err != nil {
-		return nil, nil, fmt.Errorf("sync: replace the closed central connection (%v): %w", old.LastError(), err)
+		return nil, nil, fmt.Errorf("replicate: replace the closed central connection (%v): %w", old.LastError(), err)
 	}
 	old.RemoveStatusListener(l.status)
 	if err := l.attach(nc); err != nil {

@@ -107,7 +107,7 @@ func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.St
 	if mp := t.sink.Limits().MaxPayload; int64(len(data)+128) <= mp {
 		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev.Seq), jetstream.WithRetryAttempts(0))
 		if err != nil {
-			return Committed{}, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
+			return Committed{}, fmt.Errorf("replicate: txn %d commit: %w", t.number, err)
 		}
 		seq = ack.Sequence
 	} else {
@@ -132,13 +132,13 @@ func (t *packTxn) commitSplit(ctx context.Context, js jetstream.JetStream, prev 
 	part.Data = t.w.Encode(nil, t.number, t.sink.packHint(t.stream))
 	if err := bp.AddMsg(part); err != nil {
 		bp.Discard()
-		return 0, fmt.Errorf("sync: txn %d part: %w", t.number, err)
+		return 0, fmt.Errorf("replicate: txn %d part: %w", t.number, err)
 	}
 	m := nats.NewMsg(wire.CutSubject(t.stream, t.sink.agent))
 	m.Data = wire.NewPackWriter().Encode(pc, t.number, nil)
 	ack, err := bp.CommitMsg(ctx, m, jetstreamext.WithBatchExpectLastSequencePerSubject(prev.Seq))
 	if err != nil {
-		return 0, fmt.Errorf("sync: txn %d commit: %w", t.number, err)
+		return 0, fmt.Errorf("replicate: txn %d commit: %w", t.number, err)
 	}
 	return ack.Sequence, nil
 }

@@ -17,7 +17,7 @@ func (r *Replicator) replace(ctx context.Context, txn Txn, rec localstream.Recor
 		return err
 	}
 	if err := txn.AddMarker(ctx, rec, err.Error()); err != nil {
-		return fmt.Errorf("sync: marker for event %s: %w", rec.Position, err)
+		return fmt.Errorf("replicate: marker for event %s: %w", rec.Position, err)
 	}
 	r.dropped.Add(1)
 	// The agent's handler lets a repeating warning through at a bounded rate.

@@ -173,7 +173,7 @@ func (r *Replication) WaitCaughtUp(ctx context.Context) error {
 	select {
 	case <-r.discovered:
 	case <-ctx.Done():
-		return fmt.Errorf("sync: replication not started: %w", ctx.Err())
+		return fmt.Errorf("replicate: replication not started: %w", ctx.Err())
 	}
 	r.mu.Lock()
 	reps := make([]*Replicator, 0, len(r.reps))
@@ -212,7 +212,7 @@ func (r *Replicator) WaitCaughtUp(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("sync: stream %s not caught up: %w", r.st.Name(), ctx.Err())
+			return fmt.Errorf("replicate: stream %s not caught up: %w", r.st.Name(), ctx.Err())
 		case <-t.C:
 		}
 	}

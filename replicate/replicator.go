@@ -549,7 +549,7 @@ func (r *Replicator) recordLocally(cut localstream.StreamCut, force bool) error 
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("sync: record committed cut locally: %w", err)
+		return fmt.Errorf("replicate: record committed cut locally: %w", err)
 	}
 	return nil
 }
@@ -575,7 +575,7 @@ func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (water
 		wm, err = watermark.Watermark{}, nil
 	}
 	if err != nil {
-		return watermark.Watermark{}, fmt.Errorf("sync: committed watermark: %w", err)
+		return watermark.Watermark{}, fmt.Errorf("replicate: committed watermark: %w", err)
 	}
 	return monotoneWatermark(r.st.Topology(), wm, prev.Record, r.store, r.base), nil
 }

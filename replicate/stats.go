@@ -45,7 +45,7 @@ func (s *State) UnmarshalText(b []byte) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("sync: unknown replication state %q", b)
+	return fmt.Errorf("replicate: unknown replication state %q", b)
 }
 
 // StreamStats is a snapshot of one stream's replication, in flight terms.

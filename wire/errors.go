@@ -5,7 +5,7 @@ import "errors"
 // Sentinel errors of the central format; test with errors.Is.
 var (
 	// ErrCorruptRecord: a commit record or data message cannot be decoded.
-	ErrCorruptRecord = errors.New("sync: corrupt central record")
+	ErrCorruptRecord = errors.New("wire: corrupt central record")
 	// ErrBadToken: an escaped subject token is malformed.
-	ErrBadToken = errors.New("sync: malformed subject token")
+	ErrBadToken = errors.New("wire: malformed subject token")
 )
