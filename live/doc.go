@@ -18,7 +18,7 @@
 //	stream   EDGELIVE (file storage, max_msgs_per_subject 1, allow_msg_ttl;
 //	         a name no local stream maps to: those are EDGE_<STREAM>)
 //	subject  edgelive.<agent>.<stream>.<drone>
-//	         (tokens escaped as sync.EscapeToken / sync.KeyToken)
+//	         (tokens escaped as wire.EscapeToken / wire.KeyToken)
 //	payload  the event's bytes (video: the keyframe's Annex-B access unit,
 //	         parameter sets included: it decodes alone as a still picture)
 //	headers  Edge-Segment, Edge-Offset    local position of the event
@@ -27,7 +27,7 @@
 //	         Edge-Sent-Time                Unix ns, when the lane sent it
 //	         Edge-Writer, Content-Type     as the event's
 //	         Edge-Routing-Key              the drone id (encoded as
-//	                                       sync.EncodeHeaderValue)
+//	                                       wire.EncodeHeaderValue)
 //	         Edge-Keyframe: 1              a video keyframe
 //	         Nats-TTL                      the configured TTL (Config.TTL)
 //

@@ -5,7 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +23,7 @@ type follower struct {
 	seed      int
 	log       *slog.Logger
 
-	mu stdsync.Mutex
+	mu sync.Mutex
 	// latest holds each drone's latest value and its version (bumped at
 	// every new value). Guarded by mu.
 	latest map[string]*slot

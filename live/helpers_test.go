@@ -17,7 +17,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
@@ -44,8 +44,8 @@ type station struct {
 	reader   *nats.Conn // straight to the centre: the consumer
 
 	nc     *nats.Conn
-	sink   *sync.JetStreamSink
-	repl   *sync.Replication
+	sink   *replicate.JetStreamSink
+	repl   *replicate.Replication
 	lane   *Lane
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -105,7 +105,7 @@ func newStation(t testing.TB, o stationOpts) *station {
 // dial connects the way the agent does.
 func dial(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := sync.Connect(sync.ConnConfig{URLs: []string{url}, IgnoreDiscoveredServers: true}, quiet)
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: []string{url}, IgnoreDiscoveredServers: true}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,17 +118,17 @@ func (s *station) start(o stationOpts) {
 	t := s.t
 	t.Helper()
 	s.nc = dial(t, s.proxy.URL())
-	inst := sync.NewInstanceID()
-	sink, err := sync.NewJetStreamSink(s.nc, s.agent, inst, sync.JetStreamOptions{Layout: 2})
+	inst := replicate.NewInstanceID()
+	sink, err := replicate.NewJetStreamSink(s.nc, s.agent, inst, replicate.JetStreamOptions{Layout: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.sink = sink
-	up := sync.NewUplink(o.capBps)
-	s.repl = sync.NewReplication(s.store, sink, sync.ReplicationConfig{Instance: inst, Uplink: up,
+	up := replicate.NewUplink(o.capBps)
+	s.repl = replicate.NewReplication(s.store, sink, replicate.ReplicationConfig{Instance: inst, Uplink: up,
 		Streams: []string{"telemetry", "video"}, Logger: quiet,
-		Watermarks: func(name string) sync.CommittedWatermarkFunc {
-			return sync.TrackerWatermark(s.trackers[name], nil)
+		Watermarks: func(name string) replicate.CommittedWatermarkFunc {
+			return replicate.TrackerWatermark(s.trackers[name], nil)
 		}})
 	if o.lane {
 		cfg := o.live

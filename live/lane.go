@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,11 +15,11 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
-// Priority is the lane's place on the shared uplink (sync.Uplink): ahead
-// of every stream's backlog (sync.DefaultPriority is 0 and up).
+// Priority is the lane's place on the shared uplink (replicate.Uplink): ahead
+// of every stream's backlog (replicate.DefaultPriority is 0 and up).
 const Priority = -1
 
 // tick is how often the lane looks for values due.
@@ -30,12 +30,12 @@ type Options struct {
 	// Conn returns the central connection in use (the sink's: it replaces
 	// a connection closed for good). Required.
 	Conn func() *nats.Conn
-	// Uplink is the cap shared with the backlog (sync.ReplicationConfig's
+	// Uplink is the cap shared with the backlog (replicate.ReplicationConfig's
 	// Uplink). The lane draws from it at Priority, and never more than
 	// Config.Share of it. Default nil: no cap.
-	Uplink *sync.Uplink
+	Uplink *replicate.Uplink
 	// Priority orders the lane's streams among themselves (lower first).
-	// Default sync.DefaultPriority.
+	// Default replicate.DefaultPriority.
 	Priority func(stream string) int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
@@ -63,7 +63,7 @@ type Lane struct {
 
 	// ensureErrs counts failed attempts to create the live stream.
 	ensureErrs atomic.Uint64
-	mu         stdsync.Mutex
+	mu         sync.Mutex
 	// lastErr is the latest publish or ensure error. Guarded by mu.
 	lastErr string
 }
@@ -94,7 +94,7 @@ func New(agent string, streams []*localstream.Stream, cfg Config, opts Options) 
 	}
 	cfg = cfg.withDefaults()
 	if opts.Priority == nil {
-		opts.Priority = sync.DefaultPriority
+		opts.Priority = replicate.DefaultPriority
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -133,7 +133,7 @@ func (l *Lane) ShareBytesPerSec() int64 {
 
 // Run follows the streams and sends their values until ctx ends.
 func (l *Lane) Run(ctx context.Context) error {
-	var wg stdsync.WaitGroup
+	var wg sync.WaitGroup
 	defer wg.Wait()
 	for _, s := range l.streams {
 		wg.Go(func() { s.f.run(ctx) })

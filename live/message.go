@@ -6,9 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/edge-agent/edge-agent/wire"
 	"github.com/nats-io/nats.go"
-
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // StreamName is the JetStream stream of the live lane. No local stream
@@ -35,7 +34,7 @@ const (
 
 // Subject is the live subject of a drone's latest value of a stream.
 func Subject(agent, stream, drone string) string {
-	return subjectPrefix + sync.EscapeToken(agent) + "." + sync.EscapeToken(stream) + "." + sync.KeyToken(drone)
+	return subjectPrefix + wire.EscapeToken(agent) + "." + wire.EscapeToken(stream) + "." + wire.KeyToken(drone)
 }
 
 // filter is the subject filter of Read's options ("" matches all).
@@ -46,7 +45,7 @@ func filter(agent, stream, drone string) string {
 		}
 		return esc(s)
 	}
-	return subjectPrefix + tok(agent, sync.EscapeToken) + "." + tok(stream, sync.EscapeToken) + "." + tok(drone, sync.KeyToken)
+	return subjectPrefix + tok(agent, wire.EscapeToken) + "." + tok(stream, wire.EscapeToken) + "." + tok(drone, wire.KeyToken)
 }
 
 // value is one drone's latest value as the lane holds it.
@@ -68,10 +67,10 @@ func (v *value) message(agent, stream string, now time.Time, ttl time.Duration) 
 	h.Set(hdrEventTime, strconv.FormatInt(v.eventNs, 10))
 	h.Set(hdrIngestTime, strconv.FormatInt(v.ingestNs, 10))
 	h.Set(hdrSentTime, strconv.FormatInt(now.UnixNano(), 10))
-	h.Set(hdrWriter, sync.EncodeHeaderValue(v.writer))
-	h.Set(hdrRoutingKey, sync.EncodeHeaderValue(v.drone))
+	h.Set(hdrWriter, wire.EncodeHeaderValue(v.writer))
+	h.Set(hdrRoutingKey, wire.EncodeHeaderValue(v.drone))
 	if v.contentType != "" {
-		h.Set(hdrContent, sync.EncodeHeaderValue(v.contentType))
+		h.Set(hdrContent, wire.EncodeHeaderValue(v.contentType))
 	}
 	if v.keyframe {
 		h.Set(hdrKeyframe, "1")
@@ -105,13 +104,13 @@ func decode(subject string, h nats.Header, data []byte) (Value, error) {
 	if !ok || len(toks) != 3 {
 		return Value{}, fmt.Errorf("live: subject %q is not a live subject", subject)
 	}
-	agent, err1 := sync.UnescapeToken(toks[0])
-	stream, err2 := sync.UnescapeToken(toks[1])
-	drone, err3 := sync.DecodeHeaderValue(h.Get(hdrRoutingKey))
+	agent, err1 := wire.UnescapeToken(toks[0])
+	stream, err2 := wire.UnescapeToken(toks[1])
+	drone, err3 := wire.DecodeHeaderValue(h.Get(hdrRoutingKey))
 	if err := firstErr(err1, err2, err3); err != nil {
 		return Value{}, fmt.Errorf("live: subject %q: %w", subject, err)
 	}
-	if sync.KeyToken(drone) != toks[2] {
+	if wire.KeyToken(drone) != toks[2] {
 		return Value{}, fmt.Errorf("live: subject %q does not match routing key %q", subject, drone)
 	}
 	v := Value{Agent: agent, Stream: stream, Drone: drone, Keyframe: h.Get(hdrKeyframe) == "1", Payload: data}
@@ -124,10 +123,10 @@ func decode(subject string, h nats.Header, data []byte) (Value, error) {
 	if err := firstErr(errs[:]...); err != nil {
 		return Value{}, fmt.Errorf("live: %s: bad header: %w", subject, err)
 	}
-	if v.Writer, err1 = sync.DecodeHeaderValue(h.Get(hdrWriter)); err1 != nil {
+	if v.Writer, err1 = wire.DecodeHeaderValue(h.Get(hdrWriter)); err1 != nil {
 		return Value{}, fmt.Errorf("live: %s: writer: %w", subject, err1)
 	}
-	if v.ContentType, err1 = sync.DecodeHeaderValue(h.Get(hdrContent)); err1 != nil {
+	if v.ContentType, err1 = wire.DecodeHeaderValue(h.Get(hdrContent)); err1 != nil {
 		return Value{}, fmt.Errorf("live: %s: content type: %w", subject, err1)
 	}
 	return v, nil

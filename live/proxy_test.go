@@ -8,7 +8,7 @@ import (
 	"io"
 	"net"
 	"strconv"
-	stdsync "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,12 +34,12 @@ type linkProxy struct {
 	liveBytes, otherBytes, liveMsgs atomic.Int64
 	cuts                            atomic.Int64
 
-	mu    stdsync.Mutex
+	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	// samples are (time, live bytes, other bytes) taken at every frame,
 	// for windowed rates. Guarded by mu.
 	samples []byteSample
-	wg      stdsync.WaitGroup
+	wg      sync.WaitGroup
 }
 
 type byteSample struct {

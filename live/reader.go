@@ -8,10 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/edge-agent/edge-agent/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // Value is a drone's latest live value at the centre.
@@ -124,21 +123,21 @@ func Read(ctx context.Context, nc *nats.Conn, opts ReadOptions) ([]Value, error)
 // committedLower is the committed watermark lower of agent's stream at
 // the centre (0: nothing committed yet).
 func committedLower(ctx context.Context, js jetstream.JetStream, agent, stream string) (int64, error) {
-	s, err := js.Stream(ctx, sync.StreamName(stream))
+	s, err := js.Stream(ctx, wire.StreamName(stream))
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("live: read committed watermark of %s: %w", stream, err)
 	}
-	m, err := s.GetLastMsgForSubject(ctx, sync.CutSubject(stream, agent))
+	m, err := s.GetLastMsgForSubject(ctx, wire.CutSubject(stream, agent))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("live: read committed watermark of %s: %w", stream, err)
 	}
-	_, rec, err := sync.DecodeMessage(m.Subject, m.Header, m.Data)
+	_, rec, err := wire.DecodeMessage(m.Subject, m.Header, m.Data)
 	if err != nil {
 		return 0, fmt.Errorf("live: read committed watermark of %s: %w", stream, err)
 	}
