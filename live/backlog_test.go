@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // TestBacklogUnchangedByLane: two stations get the same events — a
@@ -115,7 +115,7 @@ type backlog struct {
 
 func readBacklog(t *testing.T, ctx context.Context, s *station, stream string) *backlog {
 	t.Helper()
-	items, err := sync.ReadAll(ctx, s.reader, stream, sync.ReadOptions{Agent: s.agent})
+	items, err := centralread.ReadAll(ctx, s.reader, stream, centralread.ReadOptions{Agent: s.agent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +123,10 @@ func readBacklog(t *testing.T, ctx context.Context, s *station, stream string) *
 	seen := map[localstream.Position]bool{}
 	for _, it := range items {
 		switch it.Kind {
-		case sync.ItemCommit:
+		case centralread.ItemCommit:
 			b.watermarks[it.Commit.CutText] = [2]int64{it.Commit.Watermark.LowerNs, it.Commit.Watermark.UpperNs}
 			b.lastCut = it.Commit.CutText
-		case sync.ItemEvent:
+		case centralread.ItemEvent:
 			rec := it.Event.Record
 			if seen[rec.Position] {
 				b.errs = append(b.errs, fmt.Sprintf("%v twice", rec.Position))

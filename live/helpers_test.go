@@ -8,7 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	stdsync "sync"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,7 +25,7 @@ var quiet = slog.New(slog.DiscardHandler)
 
 // rng fills video frames (not a test's randomness: any bytes do).
 var (
-	rngMu stdsync.Mutex
+	rngMu sync.Mutex
 	rng   = rand.NewChaCha8([32]byte{28})
 )
 
