@@ -8,6 +8,8 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/mqttwire"
 )
 
 // The broker client reads the PUBLISH packets off its connection itself
@@ -41,13 +43,13 @@ import (
 
 // brokerConn is the broker client's tcp or TLS connection (see above).
 type brokerConn struct {
-	*bufferedConn
+	*mqttwire.BufferedConn
 	in *Ingester
 	// pass holds the bytes of a packet for paho that it has not read yet;
 	// passBuf is its reused buffer; buf the PUBLISH body buffer (the
 	// reading goroutine only).
 	pass, passBuf []byte
-	buf           packetBuf
+	buf           mqttwire.PacketBuf
 }
 
 // Read hands paho the packets that are not delivered here, reading and
@@ -66,12 +68,12 @@ func (c *brokerConn) Read(p []byte) (int, error) {
 // next reads one packet: a PUBLISH of QoS 0 or 1 is delivered, any other
 // is left in c.pass for paho.
 func (c *brokerConn) next() error {
-	r := c.r
+	r := c.R
 	first, err := r.ReadByte()
 	if err != nil {
 		return err
 	}
-	n, err := readRemainingLength(r)
+	n, err := mqttwire.ReadRemainingLength(r)
 	if err != nil {
 		return err
 	}
@@ -83,13 +85,13 @@ func (c *brokerConn) next() error {
 		if _, err := io.ReadFull(r, b[h:]); err != nil {
 			return err
 		}
-		if cap(b) <= keepBuffer {
+		if cap(b) <= mqttwire.KeepBuffer {
 			c.passBuf = b
 		}
 		c.pass = b
 		return nil
 	}
-	buf := &c.buf.body
+	buf := &c.buf.Body
 	if cap(*buf) < n {
 		*buf = make([]byte, n)
 	}
@@ -98,14 +100,14 @@ func (c *brokerConn) next() error {
 		return err
 	}
 	p := packets.PublishPacket{FixedHeader: packets.FixedHeader{MessageType: typ, Dup: first&0x08 != 0, Qos: qos, Retain: first&0x01 != 0, RemainingLength: n}}
-	if cap(*buf) > keepBuffer {
+	if cap(*buf) > mqttwire.KeepBuffer {
 		*buf = nil
 	}
-	if err := unpackPublish(&p, body, c.buf.topic); err != nil {
+	if err := mqttwire.UnpackPublish(&p, body, c.buf.Topic); err != nil {
 		return fmt.Errorf("telemetry: from the broker: %w", err)
 	}
-	c.buf.topic = p.TopicName
-	c.in.deliverBroker(&brokerMessage{topic: p.TopicName, payload: p.Payload, qos: qos, dup: p.Dup, retained: p.Retain, id: p.MessageID}, c.bufferedConn)
+	c.buf.Topic = p.TopicName
+	c.in.deliverBroker(&brokerMessage{topic: p.TopicName, payload: p.Payload, qos: qos, dup: p.Dup, retained: p.Retain, id: p.MessageID}, c.BufferedConn)
 	return nil
 }
 
@@ -127,7 +129,7 @@ func appendRemainingLength(b []byte, n int) []byte {
 
 // deliverBroker delivers a PUBLISH read off the broker connection conn,
 // on its reading goroutine, in the order it came.
-func (in *Ingester) deliverBroker(m *brokerMessage, conn *bufferedConn) {
+func (in *Ingester) deliverBroker(m *brokerMessage, conn *mqttwire.BufferedConn) {
 	if !in.reserve(msgBytes(m)) {
 		return // stopping: unacknowledged, the broker delivers it again
 	}
@@ -137,8 +139,8 @@ func (in *Ingester) deliverBroker(m *brokerMessage, conn *bufferedConn) {
 	}
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
-	n := in.brokerOrder.number()
-	in.deliver(m, func() { in.brokerOrder.release(n, a, sendBrokerAck) }, in.brokerDedup, true)
+	n := in.brokerOrder.Number()
+	in.deliver(m, func() { in.brokerOrder.Release(n, a, sendBrokerAck) }, in.brokerDedup, true)
 }
 
 // brokerMessage is a PUBLISH read by brokerConn, shaped as paho's Message.
@@ -164,7 +166,7 @@ func (m *brokerMessage) Ack()              {}
 type brokerAck struct {
 	// conn is the connection the message came on; nil: ack through paho
 	// (m.Ack): a message paho delivered (websocket), or QoS 0.
-	conn *bufferedConn
+	conn *mqttwire.BufferedConn
 	m    paho.Message
 }
 
@@ -176,7 +178,7 @@ func sendBrokerAck(a brokerAck) {
 		return
 	}
 	var b [4]byte
-	_, _ = a.conn.Write(appendPubAck(b[:0], pubAck{id: a.m.MessageID(), qos: 1}))
+	_, _ = a.conn.Write(mqttwire.AppendPubAck(b[:0], mqttwire.PubAck{ID: a.m.MessageID(), QoS: 1}))
 }
 
 // dialBroker is the broker client's dialer (tcp and TLS): dialConn,
@@ -186,5 +188,5 @@ func (in *Ingester) dialBroker(uri *url.URL, o paho.ClientOptions) (net.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	return &brokerConn{bufferedConn: c, in: in}, nil
+	return &brokerConn{BufferedConn: c, in: in}, nil
 }

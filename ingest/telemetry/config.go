@@ -18,7 +18,7 @@ type Config struct {
 	// Listen is the HOST:PORT of the MQTT 3.1.1 server for publishers
 	// (drones publishing straight to the agent, no broker in between); ""
 	// (the default) = off. Broker and Listen may both be set: same lanes,
-	// same store, same counters. See listener.go for its protocol and bounds.
+	// same store, same counters. See package mqttlisten for its protocol and bounds.
 	Listen string `yaml:"listen"`
 	// MaxConnections bounds the listener's connections; one more is
 	// accepted and closed at once (Stats.ListenerRefused). Default 256.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -15,14 +16,14 @@ import (
 // of one entry per store commit, not a Badger entry per message; entries
 // whose every record is superseded — a previous run's journal entries and
 // keys of the layout before it — are deleted, at Run's start and every
-// dedupGCEvery messages, and no live entry is.
+// dedup.GCEvery messages, and no live entry is.
 func TestBrokerDedupJournal(t *testing.T) {
 	b := startBroker(t)
 	if b.Embedded() {
 		t.Skip("the test relies on mosquitto's packet ids (1, 2, … per session); this test needs mosquitto")
 	}
-	defer func(n int) { dedupGCEvery = n }(dedupGCEvery)
-	dedupGCEvery = 50
+	defer func(n int) { dedup.GCEvery = n }(dedup.GCEvery)
+	dedup.GCEvery = 50
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
 	cfg := testConfig(b.URL(), "agent-journal")
@@ -33,13 +34,13 @@ func TestBrokerDedupJournal(t *testing.T) {
 	// (live). Then a journal entry per id (one append per commit): ids
 	// 1–100, which this run's messages reuse, and 60001–60040, which they
 	// do not.
-	prev := map[uint16]msgHash{}
-	prevHash := func(pid uint16, layout string) msgHash {
-		return hashMessage("drones/prev/telemetry", fmt.Appendf(nil, `{"%s":%d}`, layout, pid))
+	prev := map[uint16]dedup.Hash{}
+	prevHash := func(pid uint16, layout string) dedup.Hash {
+		return dedup.HashMessage("drones/prev/telemetry", fmt.Appendf(nil, `{"%s":%d}`, layout, pid))
 	}
 	for _, pid := range append(seq(1, 20), 60100) {
 		prev[pid] = prevHash(pid, "old")
-		if err := s.PutMeta(dedupKey(cfg.ClientID, pid), encodeDedup(prev[pid])); err != nil {
+		if err := s.PutMeta(dedup.Key(cfg.ClientID, pid), dedup.Encode(prev[pid])); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -50,7 +51,7 @@ func TestBrokerDedupJournal(t *testing.T) {
 	for _, pid := range append(seq(1, 100), seq(60001, 60040)...) {
 		prev[pid] = prevHash(pid, "journal")
 		ev := localstream.Event{RoutingKey: "prev", Writer: "prev", Payload: []byte("x")}
-		if _, err := other.Append(context.Background(), ev, localstream.WithJournal(bd.journal, journalRecord(pid, prev[pid]))); err != nil {
+		if _, err := other.Append(context.Background(), ev, localstream.WithJournal(bd.journal, dedup.JournalRecord(pid, prev[pid]))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,14 +63,14 @@ func TestBrokerDedupJournal(t *testing.T) {
 		t.Fatal("not subscribed")
 	}
 	pub := publisher(t, b.URL())
-	sent := map[msgHash]bool{}
+	sent := map[dedup.Hash]bool{}
 	publish := func(from, to int) {
 		t.Helper()
 		var last []func() bool
 		for i := from; i <= to; i++ {
 			topic := fmt.Sprintf("drones/d%d/telemetry", i%3)
 			payload := fmt.Sprintf(`{"seq":%d}`, i)
-			sent[hashMessage(topic, []byte(payload))] = true
+			sent[dedup.HashMessage(topic, []byte(payload))] = true
 			tok := pub.Publish(topic, 1, false, payload)
 			last = append(last, func() bool { return tok.WaitTimeout(10*time.Second) && tok.Error() == nil })
 		}
@@ -83,11 +84,11 @@ func TestBrokerDedupJournal(t *testing.T) {
 	publish(1, n)
 	waitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == n })
 	// Every id 1–600 is durable: the collection asked for by the next
-	// dedupGCEvery messages sees ids 1–100 of the previous run superseded.
-	publish(n+1, n+dedupGCEvery)
+	// dedup.GCEvery messages sees ids 1–100 of the previous run superseded.
+	publish(n+1, n+dedup.GCEvery)
 	const dead = 20 + 100
 	waitFor(t, 20*time.Second, "superseded entries collected", func() bool { return in.Stats().DedupCollected >= dead })
-	waitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == n+uint64(dedupGCEvery) })
+	waitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == n+uint64(dedup.GCEvery) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -103,16 +104,16 @@ func TestBrokerDedupJournal(t *testing.T) {
 	entries, records := 0, 0
 	for k, v := range m {
 		if _, ok := localstream.JournalSeq(bd.journal, k); !ok {
-			if h, err := decodeDedup(v); err == nil && sent[h] {
+			if h, err := dedup.Decode(v); err == nil && sent[h] {
 				t.Fatalf("key %q per message", k)
 			}
 			continue
 		}
-		var h msgHash
-		copy(h[:], v[3:journalLen])
+		var h dedup.Hash
+		copy(h[:], v[3:dedup.JournalLen])
 		if sent[h] {
 			entries++
-			records += len(v) / journalLen
+			records += len(v) / dedup.JournalLen
 		}
 	}
 	t.Logf("%d messages: %d journal entries holding %d records; %d store commits", len(sent), entries, records, s.Stats().Commits)
@@ -123,14 +124,14 @@ func TestBrokerDedupJournal(t *testing.T) {
 	// Nothing superseded is left, and every id keeps its newest record:
 	// this run's message for the ids it used, the previous run's for the
 	// others.
-	known, deadNow, corrupt, err := readDedupJournal(s, bd.prefix, bd.journal)
+	known, deadNow, corrupt, err := dedup.ReadJournal(s, bd.prefix, bd.journal)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(deadNow) != 0 || corrupt != 0 {
 		t.Fatalf("after the collection: %d dead entries, %d corrupt records", len(deadNow), corrupt)
 	}
-	seen := map[msgHash]bool{}
+	seen := map[dedup.Hash]bool{}
 	for pid, h := range known {
 		switch {
 		case sent[h] && !seen[h]:
@@ -162,34 +163,34 @@ func TestReadDedupJournalCorrupt(t *testing.T) {
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
 	bd := newBrokerDedup(s, "c")
-	h1, h2 := hashMessage("t", []byte("1")), hashMessage("t", []byte("2"))
+	h1, h2 := dedup.HashMessage("t", []byte("1")), dedup.HashMessage("t", []byte("2"))
 	for k, v := range map[string][]byte{
-		dedupKey("c", 1):   {dedupVersion, 1, 2}, // corrupt, superseded below
-		dedupKey("c", 2):   {9},                  // corrupt, live
-		dedupKey("c", 3):   encodeDedup(h1),      // superseded below
-		dedupKey("c/x", 3): encodeDedup(h1),      // another client's
+		dedup.Key("c", 1):   {dedup.EntryVersion, 1, 2}, // corrupt, superseded below
+		dedup.Key("c", 2):   {9},                        // corrupt, live
+		dedup.Key("c", 3):   dedup.Encode(h1),           // superseded below
+		dedup.Key("c/x", 3): dedup.Encode(h1),           // another client's
 	} {
 		if err := s.PutMeta(k, v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	rec := append(append(journalRecord(1, h1), journalRecord(3, h2)...), 7, 7, 7) // 3 bytes that do not decode
+	rec := append(append(dedup.JournalRecord(1, h1), dedup.JournalRecord(3, h2)...), 7, 7, 7) // 3 bytes that do not decode
 	ev := localstream.Event{RoutingKey: "d", Writer: "d", Payload: []byte("x")}
 	if _, err := st.Append(context.Background(), ev, localstream.WithJournal(bd.journal, rec)); err != nil {
 		t.Fatal(err)
 	}
-	known, dead, corrupt, err := readDedupJournal(s, bd.prefix, bd.journal)
+	known, dead, corrupt, err := dedup.ReadJournal(s, bd.prefix, bd.journal)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if corrupt != 3 || len(known) != 2 || known[1] != h1 || known[3] != h2 {
 		t.Fatalf("known %x, %d corrupt; want ids 1 and 3 from the journal, 3 corrupt", known, corrupt)
 	}
-	if slices.Sort(dead); !slices.Equal(dead, []string{dedupKey("c", 1), dedupKey("c", 3)}) {
+	if slices.Sort(dead); !slices.Equal(dead, []string{dedup.Key("c", 1), dedup.Key("c", 3)}) {
 		t.Fatalf("dead %q", dead)
 	}
 	// The collection's scan (no known map) finds the same dead keys.
-	none, gcDead, gcCorrupt, err := scanDedupJournal(s, bd.prefix, bd.journal, false)
+	none, gcDead, gcCorrupt, err := dedup.ScanJournal(s, bd.prefix, bd.journal, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,18 +200,18 @@ func TestReadDedupJournalCorrupt(t *testing.T) {
 }
 
 // BenchmarkDedupCollect: a client's journal as a collection finds it after
-// dedupGCEvery messages (two records for every packet id, in entries of
+// dedup.GCEvery messages (two records for every packet id, in entries of
 // 64 records — a 64-message commit), scanned by the collection
-// (scanDedupJournal without the known map) and by a DUP's lookup
-// (readDedupJournal).
+// (dedup.ScanJournal without the known map) and by a DUP's lookup
+// (dedup.ReadJournal).
 func BenchmarkDedupCollect(b *testing.B) {
 	s, st := openStore(b, b.TempDir())
 	defer s.Close()
 	bd := newBrokerDedup(s, "c")
 	var rec []byte
 	for i := range 2 << 16 {
-		rec = append(rec, journalRecord(uint16(i), hashMessage("t", []byte(strconv.Itoa(i))))...)
-		if len(rec) == 64*journalLen {
+		rec = append(rec, dedup.JournalRecord(uint16(i), dedup.HashMessage("t", []byte(strconv.Itoa(i))))...)
+		if len(rec) == 64*dedup.JournalLen {
 			ev := localstream.Event{RoutingKey: "d", Writer: "d", Payload: []byte("x")}
 			if _, err := st.Append(context.Background(), ev, localstream.WithJournal(bd.journal, rec)); err != nil {
 				b.Fatal(err)
@@ -225,7 +226,7 @@ func BenchmarkDedupCollect(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, _, err := scanDedupJournal(s, bd.prefix, bd.journal, c.withKnown); err != nil {
+				if _, _, _, err := dedup.ScanJournal(s, bd.prefix, bd.journal, c.withKnown); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -4,10 +4,11 @@
 //
 // # Data path
 //
-//	broker ──► paho (one delivery goroutine, in order) ─┐
-//	drones ──► listener (a goroutine per connection) ──┤ deliver, one at a time (deliverMu)
+//	broker ──► brokerConn (paho's reading goroutine, in order) ─┐
+//	drones ──► mqttlisten (a goroutine per connection) ────────┤ deliver, one at a time (deliverMu)
 //	             │ status? unknown topic? retained (broker)? too big? → ack, count
-//	             │ new drone, every slot held? → refuse, count (never waits)
+//	             │ new drone, every slot held? → refuse, count (never waits;
+//	             │   from the broker: a gap marker, acked once durable)
 //	             ▼
 //	           lane per drone (bounded FIFO, Config.LaneDepth)
 //	             │ dispatcher: round-robin over lanes, ≤32 items per lane per round
@@ -17,11 +18,13 @@
 //	             │ callback after the fsync'd group commit, in append order
 //	             ▼
 //	           Marks.Note(writer, event time, position) → PUBACK, in each
-//	           connection's delivery order (ackOrder), from one acker goroutine
+//	           connection's delivery order (mqttwire.AckOrder), from one acker goroutine
 //
-// The listener (listener.go: protocol, bounds, counters; packet.go: the
-// bounded packet reader; dedup_session.go: per-client dedup entries) is
-// documented in docs/telemetry.md; it is no broker: publishers only.
+// The listener is its own package, mqttlisten (protocol, bounds, its
+// counters), delivering through mqttlisten.Pipeline (listen.go); what it
+// shares with the broker client is in internal/mqttwire (connection,
+// packet reader, PUBACK, ack order) and internal/dedup (dedup entries).
+// docs/telemetry.md documents it and why it is hand-written.
 //
 // The client uses a persistent session (clean session off, stable client id
 // from the agent id), QoS 1 subscriptions renewed on every connect, manual

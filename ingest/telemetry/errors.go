@@ -3,6 +3,9 @@ package telemetry
 import (
 	"errors"
 	"fmt"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttlisten"
 )
 
 // Sentinel errors callers branch on; test with errors.Is.
@@ -14,12 +17,12 @@ var (
 	// ErrCredentials: a TLS or password file could not be read or parsed.
 	ErrCredentials = errors.New("telemetry: credentials")
 	// ErrCorruptDedup: a stored dedup entry cannot be decoded.
-	ErrCorruptDedup = errors.New("telemetry: corrupt dedup entry")
+	ErrCorruptDedup = dedup.ErrCorrupt
 	// ErrStore: the store failed an append; the ingester stops (restart it:
 	// the dedup entries on disk then make redeliveries safe).
 	ErrStore = errors.New("telemetry: store append failed")
 	// ErrListen: the listen address cannot be bound (in use, not local).
-	ErrListen = errors.New("telemetry: listen")
+	ErrListen = mqttlisten.ErrListen
 	// ErrClosed: Run was called again (an Ingester runs once; its ctx
 	// ending is the stop).
 	ErrClosed = errors.New("telemetry: ingester already ran")
@@ -27,13 +30,6 @@ var (
 	// errStopping: the ingester is stopping; a message waiting for disk
 	// space was left unacknowledged.
 	errStopping = errors.New("telemetry: stopping")
-	// errPacketTooLarge: a packet's remaining length is above the
-	// listener's bound; it is refused before anything is allocated.
-	errPacketTooLarge = errors.New("telemetry: mqtt packet too large")
-	// errMalformed: bytes that are no MQTT 3.1.1 packet.
-	errMalformed = errors.New("telemetry: malformed mqtt packet")
-	// errSlowReader: a publisher let its unread PUBACKs pile up.
-	errSlowReader = errors.New("telemetry: publisher does not read its acks")
 )
 
 // PatternError is a malformed topic pattern; it wraps ErrPattern.

@@ -5,18 +5,6 @@ import (
 	"time"
 )
 
-// lockout is the last connection the listener turned away, and why.
-type lockout struct {
-	at  int64 // Unix ns
-	why string
-}
-
-// noteLockout records that the listener turned a connection away (logged
-// by reportDrops from the counters, reported by Problems).
-func (in *Ingester) noteLockout(why string) {
-	in.lastLockout.Store(&lockout{at: in.cfg.Now().UnixNano(), why: why})
-}
-
 // Health bounds: a refusal is reported for refusedReport after it, a
 // delivery waiting for lane space is reported once it waited stallAfter.
 const (
@@ -34,9 +22,10 @@ func (in *Ingester) Problems(now time.Time) []string {
 		out = append(out, fmt.Sprintf("new drones refused %s ago (drones_over_limit %d): all max_drones %d slots are held by active drones; raise telemetry.max_drones or find the client publishing new drone ids",
 			time.Duration(t-at).Round(time.Second), in.c.dronesOverLimit.Load(), in.cfg.MaxDrones))
 	}
-	if lo := in.lastLockout.Load(); lo != nil && t-lo.at < int64(refusedReport) {
-		out = append(out, fmt.Sprintf("%s (%s ago; listener_refused %d, listener_source_refused %d, listener_unconnected_evicted %d)",
-			lo.why, time.Duration(t-lo.at).Round(time.Second), in.c.listenerRefused.Load(), in.c.listenerSourceRefused.Load(), in.c.listenerUnconnectedEvicted.Load()))
+	if in.listener != nil {
+		if p := in.listener.Problem(now, refusedReport); p != "" {
+			out = append(out, p)
+		}
 	}
 	if since := in.waitingSince.Load(); since != 0 && t-since >= int64(stallAfter) {
 		out = append(out, fmt.Sprintf("delivery stalled for %s: the lanes are full (telemetry.lane_depth %d) and the store does not keep up",

@@ -11,6 +11,9 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/mqttwire"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttlisten"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -58,8 +61,6 @@ type Ingester struct {
 	// refusals holds the broker's refused messages until their gap
 	// markers are written (refused.go).
 	refusals refusals
-	// lastLockout is the last connection the listener turned away (nil: none).
-	lastLockout atomic.Pointer[lockout]
 
 	// wake nudges the dispatcher (capacity 1); space tells a waiting
 	// delivery that the dispatcher took an item (capacity 1).
@@ -71,9 +72,9 @@ type Ingester struct {
 	// assume one delivering goroutine at a time.
 	deliverMu sync.Mutex
 	// brokerOrder orders the broker client's PUBACKs (see ackOrder).
-	brokerOrder ackOrder[brokerAck]
+	brokerOrder mqttwire.AckOrder[brokerAck]
 	// listener is the MQTT server for publishers (nil without Listen).
-	listener *listener
+	listener *mqttlisten.Listener
 	// stopping is closed when Run begins to stop.
 	stopping chan struct{}
 	// fatal receives the first store error (capacity 1).
@@ -114,7 +115,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 	}
 	in.refusals.due = make(chan struct{}, 1)
 	if cfg.Broker != "" {
-		meta, ok := sink.Meta.(metaDeleter)
+		meta, ok := sink.Meta.(dedup.MetaDeleter)
 		if !ok {
 			return nil, fmt.Errorf("%w: a broker needs a meta store that deletes keys (DeleteMetaKeys) to collect its dedup entries", ErrConfig)
 		}
@@ -125,7 +126,11 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: listen needs a meta store that reads and deletes keys (SessionMeta)", ErrConfig)
 		}
-		in.listener = newListener(in, meta)
+		in.listener = mqttlisten.New(mqttlisten.Config{
+			Addr: cfg.Listen, MaxConnections: cfg.MaxConnections, MaxConnectionsPerSource: cfg.MaxConnectionsPerSource,
+			MaxUnconnected: cfg.MaxUnconnected, ConnectTimeout: cfg.ConnectTimeout, MaxKeepAlive: cfg.MaxKeepAlive,
+			MaxPayload: cfg.MaxPayload, Meta: meta, Logger: cfg.Logger, Now: cfg.Now,
+		}, listenPipeline{in})
 	}
 	for _, t := range cfg.Topics {
 		p, _ := ParsePattern(t)
@@ -156,8 +161,8 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}
 	started := false
 	defer func() {
-		if !started && in.listener != nil && in.listener.ln != nil {
-			in.listener.ln.Close() // bound by Bind, never served
+		if !started && in.listener != nil {
+			in.listener.CloseUnstarted() // bound by Bind, never served
 		}
 	}()
 	if ctx.Err() != nil {
@@ -166,11 +171,11 @@ func (in *Ingester) Run(ctx context.Context) error {
 	var opts *paho.ClientOptions
 	var dead []string // the broker client's superseded dedup entries
 	if b := in.brokerDedup; b != nil {
-		known, d, bad, err := readDedupJournal(b.meta, b.prefix, b.journal)
+		known, d, bad, err := dedup.ReadJournal(b.meta, b.prefix, b.journal)
 		if err != nil {
 			return fmt.Errorf("%w: read dedup entries: %w", ErrStore, err)
 		}
-		b.table.load(known)
+		b.table.Load(known)
 		dead = d
 		in.c.dedupLoaded.Add(uint64(len(known)))
 		in.c.dedupCorrupt.Add(uint64(bad))
@@ -197,7 +202,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	ackWG.Go(in.ackLoop)
 	noteWG.Go(in.noteLoop)
 	if in.listener != nil {
-		in.listener.start()
+		in.listener.Start()
 		if opts == nil {
 			in.subscribedOnce.Do(func() { close(in.subscribed) })
 		}
@@ -219,7 +224,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	// close. Messages left in the lanes stay unacked: their senders keep them.
 	close(in.stopping)
 	if in.listener != nil {
-		in.listener.stopReading()
+		in.listener.StopReading()
 	}
 	if runErr != nil {
 		cancel() // the store failed: do not wait for it
@@ -231,7 +236,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	close(in.ackStop)
 	ackWG.Wait()
 	if in.listener != nil {
-		in.listener.closeAll()
+		in.listener.CloseAll()
 	}
 	if client != nil {
 		client.Disconnect(200)
@@ -267,7 +272,7 @@ func (in *Ingester) collectDedup(dead []string) {
 		case <-in.stopping:
 			return
 		}
-		if _, dead, _, err = scanDedupJournal(b.meta, b.prefix, b.journal, false); err != nil {
+		if _, dead, _, err = dedup.ScanJournal(b.meta, b.prefix, b.journal, false); err != nil {
 			in.c.dedupErrors.Add(1)
 			in.cfg.Logger.Warn("telemetry: read dedup entries", "err", err)
 		}
@@ -279,10 +284,10 @@ func (in *Ingester) collectDedup(dead []string) {
 // no-op without Listen or when bound; the error wraps ErrListen and the
 // *net.OpError. Call it before Run, not concurrently with it.
 func (in *Ingester) Bind() error {
-	if in.listener == nil || in.listener.ln != nil {
+	if in.listener == nil {
 		return nil
 	}
-	return in.listener.bind()
+	return in.listener.Bind()
 }
 
 func waitTimeout(wg *sync.WaitGroup, d time.Duration) {
@@ -370,8 +375,8 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	}
 	in.deliverMu.Lock()
 	defer in.deliverMu.Unlock()
-	n, a := in.brokerOrder.number(), brokerAck{m: m}
-	in.deliver(m, func() { in.brokerOrder.release(n, a, sendBrokerAck) }, in.brokerDedup, true)
+	n, a := in.brokerOrder.Number(), brokerAck{m: m}
+	in.deliver(m, func() { in.brokerOrder.Release(n, a, sendBrokerAck) }, in.brokerDedup, true)
 }
 
 // deliver takes one message from the broker client or a listener
@@ -384,7 +389,7 @@ func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 // connection's order; d keeps its dedup entry (nil: none, QoS 0 or a clean
 // session). fromBroker: a retained message is a broker's replay of one
 // already handled.
-func (in *Ingester) deliver(m paho.Message, ack func(), d dedupSource, fromBroker bool) {
+func (in *Ingester) deliver(m paho.Message, ack func(), d dedup.Source, fromBroker bool) {
 	in.c.received.Add(1)
 	recv := in.cfg.Now().UnixNano()
 	topic := m.Topic()
@@ -484,8 +489,8 @@ func (in *Ingester) droneID(level string) string {
 func (in *Ingester) refuse(m paho.Message, drone string, ack func(), recv int64) {
 	in.c.dronesOverLimit.Add(1)
 	in.refusedAt.Store(recv)
-	if r, ok := m.(interface{ refuse() }); ok {
-		r.refuse()
+	if r, ok := m.(interface{ Refuse() }); ok {
+		r.Refuse()
 		in.drop(m, ack)
 		return
 	}
@@ -505,12 +510,12 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	payload := m.Payload()
 	pid := m.MessageID()
 	d := it.dedup
-	var h msgHash
+	var h dedup.Hash
 	if d != nil {
-		h = hashMessage(it.topic, payload)
+		h = dedup.HashMessage(it.topic, payload)
 	}
 	if d != nil && m.Duplicate() {
-		if dup, deferred := d.check(pid, h, it.ack); dup {
+		if dup, deferred := d.Check(pid, h, it.ack); dup {
 			in.release(n)
 			in.c.duplicates.Add(1)
 			if !deferred {
@@ -536,8 +541,8 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	}
 	var opts []localstream.AppendOption
 	if d != nil {
-		d.begin(pid, h)
-		opts = append(opts, d.option(pid, h))
+		d.Begin(pid, h)
+		opts = append(opts, d.Option(pid, h))
 	}
 	l.mu.Lock()
 	l.pending++
@@ -563,7 +568,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	l.mu.Unlock()
 	var waiters []func()
 	if d != nil {
-		waiters = d.done(pid, h, false)
+		waiters = d.Done(pid, h, false)
 	}
 	switch {
 	case errors.Is(err, localstream.ErrEventTooLarge):
@@ -613,7 +618,7 @@ func (in *Ingester) appendWaitingForSpace(ctx context.Context, ev localstream.Ev
 // noted for watermarks here, then acked — except while the drone's first
 // note is not done (see firstNotes): then it is acked at once and noted by
 // noteLoop, in order.
-func (in *Ingester) appended(l *lane, ack func(), d dedupSource, pid uint16, h msgHash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
+func (in *Ingester) appended(l *lane, ack func(), d dedup.Source, pid uint16, h dedup.Hash, adm watermark.Admission, t int64, pos localstream.Position, err error) {
 	defer in.inflight.Done()
 	if err != nil {
 		in.fail(err)
@@ -621,7 +626,7 @@ func (in *Ingester) appended(l *lane, ack func(), d dedupSource, pid uint16, h m
 	}
 	var waiters []func()
 	if d != nil {
-		waiters = d.done(pid, h, true)
+		waiters = d.Done(pid, h, true)
 	}
 	in.c.appended.Add(1)
 	later := false

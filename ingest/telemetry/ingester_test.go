@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 )
 
 // TestIngestInOrderExactlyOnce: several drones through a real mosquitto into
@@ -82,11 +84,11 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	}
 	converted := 0
 	for k, v := range m {
-		half := len(v) / journalLen / 2 * journalLen
-		for r := v[:half]; len(r) > 0; r = r[journalLen:] {
-			var h msgHash
-			copy(h[:], r[3:journalLen])
-			if err := s.PutMeta(dedupKey(cfg.ClientID, uint16(r[1])<<8|uint16(r[2])), encodeDedup(h)); err != nil {
+		half := len(v) / dedup.JournalLen / 2 * dedup.JournalLen
+		for r := v[:half]; len(r) > 0; r = r[dedup.JournalLen:] {
+			var h dedup.Hash
+			copy(h[:], r[3:dedup.JournalLen])
+			if err := s.PutMeta(dedup.Key(cfg.ClientID, uint16(r[1])<<8|uint16(r[2])), dedup.Encode(h)); err != nil {
 				t.Fatal(err)
 			}
 			converted++
@@ -98,7 +100,7 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	if converted == 0 || converted == 2*n {
 		t.Fatalf("%d of %d records converted", converted, 2*n)
 	}
-	if err := s.PutMeta(dedupKey(cfg.ClientID, 65000), []byte{dedupVersion}); err != nil {
+	if err := s.PutMeta(dedup.Key(cfg.ClientID, 65000), []byte{dedup.EntryVersion}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -8,6 +8,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -17,7 +18,7 @@ type item struct {
 	// ack acknowledges msg in its connection's delivery order (see ackOrder).
 	ack func()
 	// dedup keeps msg's dedup entry; nil: none (QoS 0, a clean session).
-	dedup  dedupSource
+	dedup  dedup.Source
 	topic  string
 	recv   int64
 	status bool

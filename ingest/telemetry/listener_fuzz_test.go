@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -43,40 +42,6 @@ func packetSeeds() [][]byte {
 	return out
 }
 
-// FuzzReadPacket: any bytes are read as packets or refused with an error,
-// never a panic; a packet's body never exceeds the bound, nor does the
-// reused buffer grow past it; garbage is errMalformed or
-// errPacketTooLarge, not a read that waits for more.
-func FuzzReadPacket(f *testing.F) {
-	for _, s := range packetSeeds() {
-		f.Add(s)
-	}
-	all := bytes.Join(packetSeeds(), nil)
-	f.Add(all)
-	const max = 4096
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := bufio.NewReader(bytes.NewReader(data))
-		var buf packetBuf
-		for range 64 {
-			before := r.Buffered()
-			cp, err := readPacket(r, max, &buf)
-			if cap(buf.body) > max {
-				t.Fatalf("buffer grew to %d > %d", cap(buf.body), max)
-			}
-			if err != nil {
-				if !errors.Is(err, errMalformed) && !errors.Is(err, errPacketTooLarge) &&
-					!errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
-					t.Fatalf("unexpected error kind: %v", err)
-				}
-				return
-			}
-			if cp == nil || (before == r.Buffered() && before != 0) {
-				t.Fatal("a packet without consuming bytes")
-			}
-		}
-	})
-}
-
 // FuzzListenerConn: any bytes sent to the listener over TCP end with the
 // connection closed by the server — no panic, no hang — and the listener
 // goes on serving.
@@ -105,45 +70,6 @@ func FuzzListenerConn(f *testing.F) {
 			if errors.As(err, &ne) && ne.Timeout() {
 				t.Fatal("the listener did not close the connection")
 			}
-		}
-	})
-}
-
-// FuzzUnpackPublish: the listener's PUBLISH decoder agrees with paho's
-// Unpack on any body, whatever the last topic was: the same topic, packet
-// id and payload, or both refuse it (the decoder with errMalformed).
-func FuzzUnpackPublish(f *testing.F) {
-	for _, s := range packetSeeds() {
-		if len(s) > 2 && s[0]>>4 == packets.Publish {
-			f.Add(s[2:], (s[0]>>1)&3, "drones/f/telemetry")
-		}
-	}
-	f.Add([]byte{}, byte(0), "")
-	f.Add([]byte{0x00}, byte(1), "")
-	f.Add([]byte{0x00, 0x01, 'a'}, byte(1), "a")
-	f.Add([]byte{0x00, 0x01, 'a', 0x00}, byte(2), "b")
-	f.Add([]byte{0x00, 0x00}, byte(0), "")
-	f.Fuzz(func(t *testing.T, body []byte, qos byte, last string) {
-		fh := packets.FixedHeader{MessageType: packets.Publish, Qos: qos % 3, RemainingLength: len(body)}
-		got := &packets.PublishPacket{FixedHeader: fh}
-		err := unpackPublish(got, body, last)
-		want := &packets.PublishPacket{FixedHeader: fh}
-		werr := want.Unpack(bytes.NewBuffer(bytes.Clone(body)))
-		if (err != nil) != (werr != nil) {
-			t.Fatalf("error %v, paho's %v", err, werr)
-		}
-		if err != nil {
-			if !errors.Is(err, errMalformed) {
-				t.Fatalf("error %v is not errMalformed", err)
-			}
-			return
-		}
-		if got.TopicName != want.TopicName || got.MessageID != want.MessageID || !bytes.Equal(got.Payload, want.Payload) {
-			t.Fatalf("decoded %q %d % x, paho %q %d % x", got.TopicName, got.MessageID, got.Payload,
-				want.TopicName, want.MessageID, want.Payload)
-		}
-		if len(body) > 0 && len(got.Payload) > 0 && &got.Payload[0] == &body[len(body)-len(got.Payload)] {
-			t.Fatal("the payload aliases the reused body buffer")
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -48,13 +49,13 @@ func pipeline(t *testing.T, c net.Conn, topic string, dup bool, ids []uint16, pa
 // entries and of the records in them.
 func journalEntries(t *testing.T, s *localstream.Store, client string) (entries, records int) {
 	t.Helper()
-	m, err := s.ScanMeta(listenDedupPrefix(client) + "j/")
+	m, err := s.ScanMeta(dedup.ListenPrefix(client) + "j/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, v := range m {
 		entries++
-		records += len(v) / journalLen
+		records += len(v) / dedup.JournalLen
 	}
 	return entries, records
 }
@@ -66,14 +67,14 @@ func journalEntries(t *testing.T, s *localstream.Store, client string) (entries,
 // before the journal; superseded entries are deleted, so the journal
 // keeps at most one entry per packet id in use.
 func TestListenerDedupJournal(t *testing.T) {
-	defer func(n int) { dedupGCEvery = n }(dedupGCEvery)
-	dedupGCEvery = 700
+	defer func(n int) { dedup.GCEvery = n }(dedup.GCEvery)
+	dedup.GCEvery = 700
 	const client, topic, ids, rounds = "jr", "drones/j/telemetry", 500, 6
 	dir := t.TempDir()
 	s, st := openStore(t, dir)
 	defer func() { s.Close() }()
 	// An entry as stores before the journal wrote it: packet id 9.
-	if err := s.PutMeta(listenDedupPrefix(client)+"9", encodeDedup(hashMessage(topic, []byte(`{"old":9}`)))); err != nil {
+	if err := s.PutMeta(dedup.ListenPrefix(client)+"9", dedup.Encode(dedup.HashMessage(topic, []byte(`{"old":9}`)))); err != nil {
 		t.Fatal(err)
 	}
 	in, stop := startListener(t, listenConfig(), s, st, nil)
@@ -102,7 +103,7 @@ func TestListenerDedupJournal(t *testing.T) {
 	if got.ListenerDedupCollected == 0 {
 		t.Fatal("no superseded entry was deleted")
 	}
-	if v, ok, _ := s.GetMeta(listenDedupPrefix(client) + "9"); ok {
+	if v, ok, _ := s.GetMeta(dedup.ListenPrefix(client) + "9"); ok {
 		t.Fatalf("the entry before the journal (%x) outlived its packet id's reuse", v)
 	}
 	// Reconnect: the newest message of every id comes again (DUP), and
@@ -180,15 +181,15 @@ func (m mapMeta) ScanMeta(prefix string) (map[string][]byte, error) {
 // entries never panics, every key is read or declared dead once, and a
 // known packet id's hash comes from its newest record.
 func FuzzDedupJournal(f *testing.F) {
-	h := hashMessage("t", []byte("x"))
-	f.Add(journalRecord(7, h), encodeDedup(h), uint16(7), []byte{journalVersion, 0})
-	f.Add([]byte{}, []byte{1}, uint16(0), slices.Concat(journalRecord(1, h), journalRecord(1, msgHash{})))
+	h := dedup.HashMessage("t", []byte("x"))
+	f.Add(dedup.JournalRecord(7, h), dedup.Encode(h), uint16(7), []byte{dedup.JournalVersion, 0})
+	f.Add([]byte{}, []byte{1}, uint16(0), slices.Concat(dedup.JournalRecord(1, h), dedup.JournalRecord(1, dedup.Hash{})))
 	f.Fuzz(func(t *testing.T, j1, old []byte, pid uint16, j2 []byte) {
 		const prefix = "mqttl/c/"
 		journal := prefix + "j/"
 		key := func(seq uint64) string { return journal + string(binary.BigEndian.AppendUint64(nil, seq)) }
 		m := mapMeta{key(1): j1, key(2): j2, prefix + strconv.Itoa(int(pid)): old, prefix + "x": old, "mqttl/d/j/": j1}
-		known, dead, _, err := readDedupJournal(m, prefix, journal)
+		known, dead, _, err := dedup.ReadJournal(m, prefix, journal)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,11 +199,11 @@ func FuzzDedupJournal(f *testing.F) {
 			}
 		}
 		// The newest record of each id (j2's after j1's) wins.
-		newest := map[uint16]msgHash{}
+		newest := map[uint16]dedup.Hash{}
 		for _, v := range [][]byte{j1, j2} {
-			for ; len(v) >= journalLen && v[0] == journalVersion; v = v[journalLen:] {
-				var h msgHash
-				copy(h[:], v[3:journalLen])
+			for ; len(v) >= dedup.JournalLen && v[0] == dedup.JournalVersion; v = v[dedup.JournalLen:] {
+				var h dedup.Hash
+				copy(h[:], v[3:dedup.JournalLen])
 				newest[uint16(v[1])<<8|uint16(v[2])] = h
 			}
 		}

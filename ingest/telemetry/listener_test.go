@@ -272,22 +272,3 @@ func TestListenerStopAcksWhatIsStored(t *testing.T) {
 	}
 	t.Logf("stopped with %d of %d stored and acked", len(recs), n)
 }
-
-// TestAppendPubAck: the hand-encoded PUBACK and PUBREC are paho's bytes.
-func TestAppendPubAck(t *testing.T) {
-	for _, a := range []pubAck{{id: 1, qos: 1}, {id: 0xfffe, qos: 1}, {id: 0x1234, qos: 2}} {
-		var want bytes.Buffer
-		if a.qos == 2 {
-			p := packets.NewControlPacket(packets.Pubrec).(*packets.PubrecPacket)
-			p.MessageID = a.id
-			p.Write(&want)
-		} else {
-			p := packets.NewControlPacket(packets.Puback).(*packets.PubackPacket)
-			p.MessageID = a.id
-			p.Write(&want)
-		}
-		if got := appendPubAck(nil, a); !bytes.Equal(got, want.Bytes()) {
-			t.Fatalf("%+v: % x, paho % x", a, got, want.Bytes())
-		}
-	}
-}

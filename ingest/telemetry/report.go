@@ -10,12 +10,15 @@ type dropCounts struct {
 
 func (in *Ingester) dropCounts() dropCounts {
 	c := &in.c
-	return dropCounts{
+	d := dropCounts{
 		refused: c.dronesOverLimit.Load(), oversize: c.oversize.Load(), unknownTopic: c.unknownTopic.Load(),
 		retained: c.retained.Load(), mapped: c.droneIDsMapped.Load(), laneFull: c.laneFullWaits.Load(),
-		connsRefused: c.listenerRefused.Load(), connsSourceRefused: c.listenerSourceRefused.Load(),
-		connsEvicted: c.listenerUnconnectedEvicted.Load(),
 	}
+	if in.listener != nil {
+		ls := in.listener.Stats()
+		d.connsRefused, d.connsSourceRefused, d.connsEvicted = ls.Refused, ls.SourceRefused, ls.UnconnectedEvicted
+	}
+	return d
 }
 
 // reportDrops logs refused, dropped and mapped messages while they happen

@@ -140,21 +140,12 @@ type counters struct {
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
 	diskFullWaits, clockSkew, dronesReleased, droneIDsMapped         atomic.Uint64
 	dedupCollected, dedupErrors, budgetWaits                         atomic.Uint64
-
-	listenerOpen                                                        atomic.Int64
-	listenerAccepted, listenerRefused, listenerConnects                 atomic.Uint64
-	listenerConnectRefused, listenerConnectTimeouts                     atomic.Uint64
-	listenerKeepAliveTimeouts, listenerProtocolErrors, listenerTooLarge atomic.Uint64
-	listenerSlowReaders, listenerDisconnects, listenerLost              atomic.Uint64
-	listenerTakeovers, listenerWills, listenerSubscribeRefused          atomic.Uint64
-	listenerQoS2, listenerDedupErrors, listenerDedupCollected           atomic.Uint64
-	listenerSourceRefused, listenerUnconnectedEvicted                   atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
 func (in *Ingester) Stats() Stats {
 	c := &in.c
-	return Stats{
+	st := Stats{
 		Received: c.received.Load(), Appended: c.appended.Load(), DuplicatesSkipped: c.duplicates.Load(),
 		Oversize: c.oversize.Load(), UnknownTopic: c.unknownTopic.Load(), RetainedSkipped: c.retained.Load(),
 		InvalidJSON: c.invalidJSON.Load(), Binary: c.binary.Load(), TimeEstimated: c.timeEstimated.Load(),
@@ -167,17 +158,16 @@ func (in *Ingester) Stats() Stats {
 		DedupCollected: c.dedupCollected.Load(), DedupErrors: c.dedupErrors.Load(),
 		DiskFullWaits: c.diskFullWaits.Load(), DronesReleased: c.dronesReleased.Load(),
 		DroneIDsMapped: c.droneIDsMapped.Load(), BudgetWaits: c.budgetWaits.Load(), BufferedBytes: in.budget.held.Load(),
-
-		ListenerConnections: c.listenerOpen.Load(), ListenerAccepted: c.listenerAccepted.Load(),
-		ListenerRefused: c.listenerRefused.Load(), ListenerConnects: c.listenerConnects.Load(),
-		ListenerSourceRefused: c.listenerSourceRefused.Load(), ListenerUnconnectedEvicted: c.listenerUnconnectedEvicted.Load(),
-		ListenerConnectRefused: c.listenerConnectRefused.Load(), ListenerConnectTimeouts: c.listenerConnectTimeouts.Load(),
-		ListenerKeepAliveTimeouts: c.listenerKeepAliveTimeouts.Load(), ListenerProtocolErrors: c.listenerProtocolErrors.Load(),
-		ListenerTooLarge: c.listenerTooLarge.Load(), ListenerSlowReaders: c.listenerSlowReaders.Load(),
-		ListenerDisconnects: c.listenerDisconnects.Load(), ListenerLost: c.listenerLost.Load(),
-		ListenerTakeovers: c.listenerTakeovers.Load(), ListenerWills: c.listenerWills.Load(),
-		ListenerSubscribeRefused: c.listenerSubscribeRefused.Load(), ListenerQoS2: c.listenerQoS2.Load(),
-		ListenerDedupErrors:    c.listenerDedupErrors.Load(),
-		ListenerDedupCollected: c.listenerDedupCollected.Load(),
 	}
+	if in.listener != nil {
+		l := in.listener.Stats()
+		st.ListenerConnections, st.ListenerAccepted, st.ListenerRefused = l.Connections, l.Accepted, l.Refused
+		st.ListenerSourceRefused, st.ListenerUnconnectedEvicted = l.SourceRefused, l.UnconnectedEvicted
+		st.ListenerConnects, st.ListenerConnectRefused, st.ListenerConnectTimeouts = l.Connects, l.ConnectRefused, l.ConnectTimeouts
+		st.ListenerKeepAliveTimeouts, st.ListenerProtocolErrors, st.ListenerTooLarge = l.KeepAliveTimeouts, l.ProtocolErrors, l.TooLarge
+		st.ListenerSlowReaders, st.ListenerDisconnects, st.ListenerLost = l.SlowReaders, l.Disconnects, l.Lost
+		st.ListenerTakeovers, st.ListenerWills, st.ListenerSubscribeRefused = l.Takeovers, l.Wills, l.SubscribeRefused
+		st.ListenerQoS2, st.ListenerDedupErrors, st.ListenerDedupCollected = l.QoS2, l.DedupErrors, l.DedupCollected
+	}
+	return st
 }

@@ -1,6 +1,6 @@
-package telemetry
+package mqttwire
 
-// ackOrder numbers one connection's messages in delivery order and sends
+// AckOrder numbers one connection's messages in delivery order and sends
 // their PUBACKs in that order. The store calls back in append order, which
 // is not delivery order (the lanes take turns), but MQTT 3.1.1 4.6.0-2
 // wants PUBACKs in delivery order, and Mosquitto 2.0 needs it: PUBACKed
@@ -11,11 +11,12 @@ package telemetry
 // and the dedup entries skip them.
 //
 // T is what an ack needs: the broker client's connection and message
-// (brokerAck), or a listener connection's packet id and QoS (pubAck),
+// (the telemetry package's brokerAck), or a listener connection's packet id
+// and QoS (PubAck),
 // which a held ack keeps without a closure per message.
-type ackOrder[T any] struct {
-	// delivered numbers the messages (the delivering goroutine only, with
-	// Ingester.deliverMu held).
+type AckOrder[T any] struct {
+	// delivered numbers the messages (one goroutine at a time: the
+	// connection's delivering goroutine).
 	delivered uint64
 	// next is the number of the next PUBACK to send and held the acks
 	// ready before it (the acker goroutine only).
@@ -23,17 +24,17 @@ type ackOrder[T any] struct {
 	held map[uint64]T
 }
 
-// number numbers the next message delivered. Called with
-// Ingester.deliverMu held.
-func (o *ackOrder[T]) number() uint64 {
+// Number numbers the next message delivered, in delivery order. Called by
+// one goroutine at a time.
+func (o *AckOrder[T]) Number() uint64 {
 	n := o.delivered
 	o.delivered++
 	return n
 }
 
-// release records that message n may be acked with a and sends (with
+// Release records that message n may be acked with a and sends (with
 // send) every ack now due, in order. Called on the acker goroutine only.
-func (o *ackOrder[T]) release(n uint64, a T, send func(T)) {
+func (o *AckOrder[T]) Release(n uint64, a T, send func(T)) {
 	if n == o.next && len(o.held) == 0 {
 		o.next++
 		send(a)

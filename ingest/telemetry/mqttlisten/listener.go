@@ -1,4 +1,4 @@
-package telemetry
+package mqttlisten
 
 import (
 	"errors"
@@ -12,6 +12,9 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/mqttwire"
 )
 
 // The listener is an MQTT 3.1.1 server for publishers only: drones connect
@@ -52,7 +55,7 @@ import (
 //     server never receives, a wildcard in a PUBLISH topic, garbage) closes
 //     the connection (listener_protocol_errors) and delivers the will.
 //   - Persistent sessions (clean session off) keep the dedup entries across
-//     reconnects (dedup_session.go): a QoS 1/2 message resent with DUP
+//     reconnects (internal/dedup): a QoS 1/2 message resent with DUP
 //     after a crash or a cut is acked, not stored twice. The CONNACK's
 //     session-present flag is always 0: the agent keeps no subscriptions or
 //     outgoing messages, and a client keeps (and resends) its own
@@ -72,16 +75,23 @@ const maxClientID = 256
 // packet id.
 const maxTopicOverhead = 65535 + 2 + 2
 
-// listener accepts publishers' connections for an Ingester. bind, start,
-// stopReading and closeAll are called by Run, in that order.
-type listener struct {
-	in      *Ingester
-	meta    SessionMeta
-	pending *pendingDedup
+// Listener accepts publishers' connections and delivers their messages
+// into a Pipeline. Bind, Start, StopReading and CloseAll are called in
+// that order (the telemetry Ingester's Run does).
+type Listener struct {
+	cfg     Config
+	p       Pipeline
+	pending *dedup.Pending
 	// maxPacket bounds a packet's remaining length.
 	maxPacket int
+	// c are the counters (Stats).
+	c counters
+	// lastLockout is the last connection turned away (nil: none).
+	lastLockout atomic.Pointer[lockout]
+	// stopping is closed by StopReading.
+	stopping chan struct{}
 
-	// ln is set by bind; addr is its address (for ListenAddr).
+	// ln is set by Bind; addr is its address (for Addr).
 	ln   net.Listener
 	addr atomic.Pointer[net.TCPAddr]
 	// slots holds a token per open connection (capacity MaxConnections).
@@ -105,44 +115,50 @@ type listener struct {
 	anon atomic.Uint64
 }
 
-func newListener(in *Ingester, meta SessionMeta) *listener {
-	return &listener{
-		in: in, meta: meta, pending: &pendingDedup{m: map[pendingKey]*dedupEntry{}},
-		maxPacket: in.cfg.MaxPayload + maxTopicOverhead,
-		slots:     make(chan struct{}, in.cfg.MaxConnections),
+// New returns a listener of cfg (see Config: every field is required)
+// delivering into p; it opens nothing.
+func New(cfg Config, p Pipeline) *Listener {
+	return &Listener{
+		cfg: cfg, p: p, pending: dedup.NewPending(), stopping: make(chan struct{}),
+		maxPacket: cfg.MaxPayload + maxTopicOverhead,
+		slots:     make(chan struct{}, cfg.MaxConnections),
 		conns:     map[*serverConn]struct{}{}, clients: map[string]*serverConn{},
 		sources: map[string]int{}, unconnected: map[*serverConn]uint64{},
 	}
 }
 
-// bind opens the listening socket.
-func (l *listener) bind() error {
-	ln, err := net.Listen("tcp", l.in.cfg.Listen)
+// Bind opens the listening socket (a no-op once bound). The error wraps
+// ErrListen and the *net.OpError.
+func (l *Listener) Bind() error {
+	if l.ln != nil {
+		return nil
+	}
+	ln, err := net.Listen("tcp", l.cfg.Addr)
 	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrListen, l.in.cfg.Listen, err)
+		return fmt.Errorf("%w: %s: %w", ErrListen, l.cfg.Addr, err)
 	}
 	l.ln = ln
 	if a, ok := ln.Addr().(*net.TCPAddr); ok {
 		l.addr.Store(a)
 	}
-	l.in.cfg.Logger.Info("telemetry: listening for publishers", "listen", ln.Addr().String())
+	l.cfg.Logger.Info("telemetry: listening for publishers", "listen", ln.Addr().String())
 	return nil
 }
 
-// ListenAddr is the listener's bound address (nil without Listen, or
-// before Run bound it; Subscribed() is closed after that when there is no
-// broker). Safe for concurrent use.
-func (in *Ingester) ListenAddr() *net.TCPAddr {
-	if in.listener == nil {
-		return nil
+// CloseUnstarted closes the socket of a listener bound and never started.
+func (l *Listener) CloseUnstarted() {
+	if l.ln != nil {
+		l.ln.Close()
 	}
-	return in.listener.addr.Load()
 }
 
-// start runs the accept loop.
-func (l *listener) start() { l.wg.Go(l.acceptLoop) }
+// Addr is the bound address (nil before Bind). Safe for concurrent use.
+func (l *Listener) Addr() *net.TCPAddr { return l.addr.Load() }
 
-func (l *listener) acceptLoop() {
+// Start runs the accept loop.
+func (l *Listener) Start() { l.wg.Go(l.acceptLoop) }
+
+func (l *Listener) acceptLoop() {
 	var delay time.Duration
 	for {
 		nc, err := l.ln.Accept()
@@ -152,10 +168,10 @@ func (l *listener) acceptLoop() {
 			}
 			// EMFILE and the like: back off, as net/http does.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-			l.in.cfg.Logger.Warn("telemetry: listener accept failed", "err", err, "retry_in", delay)
+			l.cfg.Logger.Warn("telemetry: listener accept failed", "err", err, "retry_in", delay)
 			select {
 			case <-time.After(delay):
-			case <-l.in.stopping:
+			case <-l.stopping:
 				return
 			}
 			continue
@@ -170,32 +186,31 @@ func (l *listener) acceptLoop() {
 // once, counted, logged, reported by Problems), and MaxUnconnected before
 // their CONNECT (a newcomer evicts the oldest of those: a host holding
 // sockets open without a CONNECT cannot keep a drone from connecting).
-func (l *listener) admit(nc net.Conn) {
-	in := l.in
+func (l *Listener) admit(nc net.Conn) {
 	src := sourceOf(nc.RemoteAddr())
 	select {
 	case l.slots <- struct{}{}:
 	default:
-		in.c.listenerRefused.Add(1)
-		in.noteLockout(fmt.Sprintf("listener refusing connections: all max_connections %d are open", in.cfg.MaxConnections))
+		l.c.Refused.Add(1)
+		l.noteLockout(fmt.Sprintf("listener refusing connections: all max_connections %d are open", l.cfg.MaxConnections))
 		nc.Close()
 		return
 	}
 	l.mu.Lock()
-	if l.sources[src] >= in.cfg.MaxConnectionsPerSource {
+	if l.sources[src] >= l.cfg.MaxConnectionsPerSource {
 		l.mu.Unlock()
 		<-l.slots
-		in.c.listenerSourceRefused.Add(1)
-		in.noteLockout(fmt.Sprintf("listener refusing connections from %s: it holds max_connections_per_source %d", src, in.cfg.MaxConnectionsPerSource))
+		l.c.SourceRefused.Add(1)
+		l.noteLockout(fmt.Sprintf("listener refusing connections from %s: it holds max_connections_per_source %d", src, l.cfg.MaxConnectionsPerSource))
 		nc.Close()
 		return
 	}
 	l.sources[src]++
 	l.mu.Unlock()
-	c := &serverConn{l: l, bc: newServerConn(nc), src: src}
+	c := &serverConn{l: l, bc: mqttwire.NewServerConn(nc), src: src}
 	var evict *serverConn
 	l.mu.Lock()
-	if len(l.unconnected) >= in.cfg.MaxUnconnected {
+	if len(l.unconnected) >= l.cfg.MaxUnconnected {
 		var oldest uint64
 		for u, n := range l.unconnected {
 			if evict == nil || n < oldest {
@@ -209,12 +224,12 @@ func (l *listener) admit(nc net.Conn) {
 	l.conns[c] = struct{}{}
 	l.mu.Unlock()
 	if evict != nil {
-		in.c.listenerUnconnectedEvicted.Add(1)
-		in.noteLockout(fmt.Sprintf("listener evicting connections without CONNECT: max_unconnected %d are waiting (a host opening idle connections?)", in.cfg.MaxUnconnected))
+		l.c.UnconnectedEvicted.Add(1)
+		l.noteLockout(fmt.Sprintf("listener evicting connections without CONNECT: max_unconnected %d are waiting (a host opening idle connections?)", l.cfg.MaxUnconnected))
 		evict.bc.Conn.Close() // its goroutine ends and cleans up
 	}
-	in.c.listenerAccepted.Add(1)
-	in.c.listenerOpen.Add(1)
+	l.c.Accepted.Add(1)
+	l.c.Connections.Add(1)
 	l.wg.Go(c.serve)
 }
 
@@ -231,16 +246,17 @@ func sourceOf(a net.Addr) string {
 }
 
 // connected takes c off the unconnected list (its CONNECT was accepted).
-func (l *listener) connected(c *serverConn) {
+func (l *Listener) connected(c *serverConn) {
 	l.mu.Lock()
 	delete(l.unconnected, c)
 	l.mu.Unlock()
 }
 
-// stopReading stops accepting and reading, and waits for every
+// StopReading stops accepting and reading, and waits for every
 // connection's goroutine to return; the connections stay open for their
-// last acks (closeAll closes them). in.stopping is closed.
-func (l *listener) stopReading() {
+// last acks (CloseAll closes them).
+func (l *Listener) StopReading() {
+	close(l.stopping)
 	l.ln.Close()
 	l.mu.Lock()
 	for c := range l.conns {
@@ -250,9 +266,9 @@ func (l *listener) stopReading() {
 	l.wg.Wait()
 }
 
-// closeAll flushes and closes the connections still open (after the last
+// CloseAll flushes and closes the connections still open (after the last
 // acks were queued), in parallel: each flush waits at most a second.
-func (l *listener) closeAll() {
+func (l *Listener) CloseAll() {
 	l.mu.Lock()
 	conns := l.conns
 	l.conns = map[*serverConn]struct{}{}
@@ -266,13 +282,13 @@ func (l *listener) closeAll() {
 
 // register makes c the connection of its client id, closing (taking over)
 // an older one.
-func (l *listener) register(c *serverConn) {
+func (l *Listener) register(c *serverConn) {
 	l.mu.Lock()
 	old := l.clients[c.client]
 	l.clients[c.client] = c
 	l.mu.Unlock()
 	if old != nil {
-		l.in.c.listenerTakeovers.Add(1)
+		l.c.Takeovers.Add(1)
 		old.takenOver.Store(true)
 		old.bc.Conn.Close() // its goroutine ends and cleans up
 	}
@@ -280,20 +296,20 @@ func (l *listener) register(c *serverConn) {
 
 // serverConn is one publisher's connection.
 type serverConn struct {
-	l  *listener
-	bc *bufferedConn
+	l  *Listener
+	bc *mqttwire.BufferedConn
 	// src is the source address it is counted under (sourceOf).
 	src string
 	// buf holds the buffers reused from packet to packet (the
 	// connection's goroutine only).
-	buf packetBuf
+	buf mqttwire.PacketBuf
 	// client, clean, will and dedup are set at CONNECT.
 	client string
 	clean  bool
-	will   *inMessage
-	dedup  *sessionDedup // nil: a clean session
+	will   *Message
+	dedup  *dedup.Session // nil: a clean session
 	// order orders the acks of this connection's messages.
-	order ackOrder[pubAck]
+	order mqttwire.AckOrder[mqttwire.PubAck]
 	// disconnected: the client sent DISCONNECT (no will).
 	disconnected bool
 	// takenOver: a newer connection of the same client id replaced this one.
@@ -304,8 +320,8 @@ type serverConn struct {
 // serve runs the connection until it ends or the listener stops reading.
 func (c *serverConn) serve() {
 	err := c.run()
-	l, in := c.l, c.l.in
-	if stopping(in) {
+	l := c.l
+	if l.isStopping() {
 		return // Run closes the connection after the last acks
 	}
 	c.count(err)
@@ -317,11 +333,9 @@ func (c *serverConn) serve() {
 	}
 	l.mu.Unlock()
 	c.close()
-	if c.will != nil && !c.disconnected && !c.takenOver.Load() && in.reserve(msgBytes(c.will)) {
-		in.c.listenerWills.Add(1)
-		in.deliverMu.Lock()
-		in.deliver(c.will, noAck, nil, false)
-		in.deliverMu.Unlock()
+	if c.will != nil && !c.disconnected && !c.takenOver.Load() && l.p.Reserve(c.will) {
+		l.c.Wills.Add(1)
+		l.p.Deliver(c.will, noAck, nil)
 	}
 }
 
@@ -329,10 +343,10 @@ func (c *serverConn) serve() {
 func (c *serverConn) close() {
 	c.closeOnce.Do(func() {
 		c.bc.Close()
-		if c.bc.slow() {
-			c.l.in.c.listenerSlowReaders.Add(1)
+		if c.bc.Slow() {
+			c.l.c.SlowReaders.Add(1)
 		}
-		c.l.in.c.listenerOpen.Add(-1)
+		c.l.c.Connections.Add(-1)
 		c.l.mu.Lock()
 		if c.l.sources[c.src]--; c.l.sources[c.src] <= 0 {
 			delete(c.l.sources, c.src)
@@ -344,23 +358,23 @@ func (c *serverConn) close() {
 
 // count records why a connection ended.
 func (c *serverConn) count(err error) {
-	cs := &c.l.in.c
+	cs := &c.l.c
 	var ne net.Error
 	switch {
 	case err == nil:
-		cs.listenerDisconnects.Add(1)
-	case errors.Is(err, errPacketTooLarge):
-		cs.listenerTooLarge.Add(1)
-	case errors.Is(err, errMalformed):
-		cs.listenerProtocolErrors.Add(1)
+		cs.Disconnects.Add(1)
+	case errors.Is(err, mqttwire.ErrPacketTooLarge):
+		cs.TooLarge.Add(1)
+	case errors.Is(err, mqttwire.ErrMalformed):
+		cs.ProtocolErrors.Add(1)
 	case errors.Is(err, errConnectTimeout):
-		cs.listenerConnectTimeouts.Add(1)
+		cs.ConnectTimeouts.Add(1)
 	case errors.Is(err, errConnectRefused):
-		cs.listenerConnectRefused.Add(1)
+		cs.ConnectRefused.Add(1)
 	case errors.As(err, &ne) && ne.Timeout():
-		cs.listenerKeepAliveTimeouts.Add(1)
+		cs.KeepAliveTimeouts.Add(1)
 	default: // EOF, reset: the client went away without DISCONNECT
-		cs.listenerLost.Add(1)
+		cs.Lost.Add(1)
 	}
 }
 
@@ -369,9 +383,9 @@ var (
 	errConnectRefused = errors.New("telemetry: CONNECT refused")
 )
 
-func stopping(in *Ingester) bool {
+func (l *Listener) isStopping() bool {
 	select {
-	case <-in.stopping:
+	case <-l.stopping:
 		return true
 	default:
 		return false
@@ -382,7 +396,7 @@ func stopping(in *Ingester) bool {
 // (stopReading's past deadline must win whichever call comes last).
 func (c *serverConn) setDeadline(t time.Time) {
 	c.bc.SetReadDeadline(t)
-	if stopping(c.l.in) {
+	if c.l.isStopping() {
 		c.bc.SetReadDeadline(time.Unix(1, 0))
 	}
 }
@@ -390,9 +404,9 @@ func (c *serverConn) setDeadline(t time.Time) {
 // run reads the CONNECT and then packets until an error or DISCONNECT
 // (nil).
 func (c *serverConn) run() error {
-	in := c.l.in
-	c.setDeadline(time.Now().Add(in.cfg.ConnectTimeout))
-	cp, err := readPacket(c.bc.r, c.l.maxPacket, &c.buf)
+	l := c.l
+	c.setDeadline(time.Now().Add(l.cfg.ConnectTimeout))
+	cp, err := mqttwire.ReadPacket(c.bc.R, c.l.maxPacket, &c.buf)
 	if err != nil {
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return errConnectTimeout
@@ -401,7 +415,7 @@ func (c *serverConn) run() error {
 	}
 	cc, ok := cp.(*packets.ConnectPacket)
 	if !ok {
-		return fmt.Errorf("%w: %T before CONNECT", errMalformed, cp)
+		return fmt.Errorf("%w: %T before CONNECT", mqttwire.ErrMalformed, cp)
 	}
 	if err := c.connect(cc); err != nil {
 		return err
@@ -411,8 +425,8 @@ func (c *serverConn) run() error {
 	// 3.1.1 §3.1.2.10) or above MaxKeepAlive gets MaxKeepAlive — 256
 	// connections with keep-alive 0 used to hold every slot for good.
 	ka := time.Duration(cc.Keepalive) * time.Second
-	if ka == 0 || ka > in.cfg.MaxKeepAlive {
-		ka = in.cfg.MaxKeepAlive
+	if ka == 0 || ka > l.cfg.MaxKeepAlive {
+		ka = l.cfg.MaxKeepAlive
 	}
 	keepAlive := ka * 3 / 2
 	var refreshed time.Time
@@ -424,7 +438,7 @@ func (c *serverConn) run() error {
 			c.setDeadline(now.Add(keepAlive))
 			refreshed = now
 		}
-		cp, err := readPacket(c.bc.r, c.l.maxPacket, &c.buf)
+		cp, err := mqttwire.ReadPacket(c.bc.R, c.l.maxPacket, &c.buf)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return io.EOF
@@ -436,7 +450,7 @@ func (c *serverConn) run() error {
 			if err := c.publish(p); err != nil {
 				return err
 			}
-			if c.dedup != nil && c.dedup.gcDue.Swap(false) {
+			if c.dedup != nil && c.dedup.GCDue() {
 				c.collectDedup()
 			}
 		case *packets.PubrelPacket:
@@ -446,7 +460,7 @@ func (c *serverConn) run() error {
 		case *packets.PingreqPacket:
 			c.write(packets.NewControlPacket(packets.Pingresp))
 		case *packets.SubscribePacket:
-			in.c.listenerSubscribeRefused.Add(1)
+			l.c.SubscribeRefused.Add(1)
 			ack := packets.NewControlPacket(packets.Suback).(*packets.SubackPacket)
 			ack.MessageID = p.MessageID
 			for range p.Topics {
@@ -461,7 +475,7 @@ func (c *serverConn) run() error {
 			c.disconnected = true
 			return nil
 		default:
-			return fmt.Errorf("%w: %T from a client", errMalformed, cp)
+			return fmt.Errorf("%w: %T from a client", mqttwire.ErrMalformed, cp)
 		}
 	}
 }
@@ -489,23 +503,21 @@ func (c *serverConn) connect(cc *packets.ConnectPacket) error {
 	}
 	l.register(c)
 	if c.clean {
-		if _, err := l.meta.DeleteMetaPrefix(listenDedupPrefix(c.client)); err != nil {
-			l.in.fail(err)
+		if _, err := l.cfg.Meta.DeleteMetaPrefix(dedup.ListenPrefix(c.client)); err != nil {
+			l.p.Fail(err)
 			return err
 		}
 	} else {
-		prefix := listenDedupPrefix(c.client)
-		c.dedup = &sessionDedup{pending: l.pending, meta: l.meta, client: c.client,
-			prefix: prefix, journal: prefix + "j/", lookupError: func(err error) {
-				l.in.c.listenerDedupErrors.Add(1)
-				l.in.cfg.Logger.Warn("telemetry: read a listener client's dedup entries; the DUP is stored", "client", c.client, "err", err)
-			}}
+		c.dedup = dedup.NewSession(l.pending, l.cfg.Meta, c.client, func(err error) {
+			l.c.DedupErrors.Add(1)
+			l.cfg.Logger.Warn("telemetry: read a listener client's dedup entries; the DUP is stored", "client", c.client, "err", err)
+		})
 		c.collectDedup()
 	}
 	if cc.WillFlag {
-		c.will = &inMessage{topic: cc.WillTopic, payload: cc.WillMessage, qos: cc.WillQos, retained: cc.WillRetain}
+		c.will = &Message{topic: cc.WillTopic, payload: cc.WillMessage, qos: cc.WillQos, retained: cc.WillRetain}
 	}
-	l.in.c.listenerConnects.Add(1)
+	l.c.Connects.Add(1)
 	c.write(ack)
 	return nil
 }
@@ -514,12 +526,12 @@ func (c *serverConn) connect(cc *packets.ConnectPacket) error {
 // ones superseded (dedupGC): at a persistent CONNECT and every
 // dedupGCEvery messages, on the connection's goroutine (its reads wait).
 func (c *serverConn) collectDedup() {
-	n, err := dedupGC(c.l.meta, c.dedup.prefix, c.dedup.journal)
-	c.l.in.c.listenerDedupCollected.Add(uint64(n))
+	n, err := c.dedup.Collect()
+	c.l.c.DedupCollected.Add(uint64(n))
 	if err != nil {
 		// Nothing is lost: the entries stay until a later collection.
-		c.l.in.c.listenerDedupErrors.Add(1)
-		c.l.in.cfg.Logger.Warn("telemetry: collect a listener client's dedup entries", "client", c.client, "err", err)
+		c.l.c.DedupErrors.Add(1)
+		c.l.cfg.Logger.Warn("telemetry: collect a listener client's dedup entries", "client", c.client, "err", err)
 	}
 }
 
@@ -527,66 +539,44 @@ func (c *serverConn) collectDedup() {
 // connection's order.
 func (c *serverConn) publish(p *packets.PublishPacket) error {
 	if !validPublishTopic(p.TopicName) {
-		return fmt.Errorf("%w: publish topic %q", errMalformed, p.TopicName)
+		return fmt.Errorf("%w: publish topic %q", mqttwire.ErrMalformed, p.TopicName)
 	}
-	m := &inMessage{topic: p.TopicName, payload: p.Payload, qos: p.Qos, dup: p.Dup, retained: p.Retain, id: p.MessageID, c: c}
+	m := &Message{topic: p.TopicName, payload: p.Payload, qos: p.Qos, dup: p.Dup, retained: p.Retain, id: p.MessageID, c: c}
 	ack := noAck
-	var d dedupSource
-	in := c.l.in
-	if !in.reserve(msgBytes(m)) {
+	var d dedup.Source
+	l := c.l
+	if !l.p.Reserve(m) {
 		return nil // stopping: unacknowledged, the client sends it again
 	}
-	in.deliverMu.Lock()
-	defer in.deliverMu.Unlock()
 	if p.Qos > 0 {
-		n, a := c.order.number(), pubAck{id: p.MessageID, qos: p.Qos}
+		n, a := c.order.Number(), mqttwire.PubAck{ID: p.MessageID, QoS: p.Qos}
 		ack = func() {
 			// A copy: a closure that wrote a would move it to the heap (an
 			// allocation per message). A refused message's place is passed
 			// over in the order, nothing sent.
 			b := a
-			b.none = m.refused
-			c.order.release(n, b, c.sendAck)
+			b.None = m.refused
+			c.order.Release(n, b, c.sendAck)
 		}
 		if c.dedup != nil { // not a typed nil in d
 			d = c.dedup
 		}
 	}
 	if p.Qos == 2 {
-		in.c.listenerQoS2.Add(1)
+		l.c.QoS2.Add(1)
 	}
-	in.deliver(m, ack, d, false)
+	l.p.Deliver(m, ack, d)
 	return nil
-}
-
-// pubAck is the acknowledgement a PUBLISH is owed: a PUBACK (QoS 1) or a
-// PUBREC (QoS 2) of its packet id; none: a refused message's, never sent.
-type pubAck struct {
-	id   uint16
-	qos  byte
-	none bool
-}
-
-// appendPubAck appends a's packet: the fixed header (type, no flags,
-// remaining length 2) and the packet id, big-endian (MQTT 3.1.1 §3.4,
-// §3.5). Encoded here, not by paho's packets, which allocate a buffer and
-// a packet for each of these four bytes.
-func appendPubAck(b []byte, a pubAck) []byte {
-	t := byte(packets.Puback << 4)
-	if a.qos == 2 {
-		t = packets.Pubrec << 4
-	}
-	return append(b, t, 2, byte(a.id>>8), byte(a.id))
 }
 
 // sendAck sends a PUBLISH's acknowledgement. Called on the acker
 // goroutine; the write never blocks (a failed connection drops it).
-func (c *serverConn) sendAck(a pubAck) {
-	if a.none {
+func (c *serverConn) sendAck(a mqttwire.PubAck) {
+	if a.None {
 		return
 	}
 	var b [4]byte
-	_, _ = c.bc.Write(appendPubAck(b[:0], a))
+	_, _ = c.bc.Write(mqttwire.AppendPubAck(b[:0], a))
 }
 
 // write queues a packet; a failed connection drops it (the client resends
@@ -610,9 +600,9 @@ func validPublishTopic(t string) bool {
 // noAck is the ack of a message that needs none (QoS 0, a will).
 func noAck() {}
 
-// inMessage is a PUBLISH (or a will) received by the listener, shaped as
+// Message is a PUBLISH (or a will) received by the listener, shaped as
 // paho's Message so that it takes the broker client's path.
-type inMessage struct {
+type Message struct {
 	topic    string
 	payload  []byte
 	qos      byte
@@ -627,21 +617,22 @@ type inMessage struct {
 	once    sync.Once
 }
 
-// refuse marks the message refused: its ack sends nothing.
-func (m *inMessage) refuse() { m.refused = true }
+// Refuse marks the message refused (no drone slot for it): its ack
+// sends nothing, and the publisher keeps it.
+func (m *Message) Refuse() { m.refused = true }
 
-func (m *inMessage) Duplicate() bool   { return m.dup }
-func (m *inMessage) Qos() byte         { return m.qos }
-func (m *inMessage) Retained() bool    { return m.retained }
-func (m *inMessage) Topic() string     { return m.topic }
-func (m *inMessage) MessageID() uint16 { return m.id }
-func (m *inMessage) Payload() []byte   { return m.payload }
+func (m *Message) Duplicate() bool   { return m.dup }
+func (m *Message) Qos() byte         { return m.qos }
+func (m *Message) Retained() bool    { return m.retained }
+func (m *Message) Topic() string     { return m.topic }
+func (m *Message) MessageID() uint16 { return m.id }
+func (m *Message) Payload() []byte   { return m.payload }
 
 // Ack sends the message's acknowledgement at once, once (QoS 1 and 2; a
 // no-op for QoS 0 and wills). The pipeline does not call it: it acks with
 // the ordered ack the message was delivered with.
-func (m *inMessage) Ack() {
+func (m *Message) Ack() {
 	if m.c != nil && m.qos > 0 {
-		m.once.Do(func() { m.c.sendAck(pubAck{id: m.id, qos: m.qos}) })
+		m.once.Do(func() { m.c.sendAck(mqttwire.PubAck{ID: m.id, QoS: m.qos}) })
 	}
 }

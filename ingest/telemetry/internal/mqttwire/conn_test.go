@@ -1,4 +1,4 @@
-package telemetry
+package mqttwire
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func TestBufferedConnFlushesBeforeClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newBufferedConn(raw)
+	c := NewBufferedConn(raw)
 	var want bytes.Buffer
 	for i := 0; i < 5000; i++ {
 		p := []byte{byte(i), byte(i >> 8), 0xAB}
@@ -82,7 +82,7 @@ func TestServerConnCloseKeepsLastAcks(t *testing.T) {
 			_, err := client.Write(make([]byte, 256<<10))
 			sent <- err
 		}()
-		c := newServerConn(raw)
+		c := NewServerConn(raw)
 		closed := make(chan struct{})
 		buf := make([]byte, 1024)
 		if _, err := io.ReadFull(c, buf); err != nil { // the input is there

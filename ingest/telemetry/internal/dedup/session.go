@@ -1,4 +1,4 @@
-package telemetry
+package dedup
 
 import (
 	"net/url"
@@ -31,25 +31,25 @@ import (
 // entry and deleted once superseded.
 //
 // Memory stays bounded however many client ids come and go: the entries
-// of appends in flight are held (pendingDedup, at most the lanes' and the
+// of appends in flight are held (Pending, at most the lanes' and the
 // store queue's messages); a DUP whose original is not in flight is looked
 // up in the client's known entries, read from the store at the session's
 // first such DUP (clients resend only right after they reconnect) and
-// dropped again after dedupSnapshotIdle messages without a DUP. Disk stays
+// dropped again after SnapshotIdle messages without a DUP. Disk stays
 // bounded: an entry whose every record has a newer one for its packet id
-// is deleted (dedupGC, at each persistent CONNECT and every
-// dedupGCEvery messages of a session), so at most 65,536 records per
+// is deleted (GC, at each persistent CONNECT and every
+// GCEvery messages of a session), so at most 65,536 records per
 // client are kept, as with a key per packet id. A clean-session CONNECT
 // deletes the client's entries; a clean session writes none (its client
 // never resends after a reconnect).
 
-// ListenDedupPrefix is the metadata key prefix of the listener clients'
+// ListenerPrefix is the metadata key prefix of the listener clients'
 // dedup entries.
-const ListenDedupPrefix = "mqttl/"
+const ListenerPrefix = "mqttl/"
 
-// listenDedupPrefix is the key prefix of one client's entries.
-func listenDedupPrefix(client string) string {
-	return ListenDedupPrefix + url.PathEscape(client) + "/"
+// ListenPrefix is the key prefix of one client's entries.
+func ListenPrefix(client string) string {
+	return ListenerPrefix + url.PathEscape(client) + "/"
 }
 
 // pendingKey names one client's packet id.
@@ -58,64 +58,81 @@ type pendingKey struct {
 	pid    uint16
 }
 
-// pendingDedup holds the entries of the listener's appends in flight, for
+// Pending holds the entries of the listener's appends in flight, for
 // every client. Safe for concurrent use.
-type pendingDedup struct {
+type Pending struct {
 	mu sync.Mutex
-	m  map[pendingKey]*dedupEntry
+	m  map[pendingKey]*Entry
 }
 
-// sessionDedup is one listener client's persistent session.
-type sessionDedup struct {
-	pending *pendingDedup
+// NewPending returns the listener's table of appends in flight.
+func NewPending() *Pending { return &Pending{m: map[pendingKey]*Entry{}} }
+
+// NewSession returns client's persistent session. lookupError reports a
+// store read that failed.
+func NewSession(p *Pending, meta SessionMeta, client string, lookupError func(error)) *Session {
+	prefix := ListenPrefix(client)
+	return &Session{pending: p, meta: meta, client: client, prefix: prefix, journal: prefix + "j/", lookupError: lookupError}
+}
+
+// Collect deletes the session's dead entries (GC).
+func (s *Session) Collect() (int, error) { return GC(s.meta, s.prefix, s.journal) }
+
+// GCDue reports (once) that GCEvery messages came since the last
+// collection.
+func (s *Session) GCDue() bool { return s.gcDue.Swap(false) }
+
+// Session is one listener client's persistent session.
+type Session struct {
+	pending *Pending
 	meta    SessionMeta
 	client  string
-	// prefix is listenDedupPrefix(client); journal is prefix + "j/".
+	// prefix is ListenPrefix(client); journal is prefix + "j/".
 	prefix, journal string
 	// lookupError reports a store read that failed (the message is then
 	// stored: at worst a duplicate, never a loss).
 	lookupError func(error)
-	// gcDue asks the connection to run dedupGC between two packets.
+	// gcDue asks the connection to run GC between two packets.
 	gcDue atomic.Bool
 
 	mu sync.Mutex
 	// known is the newest stored entry of each packet id (nil until a DUP
 	// needed the store); done keeps it current.
-	known map[uint16]msgHash
+	known map[uint16]Hash
 	// sinceDup counts messages since the last DUP that read known; written
 	// counts messages since the last GC.
 	sinceDup, written int
 }
 
 const (
-	journalVersion = 1
-	journalLen     = 1 + 2 + 16
+	JournalVersion = 1
+	JournalLen     = 1 + 2 + 16
 )
 
-// dedupSnapshotIdle: known is dropped after this many messages without a
-// DUP; dedupGCEvery: a session's journal is collected after this many
+// SnapshotIdle: known is dropped after this many messages without a
+// DUP; GCEvery: a session's journal is collected after this many
 // messages. Variables for tests.
 var (
-	dedupSnapshotIdle = 4096
-	dedupGCEvery      = 1 << 16
+	SnapshotIdle = 4096
+	GCEvery      = 1 << 16
 )
 
-// journalRecord is the journal record of (pid, h).
-func journalRecord(pid uint16, h msgHash) []byte {
-	b := make([]byte, journalLen)
-	b[0] = journalVersion
+// JournalRecord is the journal record of (pid, h).
+func JournalRecord(pid uint16, h Hash) []byte {
+	b := make([]byte, JournalLen)
+	b[0] = JournalVersion
 	b[1], b[2] = byte(pid>>8), byte(pid)
 	copy(b[3:], h[:])
 	return b
 }
 
-func (s *sessionDedup) option(pid uint16, h msgHash) localstream.AppendOption {
-	return localstream.WithJournal(s.journal, journalRecord(pid, h))
+func (s *Session) Option(pid uint16, h Hash) localstream.AppendOption {
+	return localstream.WithJournal(s.journal, JournalRecord(pid, h))
 }
 
 // check: a DUP message is a redelivery if the entry of its packet id in
 // flight, or else the newest stored one, has its hash.
-func (s *sessionDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
+func (s *Session) Check(pid uint16, h Hash, ack func()) (bool, bool) {
 	k := pendingKey{s.client, pid}
 	s.pending.mu.Lock()
 	if e := s.pending.m[k]; e != nil {
@@ -131,7 +148,7 @@ func (s *sessionDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
 	defer s.mu.Unlock()
 	s.sinceDup = 0
 	if s.known == nil {
-		known, _, _, err := readDedupJournal(s.meta, s.prefix, s.journal)
+		known, _, _, err := ReadJournal(s.meta, s.prefix, s.journal)
 		if err != nil {
 			s.lookupError(err)
 			return false, false
@@ -146,11 +163,11 @@ func (s *sessionDedup) check(pid uint16, h msgHash, ack func()) (bool, bool) {
 // error, or a hostile client) replaces its entry; the acks waiting on the
 // older append move to the newer one, which becomes durable after it
 // (appends complete in order): late, never lost — a lost ack would hold
-// back every later ack of its connection (ackOrder).
-func (s *sessionDedup) begin(pid uint16, h msgHash) {
+// back every later ack of its connection (mqttwire.AckOrder).
+func (s *Session) Begin(pid uint16, h Hash) {
 	s.pending.mu.Lock()
 	k := pendingKey{s.client, pid}
-	e := &dedupEntry{hash: h, valid: true, pending: true}
+	e := &Entry{hash: h, valid: true, pending: true}
 	if old := s.pending.m[k]; old != nil {
 		e.waiters = old.waiters
 	}
@@ -158,16 +175,16 @@ func (s *sessionDedup) begin(pid uint16, h msgHash) {
 	s.pending.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sinceDup++; s.sinceDup > dedupSnapshotIdle {
+	if s.sinceDup++; s.sinceDup > SnapshotIdle {
 		s.known = nil
 	}
-	if s.written++; s.written >= dedupGCEvery {
+	if s.written++; s.written >= GCEvery {
 		s.written = 0
 		s.gcDue.Store(true)
 	}
 }
 
-func (s *sessionDedup) done(pid uint16, h msgHash, stored bool) []func() {
+func (s *Session) Done(pid uint16, h Hash, stored bool) []func() {
 	if stored {
 		s.mu.Lock()
 		if s.known != nil {
@@ -186,7 +203,7 @@ func (s *sessionDedup) done(pid uint16, h msgHash, stored bool) []func() {
 	return e.waiters
 }
 
-// readDedupJournal reads one client's stored entries (a listener
+// ReadJournal reads one client's stored entries (a listener
 // client's or the broker client's): the newest hash of each packet id,
 // the keys whose every record is superseded by a newer one (dead), and
 // how many records or values do not decode (corrupt: they catch no
@@ -194,14 +211,14 @@ func (s *sessionDedup) done(pid uint16, h msgHash, stored bool) []func() {
 // id each (before the journal) are older than every journal entry; other
 // keys under prefix (another client's, whose id extends this one) are
 // left alone.
-func readDedupJournal(meta MetaScanner, prefix, journal string) (known map[uint16]msgHash, dead []string, corrupt int, err error) {
-	return scanDedupJournal(meta, prefix, journal, true)
+func ReadJournal(meta MetaScanner, prefix, journal string) (known map[uint16]Hash, dead []string, corrupt int, err error) {
+	return ScanJournal(meta, prefix, journal, true)
 }
 
-// scanDedupJournal is readDedupJournal; without withKnown it returns no
-// known map (dedupGC needs only the dead keys: the map of up to 65,536
+// ScanJournal is ReadJournal; without withKnown it returns no
+// known map (GC needs only the dead keys: the map of up to 65,536
 // hashes was built and dropped at every collection).
-func scanDedupJournal(meta MetaScanner, prefix, journal string, withKnown bool) (known map[uint16]msgHash, dead []string, corrupt int, err error) {
+func ScanJournal(meta MetaScanner, prefix, journal string, withKnown bool) (known map[uint16]Hash, dead []string, corrupt int, err error) {
 	m, err := meta.ScanMeta(prefix)
 	if err != nil {
 		return nil, nil, 0, err
@@ -214,10 +231,10 @@ func scanDedupJournal(meta MetaScanner, prefix, journal string, withKnown bool) 
 	for k, v := range m {
 		if _, ok := localstream.JournalSeq(journal, k); ok {
 			e := entry{key: k}
-			for ; len(v) >= journalLen && v[0] == journalVersion; v = v[journalLen:] {
+			for ; len(v) >= JournalLen && v[0] == JournalVersion; v = v[JournalLen:] {
 				e.pids = append(e.pids, uint16(v[1])<<8|uint16(v[2]))
 			}
-			corrupt += (len(v) + journalLen - 1) / journalLen // the rest does not decode
+			corrupt += (len(v) + JournalLen - 1) / JournalLen // the rest does not decode
 			entries = append(entries, e)
 			continue
 		}
@@ -225,7 +242,7 @@ func scanDedupJournal(meta MetaScanner, prefix, journal string, withKnown bool) 
 		if err != nil {
 			continue // not an entry of this client
 		}
-		if _, err := decodeDedup(v); err != nil {
+		if _, err := Decode(v); err != nil {
 			corrupt++
 		}
 		old = append(old, entry{key: k, pids: []uint16{uint16(pid)}})
@@ -239,7 +256,7 @@ func scanDedupJournal(meta MetaScanner, prefix, journal string, withKnown bool) 
 		}
 	}
 	if withKnown {
-		known = map[uint16]msgHash{}
+		known = map[uint16]Hash{}
 	}
 	for i, e := range all {
 		live := false
@@ -253,13 +270,13 @@ func scanDedupJournal(meta MetaScanner, prefix, journal string, withKnown bool) 
 				break
 			}
 			if i < len(old) {
-				if h, err := decodeDedup(v); err == nil {
+				if h, err := Decode(v); err == nil {
 					known[pid] = h
 				}
 				continue
 			}
-			var h msgHash
-			copy(h[:], v[j*journalLen+3:(j+1)*journalLen])
+			var h Hash
+			copy(h[:], v[j*JournalLen+3:(j+1)*JournalLen])
 			known[pid] = h // later records of one pid in one entry win
 		}
 		if !live {
@@ -269,18 +286,36 @@ func scanDedupJournal(meta MetaScanner, prefix, journal string, withKnown bool) 
 	return known, dead, corrupt, nil
 }
 
-// metaDeleter is what collecting dedup entries needs of the store;
+// MetaDeleter is what collecting dedup entries needs of the store;
 // satisfied by *localstream.Store.
-type metaDeleter interface {
+type MetaDeleter interface {
 	MetaScanner
 	DeleteMetaKeys(keys []string) (int, error)
 }
 
-// dedupGC deletes one client's dead entries (see readDedupJournal).
-func dedupGC(meta metaDeleter, prefix, journal string) (int, error) {
-	_, dead, _, err := scanDedupJournal(meta, prefix, journal, false)
+// GC deletes one client's dead entries (see ReadJournal).
+func GC(meta MetaDeleter, prefix, journal string) (int, error) {
+	_, dead, _, err := ScanJournal(meta, prefix, journal, false)
 	if err != nil {
 		return 0, err
 	}
 	return meta.DeleteMetaKeys(dead)
+}
+
+// MetaScanner reads back the dedup entries; satisfied by
+// *localstream.Store.
+type MetaScanner interface {
+	ScanMeta(prefix string) (map[string][]byte, error)
+}
+
+// SessionMeta is what a listener client's session needs of the store;
+// satisfied by *localstream.Store.
+type SessionMeta interface {
+	MetaScanner
+	// GetMeta reads one key.
+	GetMeta(key string) ([]byte, bool, error)
+	// DeleteMetaPrefix deletes every key starting with prefix.
+	DeleteMetaPrefix(prefix string) (int, error)
+	// DeleteMetaKeys deletes keys in few transactions.
+	DeleteMetaKeys(keys []string) (int, error)
 }
