@@ -20,8 +20,9 @@ race:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -timeout 60m $(PKGS)
 
-# The peers harness (../shared/bench-peers) with a consumer of both central
-# layouts; the agent on layout 2 (EDGE_CENTRAL_LAYOUT=1 for layout 1).
+# The shared peers harness (../shared/bench-peers) against this checkout, the
+# agent at its defaults (EDGE_MQTT_LISTEN=1: straight to --mqtt-listen;
+# EDGE_CENTRAL_LAYOUT=1 or 2: that layout).
 bench-peers:
 	bench/peers.sh
 
