@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,7 +59,9 @@ func fillStream(b *testing.B, n, size int) *localstream.Stream {
 // replicates a pre-filled local stream (layout 2, the default), then the
 // unpacker turns what it wrote into one message per event. It reports
 // both rates in events per second and their ratio (target ≥ 1: the
-// centre keeps up with an agent replicating flat out).
+// centre keeps up with an agent replicating flat out), and the process's
+// CPU per event in each phase (server included), the steadier figure on
+// a shared machine.
 func BenchmarkUnpackVsReplication(b *testing.B) {
 	for _, c := range []struct {
 		name    string
@@ -70,7 +73,7 @@ func BenchmarkUnpackVsReplication(b *testing.B) {
 
 func benchUnpack(b *testing.B, n, size int) {
 	srv := startCentral(b)
-	var repDur, unpDur time.Duration
+	var repDur, unpDur, repCPU, unpCPU time.Duration
 	for i := range b.N {
 		b.StopTimer()
 		st := fillStream(b, n, size)
@@ -94,9 +97,11 @@ func benchUnpack(b *testing.B, n, size int) {
 		before := derivedLast(nc, testStream)
 		b.StartTimer()
 		start := time.Now()
+		c0 := cpuNow()
 		go func() { done <- r.Run(ctx) }()
 		<-caughtUp
 		repDur += time.Since(start)
+		repCPU += cpuNow() - c0
 		b.StopTimer()
 		cancel()
 		<-done
@@ -110,11 +115,13 @@ func benchUnpack(b *testing.B, n, size int) {
 		udone := make(chan error, 1)
 		b.StartTimer()
 		start = time.Now()
+		c0 = cpuNow()
 		go func() { udone <- u.Run(uctx) }()
 		for u.Stats().DerivedSeq < before+uint64(n) {
 			time.Sleep(time.Millisecond)
 		}
 		unpDur += time.Since(start)
+		unpCPU += cpuNow() - c0
 		b.StopTimer()
 		ucancel()
 		if err := <-udone; err != nil {
@@ -125,4 +132,13 @@ func benchUnpack(b *testing.B, n, size int) {
 	b.ReportMetric(total/repDur.Seconds(), "replication_events/s")
 	b.ReportMetric(total/unpDur.Seconds(), "unpack_events/s")
 	b.ReportMetric(repDur.Seconds()/unpDur.Seconds(), "ratio_unpack/replication")
+	b.ReportMetric(float64(repCPU.Microseconds())/total, "rep_cpu_us/ev")
+	b.ReportMetric(float64(unpCPU.Microseconds())/total, "unp_cpu_us/ev")
+}
+
+// cpuNow is the process's user and system CPU time so far.
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -53,6 +53,9 @@ func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stre
 	if err := checkDerived(st.CachedInfo().Config, stream); err != nil {
 		return cursor{}, err
 	}
+	if err := allowBatched(ctx, js, st.CachedInfo().Config); err != nil {
+		return cursor{}, err
+	}
 	c := cursor{exists: true, last: st.CachedInfo().State.LastSeq}
 	if c.last == 0 {
 		return c, nil
@@ -113,6 +116,19 @@ func parseHeaders(b []byte) (nats.Header, error) {
 		return nil, err
 	}
 	return nats.Header(mh), nil
+}
+
+// allowBatched turns fast batch publish on in a derived stream made
+// before the unpacker used it.
+func allowBatched(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
+	if cfg.AllowBatchPublish {
+		return nil
+	}
+	cfg.AllowBatchPublish = true
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("unpack: allow fast batches in %s: %w", cfg.Name, err)
+	}
+	return nil
 }
 
 // checkDerived checks a derived stream's configuration: its one subject

@@ -41,7 +41,8 @@ func childUnpacker() int {
 		log.Error("connect", "err", err)
 		return 1
 	}
-	// EDGE_UNPACK_BATCH: the batch size (the pair runs one of each).
+	// EDGE_UNPACK_BATCH: the batch size (the pair runs fast batches, the
+	// default, and atomic batches).
 	batch, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_BATCH"))
 	pending := 0 // the default
 	if batch > 1 {
@@ -134,8 +135,9 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 		reps = append(reps, r)
 		go func() { appDone <- a.run(ctx, 3*time.Millisecond) }()
 	}
-	// One sends plain publishes, the other atomic batches of up to 100.
-	batches := []int{1, 100}
+	// One sends fast batches (the default), the other atomic batches of
+	// up to 100.
+	batches := []int{0, 100}
 	children := []*child{startChild(t, urls, batches[0]), startChild(t, urls, batches[1])}
 	derived := DerivedStreamName(testStream)
 	waitFor(t, 60*time.Second, "the derived stream to grow", func() bool { return derivedLast(nc, testStream) > 50 })

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -64,6 +65,82 @@ func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, maxPayload int6
 		m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, true))
 	}
 	return m, true
+}
+
+// builder builds derived messages into one reused message and header
+// map (see wire.PutEventHeader): for a publisher that sends each message
+// before it asks for the next (nats.go copies a message when it
+// publishes). Markers and oversize events are built fresh, by derivedMsg.
+// It is not safe for concurrent use.
+type builder struct {
+	stream     string
+	maxPayload int64
+	msg        nats.Msg
+	// subjects caches each agent and routing key's subject and token
+	// (cleared when it reaches maxSubjects).
+	subjects map[subjectKey]subjectToken
+	// The current source message: its sequence, watermark, and their
+	// header values.
+	seq                   uint64
+	lowerNs, upperNs      int64
+	seqText, lower, upper string
+}
+
+type subjectKey struct{ agent, key string }
+
+type subjectToken struct{ subject, token string }
+
+// maxSubjects bounds the builder's subject cache.
+const maxSubjects = 1 << 14
+
+func newBuilder(stream string, maxPayload int64) *builder {
+	return &builder{stream: stream, maxPayload: maxPayload, msg: nats.Msg{Header: make(nats.Header, 24)}, subjects: map[subjectKey]subjectToken{}}
+}
+
+// event returns the derived message of s, committed with watermark wm:
+// the reused message, valid until the next call, or a fresh one.
+func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize bool) {
+	ev := s.ev
+	if ev.Dropped != "" {
+		return derivedMsg(b.stream, s, wm, b.maxPayload)
+	}
+	if s.pos.seq != b.seq || wm.LowerNs != b.lowerNs || wm.UpperNs != b.upperNs || b.seqText == "" {
+		b.seq, b.lowerNs, b.upperNs = s.pos.seq, wm.LowerNs, wm.UpperNs
+		b.seqText = strconv.FormatUint(s.pos.seq, 10)
+		b.lower, b.upper = strconv.FormatInt(wm.LowerNs, 10), strconv.FormatInt(wm.UpperNs, 10)
+	}
+	k := subjectKey{ev.Agent, ev.Record.RoutingKey}
+	st, ok := b.subjects[k]
+	if !ok {
+		if len(b.subjects) >= maxSubjects {
+			clear(b.subjects)
+		}
+		st.token = wire.KeyToken(ev.Record.RoutingKey)
+		st.subject = "edgeev." + b.stream + "." + wire.EscapeToken(ev.Agent) + "." + st.token
+		b.subjects[k] = st
+	}
+	m = &b.msg
+	h := m.Header
+	delete(h, jetstream.ExpectedLastSeqHeader)
+	wire.PutEventHeader(h, ev.Txn, st.token, ev.Record)
+	putHeader(h, HdrWatermarkLower, b.lower)
+	putHeader(h, HdrWatermarkUpper, b.upper)
+	putHeader(h, HdrSourceSeq, b.seqText)
+	putHeader(h, HdrSourceIndex, strconv.Itoa(s.pos.index))
+	m.Subject, m.Reply, m.Data = st.subject, "", ev.Record.Payload
+	if b.maxPayload > 0 && msgSize(m) > b.maxPayload {
+		return derivedMsg(b.stream, s, wm, b.maxPayload)
+	}
+	return m, false
+}
+
+// putHeader sets h[k] to v alone, reusing a value slice of one.
+func putHeader(h nats.Header, k, v string) {
+	if vs := h[k]; len(vs) == 1 {
+		vs[0] = v
+		return
+	}
+	h[k] = []string{v}
 }
 
 // msgSize is what the server counts against its max payload: the

@@ -2,6 +2,10 @@ package unpack
 
 import (
 	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,6 +43,45 @@ func TestDerivedMessageRoundTrip(t *testing.T) {
 		ev.Record.Position != s.ev.Record.Position || ev.Record.RoutingKey != s.ev.Record.RoutingKey || ev.Record.Flags != s.ev.Record.Flags ||
 		string(ev.Record.Payload) != `{"seq":1}` || len(ev.Record.Headers) != 2 || ev.Record.IngestTime != s.ev.Record.IngestTime {
 		t.Fatalf("decoded %+v", ev)
+	}
+}
+
+// TestBuilderMatchesFresh: the builder's reused message is, event after
+// event, the message derivedMsg builds fresh (no header of one event
+// stays behind in the next), for events with and without every flag,
+// local header, hashed routing key, marker and oversize payload.
+func TestBuilderMatchesFresh(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seedFor(t), 7))
+	b := newBuilder(testStream, 4000)
+	for i := range 2000 {
+		s := testEvent()
+		r := &s.ev.Record
+		s.pos = position{seq: uint64(1 + i/7), index: i % 7}
+		r.Flags = localstream.Flags(rng.IntN(128))
+		r.Offset = uint64(i)
+		r.Headers = nil
+		for _, k := range []string{"mqtt-topic", "frame-pts", "qos", "mqtt-topic", "a b"} {
+			if rng.IntN(2) == 0 {
+				r.Headers = append(r.Headers, localstream.Header{Key: k, Value: fmt.Sprint(k, i)})
+			}
+		}
+		if rng.IntN(2) == 0 {
+			r.ContentType = ""
+		}
+		switch rng.IntN(8) {
+		case 0:
+			r.RoutingKey = strings.Repeat("k", 300) // hashed token
+		case 1:
+			s.ev.Dropped = "gone"
+		case 2:
+			r.Payload = make([]byte, 5000) // oversize
+		}
+		wm := wire.WatermarkJSON{LowerNs: int64(i / 5), UpperNs: int64(i/5 + 1)}
+		want, wantOver := derivedMsg(testStream, s, wm, 4000)
+		got, gotOver := b.event(s, wm)
+		if got.Subject != want.Subject || string(got.Data) != string(want.Data) || gotOver != wantOver || !maps.EqualFunc(got.Header, want.Header, slices.Equal) {
+			t.Fatalf("event %d: builder\n%s %v %v\nfresh\n%s %v %v", i, got.Subject, got.Header, gotOver, want.Subject, want.Header, wantOver)
+		}
 	}
 }
 
@@ -124,6 +167,8 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{Options{Replicas: 7}, "replicas"},
 		{Options{BatchSize: 5000}, "batch size"},
+		{Options{BatchSize: -1}, "batch size"},
+		{Options{MaxPendingBytes: -1}, "max pending bytes"},
 		{Options{MaxPending: 5000}, "max pending"},
 		{Options{BatchSize: 10, MaxPending: 99}, "at most 50 batches"},
 		{Options{StandbyCheck: -1}, "negative"},

@@ -11,19 +11,29 @@ type Options struct {
 	// Replicas of a derived stream the unpacker creates. Default 0 = as
 	// many as its source stream has.
 	Replicas int
-	// BatchSize is the number of derived messages sent as one atomic
-	// batch (the events of one source message at most). Default 1: each
-	// message is a plain publish with its own expectation — as fast for
-	// telemetry and 5× faster for video chunks, because the server stages
-	// an atomic batch in a store of the stream's kind (on disk for a file
-	// stream) before it applies it. At most 1,000 (the server's default
-	// largest batch; a server that refuses the size halves it for the next
-	// session).
+	// BatchSize chooses how derived messages are sent; each carries its
+	// own expectation either way, except inside an atomic batch. Default
+	// 0: fast-ingest batches (ADR-50's fast batch publish, nats-server
+	// 2.14 or later): plain publishes that the server acks every few
+	// hundred (a flow ack) instead of one by one — the publish ack was
+	// most of the unpacker's cost per event. 1: plain publishes, each
+	// acked (servers without fast batches). Above 1: atomic batches of up
+	// to that many messages (the events of one source message at most),
+	// the expectation on each batch's first; slower than both, because
+	// the server stages an atomic batch in a store of the stream's kind
+	// (on disk for a file stream) before it applies it. At most 1,000 (the
+	// server's default largest batch; a server that refuses the size
+	// halves it for the next session).
 	BatchSize int
 	// MaxPending bounds what is in flight (sent, not yet acked): messages
-	// with BatchSize 1, batches otherwise. Default 512; at most 4,096, and
-	// at most 50 batches (the server's limit per stream by default).
+	// with BatchSize 0 or 1, batches otherwise. Default 2,048; at most
+	// 4,096, and at most 50 batches (the server's limit per stream by
+	// default).
 	MaxPending int
+	// MaxPendingBytes bounds the bytes in flight with BatchSize 0 (one
+	// message may exceed it alone). Default 32 MiB, a quarter of the
+	// server's ingest queue per stream.
+	MaxPendingBytes int64
 	// AckTimeout bounds the wait for one publish's ack; a missing ack
 	// ends the session, which resumes from the cursor. Default 10 s.
 	AckTimeout time.Duration
@@ -48,8 +58,8 @@ type Options struct {
 // DefaultOptions returns the options with every default filled in.
 func DefaultOptions() Options {
 	return Options{
-		BatchSize:        1,
-		MaxPending:       512,
+		MaxPending:       2048,
+		MaxPendingBytes:  32 << 20,
 		AckTimeout:       10 * time.Second,
 		RequestTimeout:   5 * time.Second,
 		StandbyCheck:     2 * time.Second,
@@ -62,11 +72,11 @@ func DefaultOptions() Options {
 // withDefaults fills the zero fields from DefaultOptions.
 func (o Options) withDefaults() Options {
 	d := DefaultOptions()
-	if o.BatchSize == 0 {
-		o.BatchSize = d.BatchSize
-	}
 	if o.MaxPending == 0 {
 		o.MaxPending = d.MaxPending
+	}
+	if o.MaxPendingBytes == 0 {
+		o.MaxPendingBytes = d.MaxPendingBytes
 	}
 	if o.AckTimeout == 0 {
 		o.AckTimeout = d.AckTimeout
@@ -94,10 +104,12 @@ func (o Options) validate() error {
 	switch {
 	case o.Replicas < 0 || o.Replicas > 5:
 		return fmt.Errorf("%w: replicas %d (want 0 = as the source, or 1..5)", ErrConfig, o.Replicas)
-	case o.BatchSize < 1 || o.BatchSize > 1000:
-		return fmt.Errorf("%w: batch size %d (want 1..1000, the server's largest atomic batch by default)", ErrConfig, o.BatchSize)
+	case o.BatchSize < 0 || o.BatchSize > 1000:
+		return fmt.Errorf("%w: batch size %d (want 0 = fast batches, 1 = plain publishes, or 2..1000, the server's largest atomic batch by default)", ErrConfig, o.BatchSize)
 	case o.MaxPending < 1 || o.MaxPending > 4096:
 		return fmt.Errorf("%w: max pending %d (want 1..4096)", ErrConfig, o.MaxPending)
+	case o.MaxPendingBytes < 0:
+		return fmt.Errorf("%w: max pending bytes %d (want > 0)", ErrConfig, o.MaxPendingBytes)
 	case o.BatchSize > 1 && o.MaxPending > 50:
 		return fmt.Errorf("%w: max pending %d batches of %d (want at most 50 batches, the server's limit per stream by default)", ErrConfig, o.MaxPending, o.BatchSize)
 	case o.AckTimeout < 0, o.RequestTimeout < 0, o.StandbyCheck < 0, o.RetryWait < 0, o.DiscoverInterval < 0:

@@ -12,10 +12,28 @@ import (
 	"github.com/nats-io/nuid"
 )
 
+// sender sends derived messages in order behind the cursor; the first
+// failure sticks (every later call returns it, failedC is closed). add,
+// flush, idle and close are for one goroutine; error and failedC are
+// safe for concurrent use.
+type sender interface {
+	// add sends m (or queues it into a batch) behind the previous one.
+	add(ctx context.Context, m *nats.Msg) error
+	// flush sends what add queued: a source message is done.
+	flush(ctx context.Context) error
+	// idle says the source has nothing more for now.
+	idle() error
+	error() error
+	failedC() <-chan struct{}
+	// close stops the sender and returns the first failure.
+	close() error
+}
+
 // publisher sends derived messages in order as atomic batches (one
-// server round per batch, not per message), each batch expecting the
-// derived stream's last sequence to be its predecessor's, with up to max
-// batches in flight; a goroutine takes the acks in order. The first
+// server round per batch, not per message), or one by one with an ack
+// each (a batch of one), each batch expecting the derived stream's last
+// sequence to be its predecessor's, with up to max batches in flight; a
+// goroutine takes the acks in order. The first
 // failure sticks: every later publish returns it, and failed is closed.
 // add, send and close are for one goroutine; error is safe for
 // concurrent use.
@@ -62,6 +80,11 @@ func (p *publisher) fail(err error) {
 	}
 }
 
+func (p *publisher) failedC() <-chan struct{} { return p.failed }
+
+// idle does nothing: every batch is sent at flush.
+func (p *publisher) idle() error { return p.error() }
+
 func (p *publisher) error() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -75,15 +98,15 @@ func (p *publisher) add(ctx context.Context, m *nats.Msg) error {
 	}
 	p.batch = append(p.batch, m)
 	if len(p.batch) >= p.size {
-		return p.send(ctx)
+		return p.flush(ctx)
 	}
 	return nil
 }
 
-// send sends the queued messages as one atomic batch: the first expects
+// flush sends the queued messages as one atomic batch: the first expects
 // the last sequence, the last commits (and alone is acked). A batch of
 // one is a plain publish with the expectation.
-func (p *publisher) send(ctx context.Context) error {
+func (p *publisher) flush(ctx context.Context) error {
 	if len(p.batch) == 0 {
 		return p.error()
 	}

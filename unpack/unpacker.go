@@ -157,45 +157,77 @@ func (u *Unpacker) session(ctx context.Context) error {
 	ended := make(chan struct{})
 	stopped := make(chan struct{})
 	defer func() { close(ended); it.Stop(); <-stopped }()
+	// The reader hands source messages over, so that the publishing side
+	// sees when the source has nothing more for now (and ends its batch).
+	type read struct {
+		m   jetstream.Msg
+		err error
+	}
+	reads := make(chan read, 256)
 	go func() {
 		defer close(stopped)
-		select {
-		case <-ctx.Done():
-			it.Stop()
-		case <-ended:
+		for {
+			m, err := it.Next()
+			select {
+			case reads <- read{m, err}:
+			case <-ended:
+				return
+			}
+			if err != nil {
+				return
+			}
 		}
 	}()
 	if cur.exists {
 		u.c.deriv.Store(cur.last)
 	}
-	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{},
-		pub: newPublisher(u.nc, js, cur.last, int(u.batch.Load()), u.opts.MaxPending, func(seq uint64) {
-			u.c.events.Add(seq - u.c.deriv.Load())
-			u.c.deriv.Store(seq)
-		})}
+	onAck := func(seq uint64) {
+		u.c.events.Add(seq - u.c.deriv.Load())
+		u.c.deriv.Store(seq)
+	}
+	var pub sender
+	if n := int(u.batch.Load()); n > 0 {
+		pub = newPublisher(u.nc, js, cur.last, n, u.opts.MaxPending, onAck)
+	} else if pub, err = newFastPublisher(u.nc, cur.last, u.opts.MaxPending, u.opts.MaxPendingBytes, u.opts.AckTimeout, onAck); err != nil {
+		return err
+	}
+	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{}, pub: pub}
+	if _, fast := pub.(*fastPublisher); fast {
+		s.build = newBuilder(u.stream, u.nc.MaxPayload())
+	}
 	u.log.Debug("unpack: session", "derived_last", cur.last, "from_source_seq", cur.pos.seq, "from_index", cur.pos.index)
 	defer s.pub.close()
-	go func() {
-		// A failed publish ends the session at once, also while the
-		// source is idle.
-		select {
-		case <-s.pub.failed:
-			it.Stop()
-		case <-ended:
-		}
-	}()
 	for {
-		m, err := it.Next()
-		if err != nil {
+		var r read
+		select {
+		case r = <-reads:
+		default:
+			// Nothing to read now: end the batch, so that the server
+			// acks what it holds, then wait.
+			if err := s.pub.idle(); err != nil {
+				return err
+			}
+			select {
+			case r = <-reads:
+			case <-s.pub.failedC():
+				return s.pub.error()
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if r.err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			if perr := s.pub.error(); perr != nil {
 				return perr
 			}
-			return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), err)
+			return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), r.err)
 		}
-		if err := s.message(ctx, m); err != nil {
+		if err := s.message(ctx, r.m); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 	}
@@ -210,7 +242,10 @@ type sessionState struct {
 	cur cursor
 	// pending holds each agent's part events until their commit.
 	pending map[string][]sourced
-	pub     *publisher
+	pub     sender
+	// build reuses one message for a sender that publishes at add (nil:
+	// a fresh message each).
+	build *builder
 }
 
 // message handles one source message.
@@ -253,7 +288,13 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 				return err
 			}
 		}
-		dm, over := derivedMsg(u.stream, e, commit.Watermark, u.nc.MaxPayload())
+		var dm *nats.Msg
+		var over bool
+		if s.build != nil {
+			dm, over = s.build.event(e, commit.Watermark)
+		} else {
+			dm, over = derivedMsg(u.stream, e, commit.Watermark, u.nc.MaxPayload())
+		}
 		if over {
 			u.c.oversize.Add(1)
 		}
@@ -261,7 +302,7 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 			return err
 		}
 	}
-	return s.pub.send(ctx)
+	return s.pub.flush(ctx)
 }
 
 // createDerived creates the derived stream (or finds it made by another
@@ -283,6 +324,7 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 		Replicas:           replicas,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
+		AllowBatchPublish:  true,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		st, err = s.js.Stream(ctx, name)

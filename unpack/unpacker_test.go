@@ -137,6 +137,9 @@ func TestActiveStandbyPair(t *testing.T) {
 	go func() { done <- a.run(ctx, 2*time.Millisecond) }()
 	opts := Options{StandbyCheck: 200 * time.Millisecond}
 	u1, stop1 := startUnpacker(t, connect(t, srv.ClientURL()), opts)
+	// The second starts once the first writes: it reads a cursor and
+	// publishes while the first does (not fenced by the stream's creation).
+	waitFor(t, 30*time.Second, "the first to write", func() bool { return derivedLast(nc, testStream) > 0 })
 	u2, stop2 := startUnpacker(t, connect(t, srv.ClientURL()), opts)
 	waitFor(t, 30*time.Second, "one of the pair fenced", func() bool { return u1.Stats().Fenced+u2.Stats().Fenced > 0 })
 	// Stop whichever is active now; the other must finish the work.

@@ -53,37 +53,70 @@ var flagHeaders = []struct {
 
 // EncodeEvent builds the data message of one local record in transaction txn.
 func EncodeEvent(stream, agent string, txn uint64, rec localstream.Record) *nats.Msg {
-	m := encodePosition(stream, agent, txn, KeyToken(rec.RoutingKey), rec)
-	h := m.Header
-	for _, f := range flagHeaders {
-		if rec.Flags.Has(f.flag) {
-			h[f.hdr] = []string{"1"}
-		}
-	}
-	if rec.ContentType != "" {
-		h[HdrContentType] = []string{EncodeHeaderValue(rec.ContentType)}
-	}
-	var order []string
-	for _, kv := range rec.Headers {
-		switch kv.Key {
-		case localMqttTopicKey:
-			if _, dup := h[HdrMqttTopic]; !dup {
-				h[HdrMqttTopic] = []string{EncodeHeaderValue(kv.Value)}
-				continue
-			}
-		case localFramePtsKey:
-			if _, dup := h[HdrFramePts]; !dup {
-				h[HdrFramePts] = []string{EncodeHeaderValue(kv.Value)}
-				continue
-			}
-		}
-		order = append(order, url.QueryEscape(kv.Key)+"="+url.QueryEscape(kv.Value))
-	}
-	if len(order) > 0 {
-		h[HdrHeaders] = []string{strings.Join(order, "&")}
-	}
+	tok := KeyToken(rec.RoutingKey)
+	m := nats.NewMsg(dataSubject(stream, agent, tok))
+	PutEventHeader(m.Header, txn, tok, rec)
 	m.Data = rec.Payload
 	return m
+}
+
+// PutEventHeader writes the headers of rec's data message in transaction
+// txn into h, tok being the subject token of its routing key (KeyToken).
+// h may hold another event's headers: every header an event can have is
+// set or removed, and a value slice of one is reused, so that a publisher
+// can build each message in one map (nats.go copies headers when it
+// publishes) without allocating one per header.
+func PutEventHeader(h nats.Header, txn uint64, tok string, rec localstream.Record) {
+	putHeader(h, HdrSegment, strconv.FormatUint(uint64(rec.Segment), 10))
+	putHeader(h, HdrOffset, strconv.FormatUint(rec.Offset, 10))
+	putHeader(h, HdrEventTime, strconv.FormatInt(rec.EventTime, 10))
+	putHeader(h, HdrIngestTime, strconv.FormatInt(rec.IngestTime, 10))
+	putHeader(h, HdrWriter, EncodeHeaderValue(rec.Writer))
+	putHeader(h, HdrTxn, strconv.FormatUint(txn, 10))
+	putHeaderIf(h, hashedToken(tok), HdrRoutingKey, func() string { return EncodeHeaderValue(rec.RoutingKey) })
+	for _, f := range flagHeaders {
+		putHeaderIf(h, rec.Flags.Has(f.flag), f.hdr, func() string { return "1" })
+	}
+	putHeaderIf(h, rec.ContentType != "", HdrContentType, func() string { return EncodeHeaderValue(rec.ContentType) })
+	var topic, pts bool
+	var order []string
+	for _, kv := range rec.Headers {
+		switch {
+		case kv.Key == localMqttTopicKey && !topic:
+			topic = true
+			putHeader(h, HdrMqttTopic, EncodeHeaderValue(kv.Value))
+		case kv.Key == localFramePtsKey && !pts:
+			pts = true
+			putHeader(h, HdrFramePts, EncodeHeaderValue(kv.Value))
+		default:
+			order = append(order, url.QueryEscape(kv.Key)+"="+url.QueryEscape(kv.Value))
+		}
+	}
+	if !topic {
+		delete(h, HdrMqttTopic)
+	}
+	if !pts {
+		delete(h, HdrFramePts)
+	}
+	putHeaderIf(h, len(order) > 0, HdrHeaders, func() string { return strings.Join(order, "&") })
+}
+
+// putHeader sets h[k] to v alone, reusing a value slice of one.
+func putHeader(h nats.Header, k, v string) {
+	if vs := h[k]; len(vs) == 1 {
+		vs[0] = v
+		return
+	}
+	h[k] = []string{v}
+}
+
+// putHeaderIf sets h[k] to v() when set holds, and removes it otherwise.
+func putHeaderIf(h nats.Header, set bool, k string, v func() string) {
+	if set {
+		putHeader(h, k, v())
+	} else {
+		delete(h, k)
+	}
 }
 
 // EncodeMarker builds the marker that replaces, at the centre, an event
@@ -118,14 +151,14 @@ func EncodeMarker(stream, agent string, txn uint64, rec localstream.Record, reas
 func encodePosition(stream, agent string, txn uint64, tok string, rec localstream.Record) *nats.Msg {
 	m := nats.NewMsg(dataSubject(stream, agent, tok))
 	h := m.Header
-	h[HdrSegment] = []string{strconv.FormatUint(uint64(rec.Segment), 10)}
-	h[HdrOffset] = []string{strconv.FormatUint(rec.Offset, 10)}
-	h[HdrEventTime] = []string{strconv.FormatInt(rec.EventTime, 10)}
-	h[HdrIngestTime] = []string{strconv.FormatInt(rec.IngestTime, 10)}
-	h[HdrWriter] = []string{EncodeHeaderValue(rec.Writer)}
-	h[HdrTxn] = []string{strconv.FormatUint(txn, 10)}
+	putHeader(h, HdrSegment, strconv.FormatUint(uint64(rec.Segment), 10))
+	putHeader(h, HdrOffset, strconv.FormatUint(rec.Offset, 10))
+	putHeader(h, HdrEventTime, strconv.FormatInt(rec.EventTime, 10))
+	putHeader(h, HdrIngestTime, strconv.FormatInt(rec.IngestTime, 10))
+	putHeader(h, HdrWriter, EncodeHeaderValue(rec.Writer))
+	putHeader(h, HdrTxn, strconv.FormatUint(txn, 10))
 	if hashedToken(tok) {
-		h[HdrRoutingKey] = []string{EncodeHeaderValue(rec.RoutingKey)}
+		putHeader(h, HdrRoutingKey, EncodeHeaderValue(rec.RoutingKey))
 	}
 	return m
 }
