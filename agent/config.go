@@ -263,15 +263,13 @@ func NewDefaultConfig() Config {
 		DataDir: "/var/lib/edge-agent",
 		Log:     LogConfig{Level: "info", Format: "text"},
 		HTTP:    HTTPConfig{Listen: "127.0.0.1:9464"},
-		Store: StoreConfig{Durability: "always", SyncInterval: time.Second, GroupCommitWindow: time.Millisecond,
-			MaxEventBytes: 4 << 20, QueueDepth: 8192, MinFreeBytes: 128 << 20, FailedExitAfter: 30 * time.Second},
+		Store:   defaultStore(),
 		Streams: map[string]StreamConfig{
 			"video":     {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByDataRate, MinSegments: 1, TargetRate: 4 << 20}},
 			"telemetry": {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleByEventRate, MinSegments: 1, TargetRate: 2000}},
 			"health":    {Scaling: localstream.ScalingPolicy{Type: localstream.ScaleFixed, MinSegments: 1}},
 		},
-		Watermark: WatermarkConfig{IdleTimeout: 30 * time.Second,
-			MaxClockSkew: watermark.DefaultMaxClockSkew, MaxClockBehind: watermark.DefaultMaxClockBehind},
+		Watermark: defaultWatermark(),
 		Video:     VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
 		Telemetry: TelemetryConfig{Enabled: true, Config: defaultTelemetry()},
 		MAVLink:   MAVLinkConfig{Config: defaultMAVLink()},
@@ -279,9 +277,31 @@ func NewDefaultConfig() Config {
 			CommitInterval: 100 * time.Millisecond, MaxTxnBytes: 8 << 20,
 			MaxBatchSize: 1000, MaxBatchInflight: 50, BatchTimeout: 10 * time.Second, MaxControlLine: 4096,
 			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
-		Devices: DevicesConfig{HealthInterval: 10 * time.Second, OfflineAfter: 30 * time.Second, MaxDrones: 1024,
-			Disk: devices.NewDefaultPressureConfig()},
+		Devices: defaultDevices(),
 	}
+}
+
+// defaultStore is localstream's defaults, with the agent's own
+// FailedExitAfter (ValueLogFileSize 0: sized to the filesystem at start).
+func defaultStore() StoreConfig {
+	o := localstream.DefaultOptions()
+	return StoreConfig{Durability: o.Durability.String(), SyncInterval: o.SyncInterval,
+		GroupCommitWindow: o.GroupCommitWindow, MaxEventBytes: o.MaxEventBytes, QueueDepth: o.QueueDepth,
+		MinFreeBytes: o.MinFreeBytes, FailedExitAfter: 30 * time.Second}
+}
+
+// defaultWatermark is watermark's defaults.
+func defaultWatermark() WatermarkConfig {
+	o := watermark.DefaultOptions()
+	return WatermarkConfig{IdleTimeout: o.IdleTimeout, AllowedLateness: o.AllowedLateness,
+		MaxClockSkew: o.MaxClockSkew, MaxClockBehind: o.MaxClockBehind}
+}
+
+// defaultDevices is the devices package's defaults.
+func defaultDevices() DevicesConfig {
+	r := devices.NewDefaultRegistryConfig()
+	return DevicesConfig{HealthInterval: devices.NewDefaultHealthConfig().Interval, OfflineAfter: r.OfflineAfter,
+		MaxDrones: r.MaxDrones, Disk: devices.NewDefaultPressureConfig()}
 }
 
 // defaultTelemetry is the telemetry package's defaults with the agent's

@@ -45,7 +45,7 @@ type Broker struct {
 // Start starts a broker and returns once it accepts connections. ctx bounds
 // only the start-up; the broker runs until Stop.
 func Start(ctx context.Context, opts Options) (*Broker, error) {
-	opts.setDefaults()
+	opts = opts.withDefaults()
 	b := &Broker{opts: opts, dir: opts.Dir}
 	if b.dir == "" {
 		d, err := os.MkdirTemp("", "edge-broker-")

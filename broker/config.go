@@ -44,16 +44,26 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-func (o *Options) setDefaults() {
+// DefaultOptions returns the defaults noted on each field of Options:
+// the one place their numbers are written (the others' defaults are their
+// zero values; Logger nil is slog.Default()).
+func DefaultOptions() Options {
+	return Options{MaxInflight: 1000, AutosaveInterval: 1}
+}
+
+// withDefaults fills the unset fields of o from DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.MaxInflight == 0 {
-		o.MaxInflight = 1000
+		o.MaxInflight = d.MaxInflight
 	}
 	if o.AutosaveInterval == 0 {
-		o.AutosaveInterval = 1
+		o.AutosaveInterval = d.AutosaveInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	return o
 }
 
 // mosquittoConfig renders the configuration file for a broker on port whose

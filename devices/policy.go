@@ -62,7 +62,9 @@ type PressureConfig struct {
 // ShedReason is the reason written in the gap markers of disk-pressure sheds.
 const ShedReason = "disk_pressure"
 
-// NewDefaultPressureConfig returns the defaults.
+// NewDefaultPressureConfig returns the defaults noted on each field of
+// PressureConfig (the injected functions and the logger nil: statfs,
+// time.Now, slog.Default()).
 func NewDefaultPressureConfig() PressureConfig {
 	return PressureConfig{
 		RetainBelow:       Threshold{Percent: 20},
@@ -75,6 +77,7 @@ func NewDefaultPressureConfig() PressureConfig {
 	}
 }
 
+// withDefaults fills the unset fields of c from NewDefaultPressureConfig.
 func (c PressureConfig) withDefaults() PressureConfig {
 	d := NewDefaultPressureConfig()
 	if c.RetainBelow.IsZero() {

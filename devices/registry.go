@@ -47,11 +47,13 @@ type RegistryConfig struct {
 	OnOnline func(drone string) `yaml:"-" json:"-"`
 }
 
-// NewDefaultRegistryConfig returns the defaults.
+// NewDefaultRegistryConfig returns the defaults noted on each field of
+// RegistryConfig (CheckInterval 0: derived from OfflineAfter).
 func NewDefaultRegistryConfig() RegistryConfig {
 	return RegistryConfig{OfflineAfter: 30 * time.Second, MaxDrones: 1024, MaxSources: 32}
 }
 
+// withDefaults fills the unset fields of c from NewDefaultRegistryConfig.
 func (c RegistryConfig) withDefaults() RegistryConfig {
 	d := NewDefaultRegistryConfig()
 	if c.OfflineAfter == 0 {

@@ -49,9 +49,17 @@ func (c HealthConfig) Validate() error {
 	return nil
 }
 
+// NewDefaultHealthConfig returns the defaults noted on each field of
+// HealthConfig (Agent and DataDir are required, Now and Logger nil: time.Now,
+// slog.Default()).
+func NewDefaultHealthConfig() HealthConfig {
+	return HealthConfig{Interval: 10 * time.Second}
+}
+
+// withDefaults fills the unset fields of c from NewDefaultHealthConfig.
 func (c HealthConfig) withDefaults() HealthConfig {
 	if c.Interval == 0 {
-		c.Interval = 10 * time.Second
+		c.Interval = NewDefaultHealthConfig().Interval
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -93,51 +93,76 @@ type Options struct {
 	Now func() time.Time
 }
 
+// DefaultOptions returns the defaults noted on each field of Options: the
+// one place their numbers are written (agent.NewDefaultConfig is built
+// from it). The injected functions and the logger are left nil: nil is
+// their default (statfs, time.Now, slog.Default()).
+func DefaultOptions() Options {
+	return Options{
+		Durability:        DurabilityAlways,
+		SyncInterval:      time.Second,
+		MaxEventBytes:     4 << 20,
+		QueueDepth:        8192,
+		MaxBatchBytes:     4 << 20,
+		MaxBatchEvents:    4096,
+		GroupCommitWindow: time.Millisecond,
+		MaxInflight:       8,
+		ValueThreshold:    1 << 20,
+		MemTableSize:      64 << 20,
+		ValueLogFileSize:  64 << 20,
+		MinFreeBytes:      128 << 20,
+		CloseTimeout:      3 * time.Second,
+	}
+}
+
+// withDefaults fills the unset fields of o from DefaultOptions and bounds
+// the batch sizes by what Badger accepts.
 func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.SyncInterval <= 0 {
-		o.SyncInterval = time.Second
+		o.SyncInterval = d.SyncInterval
 	}
 	if o.MaxEventBytes <= 0 {
-		o.MaxEventBytes = 4 << 20
+		o.MaxEventBytes = d.MaxEventBytes
 	}
 	if o.QueueDepth <= 0 {
-		o.QueueDepth = 8192
+		o.QueueDepth = d.QueueDepth
 	}
 	if o.MemTableSize <= 0 {
-		o.MemTableSize = 64 << 20
+		o.MemTableSize = d.MemTableSize
 	}
 	if o.MaxBatchBytes <= 0 {
-		o.MaxBatchBytes = 4 << 20
+		o.MaxBatchBytes = d.MaxBatchBytes
 	}
 	// Badger refuses a transaction above 15% of the memtable; stay below
 	// 10% so that a bounded batch never hits ErrTxnTooBig.
 	o.MaxBatchBytes = min(o.MaxBatchBytes, int(o.MemTableSize/10))
 	if o.MaxBatchEvents <= 0 {
-		o.MaxBatchEvents = 4096
+		o.MaxBatchEvents = d.MaxBatchEvents
 	}
 	if o.GroupCommitWindow == 0 {
-		o.GroupCommitWindow = time.Millisecond
+		o.GroupCommitWindow = d.GroupCommitWindow
 	}
 	if o.MaxInflight <= 0 {
-		o.MaxInflight = 8
+		o.MaxInflight = d.MaxInflight
 	}
 	if o.ValueThreshold <= 0 {
-		o.ValueThreshold = 1 << 20
+		o.ValueThreshold = d.ValueThreshold
 	}
 	// Badger refuses a threshold above its largest batch (15% of the memtable).
 	o.ValueThreshold = min(o.ValueThreshold, o.MemTableSize/10)
 	o.MaxEventBytes = min(o.MaxEventBytes, o.MaxBatchBytes)
 	if o.ValueLogFileSize <= 0 {
-		o.ValueLogFileSize = 64 << 20
+		o.ValueLogFileSize = d.ValueLogFileSize
 	}
 	if o.MinFreeBytes == 0 {
-		o.MinFreeBytes = 128 << 20
+		o.MinFreeBytes = d.MinFreeBytes
 	}
 	if o.FreeSpace == nil {
 		o.FreeSpace = statfsFree
 	}
 	if o.CloseTimeout <= 0 {
-		o.CloseTimeout = 3 * time.Second
+		o.CloseTimeout = d.CloseTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -40,7 +40,24 @@ type Config struct {
 	SetProcs func(n int) int
 }
 
+// NewDefaultConfig returns the defaults noted on each field of Config:
+// the one place their numbers are written. Max stays 0: it is read from
+// GOMAXPROCS when the Controller is made; SetProcs and Logger stay nil
+// (runtime.GOMAXPROCS, slog.Default()).
+func NewDefaultConfig() Config {
+	return Config{
+		Min:      1,
+		Interval: 100 * time.Millisecond,
+		Raise:    0.75,
+		Target:   0.5,
+		Hold:     5 * time.Second,
+	}
+}
+
+// withDefaults fills the unset (or out of range) fields of c from
+// NewDefaultConfig.
 func (c Config) withDefaults() Config {
+	d := NewDefaultConfig()
 	if c.SetProcs == nil {
 		c.SetProcs = runtime.GOMAXPROCS
 	}
@@ -48,20 +65,20 @@ func (c Config) withDefaults() Config {
 		c.Max = c.SetProcs(0)
 	}
 	if c.Min <= 0 {
-		c.Min = 1
+		c.Min = d.Min
 	}
 	c.Min = min(c.Min, c.Max)
 	if c.Interval <= 0 {
-		c.Interval = 100 * time.Millisecond
+		c.Interval = d.Interval
 	}
 	if c.Raise <= 0 || c.Raise > 1 {
-		c.Raise = 0.75
+		c.Raise = d.Raise
 	}
 	if c.Target <= 0 || c.Target > c.Raise {
-		c.Target = min(0.5, c.Raise)
+		c.Target = min(d.Target, c.Raise)
 	}
 	if c.Hold <= 0 {
-		c.Hold = 5 * time.Second
+		c.Hold = d.Hold
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -68,22 +68,30 @@ type Options struct {
 	MarkFlushInterval time.Duration
 }
 
-// Defaults of Options.
-const (
-	DefaultIdleTimeout    = 30 * time.Second
-	DefaultMaxClockSkew   = 10 * time.Second
-	DefaultMaxClockBehind = 10 * time.Minute
-)
+// DefaultOptions returns the defaults noted on each field of Options: the
+// one place their numbers are written (agent.NewDefaultConfig is built
+// from it). The injected functions and the logger are left nil: nil is
+// their default (time.Now, slog.Default()).
+func DefaultOptions() Options {
+	return Options{
+		IdleTimeout:       30 * time.Second,
+		MaxClockSkew:      10 * time.Second,
+		MaxClockBehind:    10 * time.Minute,
+		MarkFlushInterval: time.Second,
+	}
+}
 
+// withDefaults fills the unset fields of o from DefaultOptions.
 func (o Options) withDefaults() Options {
+	d := DefaultOptions()
 	if o.IdleTimeout == 0 {
-		o.IdleTimeout = DefaultIdleTimeout
+		o.IdleTimeout = d.IdleTimeout
 	}
 	if o.MaxClockSkew == 0 {
-		o.MaxClockSkew = DefaultMaxClockSkew
+		o.MaxClockSkew = d.MaxClockSkew
 	}
 	if o.MaxClockBehind == 0 {
-		o.MaxClockBehind = DefaultMaxClockBehind
+		o.MaxClockBehind = d.MaxClockBehind
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -92,7 +100,7 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.Default()
 	}
 	if o.MarkFlushInterval == 0 {
-		o.MarkFlushInterval = time.Second
+		o.MarkFlushInterval = d.MarkFlushInterval
 	}
 	return o
 }
