@@ -25,6 +25,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/live"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/procs"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -59,6 +60,7 @@ type Agent struct {
 	nc       *nats.Conn
 	sink     *replicate.JetStreamSink
 	repl     *replicate.Replication
+	lane     *live.Lane
 	video    *video.Ingest
 	telem    *telemetry.Ingester
 	mavlink  *mavlink.Intake
@@ -258,6 +260,11 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	if a.repl != nil {
 		replWG.Go(func() { a.repl.Run(replCtx) })
 	}
+	if a.lane != nil {
+		// The live lane runs as long as replication: a preview until the
+		// final commit.
+		replWG.Go(func() { a.lane.Run(replCtx) })
+	}
 	cleanup = append(cleanup, func() { stopRepl(); replWG.Wait() })
 
 	// Intake: video, telemetry, devices. A failing part stops the agent.
@@ -433,8 +440,11 @@ func (a *Agent) startCentral() error {
 	if err != nil {
 		a.log.Warn("station identity unknown: a replaced disk or a restored backup waits for --takeover", "err", err)
 	}
+	// One cap for the backlog and the live lane, which draws from it
+	// first, inside its share (docs/live.md).
+	uplink := replicate.NewUplink(c.UplinkBytesPerSec)
 	a.repl = replicate.NewReplication(a.store, sink, replicate.ReplicationConfig{
-		Instance: a.instance, Priorities: c.Priorities, UplinkBytesPerSec: c.UplinkBytesPerSec,
+		Instance: a.instance, Priorities: c.Priorities, Uplink: uplink,
 		Template: replicate.ReplicatorConfig{MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,
 			CommitInterval: c.CommitInterval, Takeover: c.Takeover, Station: station},
 		Streams: slices.Sorted(maps.Keys(a.streams)),
@@ -443,6 +453,27 @@ func (a *Agent) startCentral() error {
 		},
 		Logger: a.log,
 	})
+	if a.cfg.Live.Enabled {
+		lc := a.cfg.Live
+		if lc.Replicas == 0 {
+			lc.Replicas = c.Replicas
+		}
+		streams := make([]*localstream.Stream, 0, len(a.streams))
+		for _, name := range slices.Sorted(maps.Keys(a.streams)) {
+			streams = append(streams, a.streams[name])
+		}
+		lane, err := live.New(a.id, streams, lc, live.Options{Conn: sink.Conn, Uplink: uplink, Logger: a.log.With("part", "live"),
+			Priority: func(stream string) int {
+				if p, ok := c.Priorities[stream]; ok {
+					return p
+				}
+				return replicate.DefaultPriority(stream)
+			}})
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		a.lane = lane
+	}
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/live"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
@@ -52,6 +53,9 @@ type Config struct {
 	MAVLink MAVLinkConfig `yaml:"mavlink"`
 	// Central configures replication to the central JetStream.
 	Central CentralConfig `yaml:"central"`
+	// Live configures the live lane: each drone's latest value sent ahead
+	// of the backlog, inside a share of the uplink cap (docs/live.md).
+	Live live.Config `yaml:"live"`
 	// Devices configures the drone registry, host health and disk pressure.
 	Devices DevicesConfig `yaml:"devices"`
 	// Runtime configures the Go runtime of `edge-agent run`.
@@ -277,6 +281,7 @@ func NewDefaultConfig() Config {
 			CommitInterval: 100 * time.Millisecond, MaxTxnBytes: 8 << 20,
 			MaxBatchSize: 1000, MaxBatchInflight: 50, BatchTimeout: 10 * time.Second, MaxControlLine: 4096,
 			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
+		Live:    live.NewDefaultConfig(),
 		Devices: defaultDevices(),
 	}
 }
@@ -367,6 +372,9 @@ func (c Config) Validate() error {
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		return bad("log.format", "%q: want text or json", c.Log.Format)
+	}
+	if err := c.Live.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.Runtime.Procs < 0 {
 		return bad("runtime.procs", "%d: want 0 (sized to the load) or the number of Ps", c.Runtime.Procs)

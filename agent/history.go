@@ -18,6 +18,7 @@ const (
 type streamSample struct {
 	committedLag, localLag *float64
 	backlogEvents          *float64
+	backlogBytes           *float64
 	replicatedBytes        *float64
 }
 
@@ -60,6 +61,8 @@ type HistoryColumns struct {
 	CommittedLagSeconds []*float64 `json:"committed_lag_seconds"`
 	LocalLagSeconds     []*float64 `json:"local_lag_seconds"`
 	BacklogEvents       []*float64 `json:"backlog_events"`
+	// BacklogBytes is the backlog's estimated payload bytes.
+	BacklogBytes []*float64 `json:"backlog_bytes"`
 	// ReplicatedBytes is the replicator's byte counter (the page turns it into a rate).
 	ReplicatedBytes []*float64 `json:"replicated_bytes"`
 }
@@ -98,6 +101,7 @@ func (c *HistoryColumns) append(s streamSample) {
 	c.CommittedLagSeconds = append(c.CommittedLagSeconds, s.committedLag)
 	c.LocalLagSeconds = append(c.LocalLagSeconds, s.localLag)
 	c.BacklogEvents = append(c.BacklogEvents, s.backlogEvents)
+	c.BacklogBytes = append(c.BacklogBytes, s.backlogBytes)
 	c.ReplicatedBytes = append(c.ReplicatedBytes, s.replicatedBytes)
 }
 
@@ -132,8 +136,8 @@ func (a *Agent) streamSamples() map[string]streamSample {
 		if rs.WatermarkLowerNs != 0 {
 			s.committedLag = lagSeconds(now, rs.WatermarkLowerNs)
 		}
-		backlog, bytes := float64(rs.BacklogEvents), float64(rs.Bytes)
-		s.backlogEvents, s.replicatedBytes = &backlog, &bytes
+		backlog, backlogBytes, bytes := float64(rs.BacklogEvents), float64(rs.BacklogBytes), float64(rs.Bytes)
+		s.backlogEvents, s.backlogBytes, s.replicatedBytes = &backlog, &backlogBytes, &bytes
 		row[rs.Stream] = s
 	}
 	return row

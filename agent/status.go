@@ -9,6 +9,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/live"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/procs"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -38,6 +39,8 @@ type Status struct {
 	Telemetry *telemetry.Stats `json:"telemetry,omitempty"`
 	// MAVLink is the MAVLink intake's counters, per drone too (nil when disabled).
 	MAVLink *mavlink.Stats `json:"mavlink,omitempty"`
+	// Live is the live lane (nil when off or without central).
+	Live *live.Stats `json:"live,omitempty"`
 	// Devices is the drone registry, host health and disk pressure.
 	Devices any `json:"devices,omitempty"`
 	// Procs is how `edge-agent run` sizes GOMAXPROCS (absent in a
@@ -73,6 +76,9 @@ type StreamStatus struct {
 	ClockSkew []watermark.WriterSkew `json:"clock_skew,omitempty"`
 	// Replication is the replicator's state, lag and backlog (nil without central).
 	Replication *replicate.StreamStats `json:"replication,omitempty"`
+	// CatchUp is how far the backlog is behind in time and bytes and when
+	// it catches up at the current uplink rate (nil without central).
+	CatchUp *CatchUp `json:"catch_up,omitempty"`
 }
 
 // Status assembles the current status. Safe to call after Ready.
@@ -129,6 +135,9 @@ func (a *Agent) Status() Status {
 		if w, err := a.trackers[name].Local(); err == nil {
 			ss.LocalWatermark = w
 		}
+		if r := repl[name]; r != nil {
+			ss.CatchUp = a.catchUp(r, now)
+		}
 		if r := repl[name]; r != nil && r.WatermarkLowerNs != 0 {
 			ss.CommittedWatermark = &watermark.Watermark{LowerNs: r.WatermarkLowerNs, UpperNs: r.WatermarkUpperNs}
 			ss.CommittedLagSeconds = lagSeconds(now, r.WatermarkLowerNs)
@@ -155,6 +164,10 @@ func (a *Agent) Status() Status {
 	if a.mavlink != nil {
 		m := a.mavlink.Stats()
 		s.MAVLink = &m
+	}
+	if a.lane != nil {
+		l := a.lane.Stats()
+		s.Live = &l
 	}
 	s.Devices = a.devices.status()
 	return s

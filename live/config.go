@@ -49,7 +49,8 @@ type Config struct {
 	// at start, so that the lane has values before new events arrive.
 	// Default 64.
 	Seed int `yaml:"seed"`
-	// Replicas of the EDGELIVE stream when the lane creates it. Default 1.
+	// Replicas of the EDGELIVE stream when the lane creates it. Default
+	// (0): the agent's central.replicas; 1 in the library.
 	Replicas int `yaml:"replicas"`
 	// Streams configures the lane per local stream name.
 	Streams map[string]StreamConfig `yaml:"streams"`
@@ -60,7 +61,7 @@ type Config struct {
 // keyframe every 10 s when turned on).
 func NewDefaultConfig() Config {
 	return Config{Enabled: true, Share: 0.1, TTL: time.Hour, MaxDrones: 1024, MaxValueBytes: 256 << 10,
-		Seed: 64, Replicas: 1, Streams: map[string]StreamConfig{
+		Seed: 64, Streams: map[string]StreamConfig{
 			"telemetry": DefaultStreamConfig("telemetry"),
 			"health":    DefaultStreamConfig("health"),
 			"video":     DefaultStreamConfig("video"),
@@ -122,7 +123,7 @@ func (c Config) withDefaults() Config {
 		c.Seed = d.Seed
 	}
 	if c.Replicas == 0 {
-		c.Replicas = d.Replicas
+		c.Replicas = 1
 	}
 	return c
 }

@@ -25,7 +25,7 @@ import (
 
 func init() {
 	commands["read"] = command{
-		summary: "read a central stream: events in order with the committed watermark (JSON lines)",
+		summary: "read a central stream: events in order with the committed watermark (JSON lines); --live: each drone's latest value",
 		run:     runRead,
 	}
 }
@@ -194,8 +194,15 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	toCut := fs.String("to-cut", "", "end at the agent's commit at `CUT` (needs --agent)")
 	follow := fs.Bool("follow", false, "keep reading new events")
 	commits := fs.Bool("commits", false, "also print commit records")
+	liveFlag := fs.Bool("live", false, "the live lane instead: each drone's latest value with its age and whether the backlog covers it (--stream, --agent, --drone select; docs/live.md)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *liveFlag {
+		if *from != "" || *to != "" || *fromCut != "" || *toCut != "" || *follow || *commits {
+			return usagef("--live takes --central, --stream, --agent and --drone only")
+		}
+		return readLive(ctx, *url, *stream, *agent, *drone, stdout)
 	}
 	if err := localstream.ValidateStreamName(*stream); err != nil {
 		return usagef("--stream: %v", err)
