@@ -29,8 +29,9 @@ type CatchUp struct {
 	SendBytesPerSec  float64 `json:"send_bytes_per_sec"`
 	DrainBytesPerSec float64 `json:"drain_bytes_per_sec"`
 	// ETASeconds is the backlog over the drain rate, and CaughtUpAt the
-	// time it gives: absent while the backlog does not shrink (or is
-	// empty: then ETASeconds is 0).
+	// time it gives; a backlog that does not shrink but is sent within 2 s
+	// at the stream's rate keeps up (backlog over send rate); absent while
+	// neither holds (not catching up), 0 when the backlog is empty.
 	ETASeconds *float64  `json:"eta_seconds,omitempty"`
 	CaughtUpAt time.Time `json:"caught_up_at,omitzero"`
 }
@@ -51,12 +52,26 @@ func (a *Agent) catchUp(rs *replicate.StreamStats, now time.Time) *CatchUp {
 		return c
 	}
 	c.SendBytesPerSec, c.DrainBytesPerSec = send, drain
-	if rs.BacklogEvents > 0 && drain > 0 {
-		eta := float64(rs.BacklogBytes) / drain
-		c.ETASeconds, c.CaughtUpAt = &eta, now.Add(time.Duration(eta*float64(time.Second)))
+	var eta float64
+	switch {
+	case rs.BacklogEvents == 0:
+		return c
+	case drain > 0:
+		eta = float64(rs.BacklogBytes) / drain
+	case send > 0 && float64(rs.BacklogBytes) <= keepingUp.Seconds()*send:
+		// Keeping up: what is behind is what is in flight, sent at the
+		// stream's rate while new capture takes its place.
+		eta = float64(rs.BacklogBytes) / send
+	default:
+		return c // not catching up
 	}
+	c.ETASeconds, c.CaughtUpAt = &eta, now.Add(time.Duration(eta*float64(time.Second)))
 	return c
 }
+
+// keepingUp: a backlog the stream sends within this long at its current
+// rate, not shrinking, is keeping up, not falling behind.
+const keepingUp = 2 * time.Second
 
 // rates are stream's committed bytes a second and its backlog's shrinking
 // in bytes a second, from the newest sample and the newest one at least

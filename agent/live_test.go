@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,12 @@ func TestAgentLiveLane(t *testing.T) {
 	}
 	if _, on := streams["video"]; on {
 		t.Errorf("/status live: video's lane is on by default")
+	}
+	m := getText(t, "http://"+a.HTTPAddr()+"/metrics")
+	for _, want := range []string{`edge_live_sent_total{stream="telemetry"}`, `edge_live_drones{stream="health"} 1`,
+		`edge_catch_up_backlog_bytes{stream="telemetry"}`, "edge_live_share_bytes_per_sec 0"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
 	}
 }

@@ -34,6 +34,9 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 		if st.Replication != nil {
 			emitStruct(ch, "edge_replication", l, v, reflect.ValueOf(*st.Replication))
 		}
+		if st.CatchUp != nil {
+			emitStruct(ch, "edge_catch_up", l, v, reflect.ValueOf(*st.CatchUp))
+		}
 		gauge(ch, "edge_stream_segments_open", l, v, float64(countOpen(st)))
 		for _, w := range st.ClockSkew {
 			wl, wv := []string{"stream", "writer"}, []string{st.Name, w.Writer}
@@ -56,6 +59,13 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 	}
 	if s.Video != nil {
 		emitStruct(ch, "edge_video", nil, nil, reflect.ValueOf(*s.Video))
+	}
+	if s.Live != nil {
+		gauge(ch, "edge_live_share_bytes_per_sec", nil, nil, float64(s.Live.ShareBytesPerSec))
+		ch.send("edge_live_ensure_errors_total", nil, nil, prometheus.CounterValue, float64(s.Live.EnsureErrors))
+		for _, ls := range s.Live.Streams {
+			emitStruct(ch, "edge_live", []string{"stream"}, []string{ls.Stream}, reflect.ValueOf(ls))
+		}
 	}
 	if s.Procs != nil {
 		emitStruct(ch, "edge_procs", nil, nil, reflect.ValueOf(*s.Procs))

@@ -182,6 +182,10 @@ function render(s) {
     cell(tr, "local_lag", fmtSec(st.local_lag_seconds));
     cell(tr, "backlog_events", fmtInt(r.backlog_events));
     cell(tr, "backlog_bytes", fmtBytes(r.backlog_bytes));
+    const cu = st.catch_up;
+    cell(tr, "behind", cu ? fmtSec(cu.behind_seconds) : "–");
+    cell(tr, "eta", !cu ? "–" : cu.eta_seconds != null ? fmtSec(cu.eta_seconds) : "not catching up",
+      cu && cu.eta_seconds == null ? "warnText" : "");
     cell(tr, "appended", fmtInt(st.stats && st.stats.appended));
     cell(tr, "replicated", fmtInt(r.events));
     cur.repl[st.name] = r.bytes;
@@ -198,6 +202,7 @@ function render(s) {
   // Series of streams that went away still advance, as gaps.
   for (const [k, r] of hist.series) if (r.a.length < hist.t.a.length) r.push(null);
 
+  renderLive(s);
   renderDrones(s, cur, rate);
   renderSources(s);
   renderHost(s);
@@ -207,6 +212,31 @@ function render(s) {
   page.points = hist.t.a.length;
   page.lastTime = s.time;
   redraw();
+}
+
+// renderLive shows the live lane: each drone's latest value goes ahead of
+// the backlog inside its share of the uplink cap (docs/live.md).
+function renderLive(s) {
+  const l = s.live;
+  document.getElementById("live-box").hidden = !l;
+  if (!l) return;
+  document.getElementById("live-share").textContent =
+    l.share_bytes_per_sec ? "at most " + fmtRate(l.share_bytes_per_sec) + " of the uplink cap" : "no uplink cap";
+  const tb = document.querySelector("#live tbody");
+  tb.textContent = "";
+  const now = Date.parse(s.time);
+  for (const x of l.streams || []) {
+    const tr = el("tr", { "data-live": x.stream });
+    cell(tr, "stream", x.stream + (x.keyframes ? " (keyframes)" : ""));
+    cell(tr, "interval", fmtSec(x.interval_seconds));
+    cell(tr, "drones", fmtInt(x.drones));
+    cell(tr, "sent", fmtInt(x.sent));
+    cell(tr, "bytes", fmtBytes(x.bytes));
+    cell(tr, "last_sent", x.last_sent ? fmtSec(Math.max(0, (now - Date.parse(x.last_sent)) / 1000)) + " ago" : "never");
+    const bad = (x.publish_errors || 0) + (x.too_large || 0) + (x.drones_refused || 0) + (x.undecodable || 0);
+    cell(tr, "problems", fmtInt(bad), bad > 0 ? "warnText" : "");
+    tb.appendChild(tr);
+  }
 }
 
 function renderDrones(s, cur, rate) {
