@@ -72,7 +72,9 @@ func childStation() int {
 	up := replicate.NewUplink(capBps)
 	repl := replicate.NewReplication(store, sink, replicate.ReplicationConfig{Instance: inst, Uplink: up,
 		Streams: []string{"telemetry", "video"}, Logger: quiet,
-		Watermarks: func(name string) replicate.CommittedWatermarkFunc { return replicate.TrackerWatermark(trackers[name], nil) }})
+		Watermarks: func(name string) replicate.CommittedWatermarkFunc {
+			return replicate.TrackerWatermark(trackers[name], nil)
+		}})
 	lane, err := New("a1", []*localstream.Stream{streams["telemetry"], streams["video"]}, NewDefaultConfig(),
 		Options{Conn: sink.Conn, Uplink: up, Logger: quiet})
 	if err != nil {
