@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edge-agent/edge-agent/sync"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // TestCatchUpEstimate: the ETA is the backlog over how fast it shrank in
@@ -31,7 +31,7 @@ func TestCatchUpEstimate(t *testing.T) {
 			b, s := c.backlog0+(c.backlog1-c.backlog0)*x, c.sent0+(c.sent1-c.sent0)*x
 			a.history.add(now.Add(time.Duration(i-10)*time.Second), map[string]streamSample{"video": {backlogBytes: &b, replicatedBytes: &s}})
 		}
-		cu := a.catchUp(&sync.StreamStats{Stream: "video", BacklogEvents: c.events, BacklogBytes: uint64(c.backlog1)}, now)
+		cu := a.catchUp(&replicate.StreamStats{Stream: "video", BacklogEvents: c.events, BacklogBytes: uint64(c.backlog1)}, now)
 		switch {
 		case c.eta == nil && cu.ETASeconds != nil:
 			t.Errorf("%s: eta %v, want none", c.name, *cu.ETASeconds)
