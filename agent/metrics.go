@@ -183,17 +183,21 @@ func emitValue(ch *emitter, name string, labels, values []string, fv reflect.Val
 			emitValue(ch, name, append(slices.Clone(labels), label), append(slices.Clone(values), it.Key().String()), it.Value())
 		}
 	case reflect.Slice:
-		// A list of drones (structs with an ID) becomes a "drone" label.
+		// A list of drones (structs with an ID, or RTSP sources with a
+		// Drone) becomes a "drone" label.
 		et := fv.Type().Elem()
 		if len(labels) > 0 || et.Kind() != reflect.Struct {
 			return
 		}
-		if f, ok := et.FieldByName("ID"); !ok || f.Type.Kind() != reflect.String {
-			return
+		key := "ID"
+		if f, ok := et.FieldByName(key); !ok || f.Type.Kind() != reflect.String {
+			if key = "Drone"; et.Field(0).Name != key || et.Field(0).Type.Kind() != reflect.String {
+				return
+			}
 		}
 		for i := range fv.Len() {
 			el := fv.Index(i)
-			emitStruct(ch, name, []string{"drone"}, []string{el.FieldByName("ID").String()}, el)
+			emitStruct(ch, name, []string{"drone"}, []string{el.FieldByName(key).String()}, el)
 		}
 	}
 }
@@ -216,7 +220,7 @@ func fieldName(f reflect.StructField) string {
 
 // isLevel tells the uint64 fields that are levels, not counts since start.
 func isLevel(name string) bool {
-	for _, w := range []string{"backlog", "_last_", "queue", "free", "_length", "_len", "epoch_base"} {
+	for _, w := range []string{"backlog", "_last_", "queue", "free", "_length", "_len", "epoch_base", "sources_state"} {
 		if strings.Contains(name, w) {
 			return true
 		}

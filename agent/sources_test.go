@@ -79,6 +79,14 @@ func TestRTSPSourcesOnStatusAndPage(t *testing.T) {
 		t.Errorf("/status shows the password, or no redacted source URL: %s", raw)
 	}
 
+	metrics := getText(t, base+"/metrics")
+	for _, want := range []string{`edge_video_sources_state{drone="good"} 1`, `edge_video_sources_state{drone="wrong-pw"} 2`,
+		`edge_video_sources_rtp_total{drone="good"}`, `edge_video_sources_attempts_total{drone="silent"}`} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+
 	exe := chromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
 		chromedp.WindowSize(1280, 1000), chromedp.Flag("disable-dev-shm-usage", true))

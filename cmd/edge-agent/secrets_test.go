@@ -79,7 +79,7 @@ func runCmd(t *testing.T, timeout time.Duration, args ...string) (int, string) {
 
 // TestNoPasswordShownAnywhere gives passwords holding ',' '/' ' ' '"' '<'
 // '\' '@' ':' — as written and percent-encoded — in every place a
-// command takes a URL, and greps every output for them: `run` (logs in
+// command takes a URL (RTSP sources' rtsp:// URLs included), and greps every output for them: `run` (logs in
 // text and JSON, /status, /metrics, /healthz, /status/history, the page,
 // /debug/pprof/ and its cmdline), its configuration errors (flags and
 // file), and the stdout and stderr of simulate, replay, read, export and
@@ -122,6 +122,16 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 		}
 	}
 	broker := "tcp://edge:" + trickyPasswords["comma"] + "@" + mqttHost
+	// An RTSP source for every password (a camera that refuses the
+	// connection: the source fails and says so in the logs, /status and
+	// the page).
+	var rtspFlags []string
+	for name, p := range trickyPasswords {
+		if !parseable(p) {
+			p = encoded(p)
+		}
+		rtspFlags = append(rtspFlags, "--rtsp-source", "cam-"+name+"=rtsp://cam:"+p+"@"+deadHost+"/stream")
+	}
 
 	t.Run("run", func(t *testing.T) {
 		for _, format := range []string{"text", "json"} {
@@ -130,8 +140,9 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 				httpPort := freePort(t)
 				cfgPath := filepath.Join(dir, "agent.yaml")
 				os.WriteFile(cfgPath, []byte(fmt.Sprintf("agent_id: secrets\ndata_dir: %s\nstore: {min_free_bytes: 16777216}\nvideo: {listen: \"127.0.0.1:0\", rtcp_listen: mux}\n", filepath.Join(dir, "agent"))), 0o644)
-				cmd := exec.Command(os.Args[0], "run", "--config", cfgPath, "--log-format", format, "--pprof",
-					"--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--mqtt-broker", broker, "--central", strings.Join(centrals, ","))
+				cmd := exec.Command(os.Args[0], append([]string{"run", "--config", cfgPath, "--log-format", format, "--pprof",
+					"--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--mqtt-broker", broker, "--central", strings.Join(centrals, ",")},
+					rtspFlags...)...)
 				cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
 				var logs syncBuf
 				cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -141,7 +152,8 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 				waitHealthy(t, cmd, httpPort)
 				base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
 				deadline := time.Now().Add(20 * time.Second)
-				for !strings.Contains(logs.String(), "connected") && time.Now().Before(deadline) {
+				for (!strings.Contains(logs.String(), "connected") || strings.Count(logs.String(), "RTSP source failing") < len(trickyPasswords)) &&
+					time.Now().Before(deadline) {
 					time.Sleep(50 * time.Millisecond)
 				}
 				var shown []string
@@ -158,13 +170,13 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 					checkShown(t, p, string(b))
 					shown = append(shown, string(b))
 				}
-				if all := strings.Join(shown, "\n"); !strings.Contains(all, "xxxxx@") {
-					t.Errorf("no redacted URL in the responses")
+				if all := strings.Join(shown, "\n"); !strings.Contains(all, "xxxxx@") || !strings.Contains(all, "rtsp://cam:xxxxx@") {
+					t.Errorf("no redacted URL (or no redacted RTSP source) in the responses")
 				}
 				cmd.Process.Signal(syscall.SIGTERM)
 				cmd.Wait()
 				checkShown(t, format+" logs", logs.String())
-				if !strings.Contains(logs.String(), "edge:xxxxx@") || !strings.Contains(logs.String(), "u:xxxxx@") {
+				if !strings.Contains(logs.String(), "edge:xxxxx@") || !strings.Contains(logs.String(), "u:xxxxx@") || !strings.Contains(logs.String(), "rtsp://cam:xxxxx@") {
 					t.Errorf("the %s logs show no redacted URL:\n%s", format, logs.String())
 				}
 			})
@@ -178,14 +190,16 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 			raw := "tcp://edge:" + p + "@" + mqttHost
 			dir := t.TempDir()
 			cfgPath := filepath.Join(dir, "agent.yaml")
-			os.WriteFile(cfgPath, []byte(fmt.Sprintf("agent_id: secrets\ndata_dir: %s\ntelemetry: {broker: %q}\ncentral: {url: %q}\nhttp: {listen: \"\"}\n",
-				filepath.Join(dir, "agent"), raw, "http://u:"+p+"@"+natsHost)), 0o644)
+			rtsp := "rtsp://cam:" + p + "@" + mqttHost + "/stream"
+			os.WriteFile(cfgPath, []byte(fmt.Sprintf("agent_id: secrets\ndata_dir: %s\ntelemetry: {broker: %q}\ncentral: {url: %q}\nhttp: {listen: \"\"}\nvideo: {sources: [{drone: cam, url: %q}]}\n",
+				filepath.Join(dir, "agent"), raw, "http://u:"+p+"@"+natsHost, rtsp)), 0o644)
 			code, out := runCmd(t, 20*time.Second, "run", "--config", cfgPath)
 			checkShown(t, "run --config ("+name+")", out)
 			if code != 2 || !strings.Contains(out, "xxxxx") {
 				t.Errorf("run --config with a %s password: exit %d: %s", name, code, out)
 			}
-			code, out = runCmd(t, 20*time.Second, "run", "--data-dir", dir, "--http-listen", "", "--mqtt-broker", raw, "--central", "http://u:"+p+"@"+natsHost)
+			code, out = runCmd(t, 20*time.Second, "run", "--data-dir", dir, "--http-listen", "", "--mqtt-broker", raw, "--central", "http://u:"+p+"@"+natsHost,
+				"--rtsp-source", "cam="+rtsp)
 			checkShown(t, "run --mqtt-broker ("+name+")", out)
 			if code != 2 || !strings.Contains(out, "xxxxx") {
 				t.Errorf("run --mqtt-broker with a %s password: exit %d: %s", name, code, out)

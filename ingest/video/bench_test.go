@@ -14,9 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bluenviron/gortsplib/v4"
+	"github.com/bluenviron/gortsplib/v4/pkg/description"
+	"github.com/bluenviron/gortsplib/v4/pkg/format"
+	"github.com/pion/rtp"
+	"golang.org/x/net/ipv4"
+
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
-	"golang.org/x/net/ipv4"
 )
 
 // The benchmark's sender runs in a child process (this test binary re-run
@@ -41,6 +46,11 @@ type senderSpec struct {
 	Streams  int           // drones, SSRC 1..Streams
 	Mbps     float64       // per stream; 0 = unpaced
 	Duration time.Duration // how long
+	// RTSP, when set, publishes stream i to the RTSP server at RTSP[i]
+	// (ANNOUNCE, RECORD over TCP) instead of sending to To, RTP only
+	// (the server makes its own sender reports), after Warmup.
+	RTSP   []string
+	Warmup time.Duration
 }
 
 // senderResult is what the child reports on stdout.
@@ -84,13 +94,27 @@ func benchSender(spec string) error {
 	if s.Mbps > 0 {
 		speed = s.Mbps * 1e6 / (bits / span.Seconds())
 	}
-	conn, err := net.Dial("udp4", s.To)
-	if err != nil {
-		return err
+	var pc *ipv4.PacketConn
+	var pubs []*rtspPublisher
+	if len(s.RTSP) > 0 {
+		if pubs, err = startPublishers(s.RTSP); err != nil {
+			return err
+		}
+		defer func() {
+			for _, p := range pubs {
+				p.c.Close()
+			}
+		}()
+		time.Sleep(s.Warmup)
+	} else {
+		conn, err := net.Dial("udp4", s.To)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.(*net.UDPConn).SetWriteBuffer(8 << 20)
+		pc = ipv4.NewPacketConn(conn.(*net.UDPConn))
 	}
-	defer conn.Close()
-	_ = conn.(*net.UDPConn).SetWriteBuffer(8 << 20)
-	pc := ipv4.NewPacketConn(conn.(*net.UDPConn))
 	type stream struct {
 		next, loop int
 		offset     time.Duration
@@ -117,6 +141,10 @@ func benchSender(spec string) error {
 	for now := time.Now(); now.Before(end); now = time.Now() {
 		n := 0
 		flush := func() {
+			if pubs != nil {
+				n = 0 // written as they were made
+				return
+			}
 			for off := 0; off < n; {
 				k, err := pc.WriteBatch(msgs[off:n], 0)
 				if err != nil {
@@ -139,10 +167,18 @@ func benchSender(spec string) error {
 				b := bufs[n][:len(p.Payload)]
 				copy(b, p.Payload)
 				rewrite(b, p.Kind, uint32(i+1), st.loop, nRTP, tsSpan, span)
-				msgs[n] = ipv4.Message{Buffers: [][]byte{b}}
-				n++
-				res.Packets++
-				res.Bytes += int64(len(b))
+				switch {
+				case pubs == nil:
+					msgs[n] = ipv4.Message{Buffers: [][]byte{b}}
+					n++
+					res.Packets++
+					res.Bytes += int64(len(b))
+				case p.Kind == replay.RTP:
+					if pubs[i].write(b) == nil {
+						res.Packets++
+						res.Bytes += int64(len(b))
+					}
+				}
 				st.next++
 				if st.next == len(pkts) {
 					st.next, st.loop = 0, st.loop+1
@@ -162,6 +198,37 @@ func benchSender(spec string) error {
 	}
 	res.Elapsed = time.Since(start)
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// rtspPublisher publishes one stream to an RTSP server (gortsplib's
+// client: ANNOUNCE, SETUP over TCP, RECORD).
+type rtspPublisher struct {
+	c    *gortsplib.Client
+	desc *description.Session
+	pkt  rtp.Packet
+}
+
+func startPublishers(urls []string) ([]*rtspPublisher, error) {
+	var out []*rtspPublisher
+	for _, u := range urls {
+		p := &rtspPublisher{
+			c: &gortsplib.Client{Transport: ptr(gortsplib.TransportTCP), WriteQueueSize: 4096},
+			desc: &description.Session{Medias: []*description.Media{{Type: description.MediaTypeVideo,
+				Formats: []format.Format{&format.H264{PayloadTyp: 96, PacketizationMode: 1}}}}},
+		}
+		if err := p.c.StartRecording(u, p.desc); err != nil {
+			return nil, fmt.Errorf("publish to %s: %w", u, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func (p *rtspPublisher) write(b []byte) error {
+	if err := p.pkt.Unmarshal(b); err != nil {
+		return err
+	}
+	return p.c.WritePacketRTP(p.desc.Medias[0], &p.pkt)
 }
 
 // rewrite makes loop number loop of the capture continue the previous one.

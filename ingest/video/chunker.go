@@ -24,7 +24,8 @@ func chunkCost(payload, frames int) int {
 }
 
 // chunker collects frames into chunks: a new chunk at every keyframe, at a
-// change of time base (estimated ↔ SR) and after a discontinuity; a chunk
+// change of time base (estimated ↔ SR, or a report that moved the times
+// back) and after a discontinuity; a chunk
 // is cut before its payload and headers would exceed maxBytes, before it
 // would hold more than maxFrames frames, or span maxDur.
 type chunker struct {
@@ -68,7 +69,11 @@ func (c *chunker) discontinuity(emit func(*Chunk)) {
 func (c *chunker) add(f *frame, ssrc uint32, pts int64, estimated bool, emit func(*Chunk)) {
 	if cur := c.cur; cur != nil {
 		first := cur.Frames[0].PTS
-		if f.key || estimated != cur.Estimated || cur.SSRC != ssrc || pts-first >= c.maxDur ||
+		// A sender report that moved the mapping back (drift within
+		// max_clock_jump) dates this frame at or before the last: a new
+		// chunk, so that each chunk's frame times increase.
+		back := pts <= cur.Frames[len(cur.Frames)-1].PTS
+		if f.key || back || estimated != cur.Estimated || cur.SSRC != ssrc || pts-first >= c.maxDur ||
 			len(cur.Frames) >= c.maxFrames ||
 			chunkCost(len(cur.Payload)+len(f.data), len(cur.Frames)+1) > c.maxBytes {
 			c.flush(emit)

@@ -194,3 +194,49 @@ func FuzzClockSenderReports(f *testing.F) {
 		c.pts(frameTS, arrival)
 	})
 }
+
+// TestSenderReportDriftBackKeepsChunksOrdered: a sender report that moves
+// the mapping back by less than max_clock_jump (an RTP clock that strayed
+// from the report clock: drift, not a jump) re-dates the frames after it
+// at once. The chunk in progress is cut there, so that every chunk's
+// frames keep increasing times (the step is between chunks, as at a
+// switch from estimated times to reports); nothing is flagged.
+func TestSenderReportDriftBackKeepsChunksOrdered(t *testing.T) {
+	c := loadCapture(t, "h264", CodecH264)
+	var out []replay.Packet
+	var sr []byte
+	for i, p := range c.pkts {
+		if p.Kind == replay.RTCP && p.Payload[1] == 200 && sr == nil {
+			sr = p.Payload
+		}
+		out = append(out, p)
+		if sr != nil && i == len(c.pkts)/2+7 { // mid-chunk (a keyframe every 2 s)
+			b := append([]byte(nil), sr...)
+			binary.BigEndian.PutUint64(b[8:16], binary.BigEndian.Uint64(b[8:16])-(1<<32)/5)
+			out = append(out, replay.Packet{Time: p.Time, Kind: replay.RTCP, Payload: b})
+		}
+	}
+	cfg := testConfig()
+	sink := &recordSink{}
+	d := newDrone("d1", &cfg, nil, sink, nil, time.Now, nil)
+	feed(t, d, out)
+	got := decodeAll(t, sink.snapshot())
+	back := 0
+	for i, ch := range got.chunks {
+		for j := 1; j < len(ch.Frames); j++ {
+			if ch.Frames[j].PTS <= ch.Frames[j-1].PTS {
+				t.Fatalf("chunk %d of %d: frame %d at %d after %d", i, len(got.chunks), j, ch.Frames[j].PTS, ch.Frames[j-1].PTS)
+			}
+		}
+		if i > 0 && ch.Frames[0].PTS <= got.chunks[i-1].Frames[len(got.chunks[i-1].Frames)-1].PTS {
+			back++
+			if ch.Discontinuity {
+				t.Errorf("chunk %d: drift within max_clock_jump flagged discontinuity", i)
+			}
+		}
+	}
+	if back != 1 || len(got.frames) != len(c.frames) || d.c.snapshot().ClockJumps != 0 {
+		t.Fatalf("%d chunks start before the previous one ends (want the one after the report), %d of %d frames, %d clock jumps",
+			back, len(got.frames), len(c.frames), d.c.snapshot().ClockJumps)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,17 @@ func (s *SourceConfig) redactedURL() string {
 	return s.u.Redacted()
 }
 
+// maskUserinfo is raw with whatever stands between its scheme and the
+// last '@' replaced: a URL that does not parse may hold its password
+// anywhere there.
+func maskUserinfo(raw string) string {
+	i, j := strings.Index(raw, "://"), strings.LastIndex(raw, "@")
+	if i < 0 || j < i {
+		return raw
+	}
+	return raw[:i+3] + "xxxxx" + raw[j:]
+}
+
 // tlsConfig is the TLS configuration of an rtsps:// source.
 func (s *SourceConfig) tlsConfig() *tls.Config {
 	return &tls.Config{RootCAs: s.roots, ServerName: s.u.Hostname(), MinVersion: tls.VersionTLS12}
@@ -62,7 +74,7 @@ func (s *SourceConfig) validate(i int, ids map[string]bool) error {
 	}
 	u, err := url.Parse(s.URL)
 	if err != nil || (u.Scheme != "rtsp" && u.Scheme != "rtsps") || u.Host == "" {
-		return bad(".url", "not an RTSP URL (want rtsp://[user:password@]host[:port]/path or rtsps://…)")
+		return bad(".url", "%q is not an RTSP URL (want rtsp://[user:password@]host[:port]/path or rtsps://…; percent-encode a password's reserved characters)", maskUserinfo(s.URL))
 	}
 	s.u = u
 	if !droneIDRe.MatchString(s.Drone) {
