@@ -84,7 +84,9 @@ func benchRTSPOnce(b *testing.B, urls []string) float64 {
 	// The publishers announce, then wait 2 s: the sources play before
 	// the first packet, so every packet sent has a reader.
 	sent := make(chan senderResult, 1)
-	go func() { sent <- runSender(b, senderSpec{RTSP: urls, Mbps: 4, Duration: benchDuration(), Warmup: 2 * time.Second}) }()
+	go func() {
+		sent <- runSender(b, senderSpec{RTSP: urls, Mbps: 4, Duration: benchDuration(), Warmup: 2 * time.Second})
+	}()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		playing := 0
 		for _, s := range in.Stats().Sources {
