@@ -8,6 +8,10 @@
 //	                                        ▼
 //	        router: allowlist → SSRC → drone (configured by SSRC / source
 //	        address, or discovered after 2 in-sequence packets)
+//	                                        │
+//	RTSP sources (rtsp.go, one goroutine    │  pulled RTP/RTCP, tagged with
+//	each: DESCRIBE/SETUP/PLAY, reconnect ───┤  the connection (a new one is
+//	with bounded backoff; gortsplib)        │  a new session, discontinuity)
 //	                                        │ bounded queue per drone (drops counted)
 //	                                        ▼
 //	drone: reorder (seq, 16-bit wrap, max packets / max wait) → depacketize
