@@ -19,10 +19,10 @@ import (
 
 	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/sync"
 )
 
 // TestRunRTSPSourcesThroughKill: `edge-agent run` pulls an H.264 and an
@@ -172,7 +172,7 @@ devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	items, err := sync.ReadAll(context.Background(), nc, "video", sync.ReadOptions{Agent: "rtsp-kill"})
+	items, err := centralread.ReadAll(context.Background(), nc, "video", centralread.ReadOptions{Agent: "rtsp-kill"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	}
 	drones := map[string]*drone{}
 	for _, it := range items {
-		if it.Kind != sync.ItemEvent {
+		if it.Kind != centralread.ItemEvent {
 			continue
 		}
 		ev := it.Event.Record.Event
