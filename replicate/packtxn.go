@@ -60,8 +60,8 @@ func (t *packTxn) Add(ctx context.Context, rec localstream.Record) error {
 	if t.n > 0 && !t.fits(&rec) {
 		return fmt.Errorf("%w: event %s does not fit transaction %d", errTxnFull, rec.Position, t.number)
 	}
-	if mp := t.maxPayload; int64(t.w.SizeWith(&rec)-t.w.Size()+64) > mp {
-		return fmt.Errorf("%w: event %s of %d bytes (payload %d) over the central max payload %d", ErrMessageTooLarge, rec.Position, t.w.SizeWith(&rec)-t.w.Size()+64, len(rec.Payload), mp)
+	if mp, n := t.maxPayload, loneSize(t.w, &rec); int64(n) > mp {
+		return fmt.Errorf("%w: event %s of %d bytes (payload %d) over the central max payload %d", ErrMessageTooLarge, rec.Position, n, len(rec.Payload), mp)
 	}
 	t.w.Add(&rec)
 	t.n++
@@ -69,14 +69,21 @@ func (t *packTxn) Add(ctx context.Context, rec localstream.Record) error {
 	return nil
 }
 
+// loneSize bounds the message of rec alone in a pack: its body (an upper
+// bound), 64 bytes for the part's header and the pack's own overhead.
+func loneSize(w *wire.PackWriter, rec *localstream.Record) int {
+	n := w.SizeWith(rec) - w.Size()
+	return n + 64 + wire.MaxPackOverhead(n)
+}
+
 // AddMarker packs, in place of rec, the marker that names its position
-// and the reason it could not be sent (see the package doc, markers).
+// and the reason it could not be sent (docs/central-format.md, markers).
 func (t *packTxn) AddMarker(ctx context.Context, rec localstream.Record, reason string) error {
 	if t.closed {
 		return ErrTxnClosed
 	}
 	m := wire.PackMarker(rec, reason, false)
-	if int64(t.w.SizeWith(&m)-t.w.Size()+64) > t.maxPayload {
+	if int64(loneSize(t.w, &m)) > t.maxPayload {
 		m = wire.PackMarker(rec, reason, true)
 	}
 	t.w.Add(&m)
@@ -85,7 +92,7 @@ func (t *packTxn) AddMarker(ctx context.Context, rec localstream.Record, reason 
 }
 
 // Commit sends the transaction, expecting prev's sequence on the cut
-// subject (fencing, see the package doc).
+// subject (fencing, see the package doc, exactly once).
 func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.StreamCut, wm watermark.Watermark, meta wire.CommitMeta) (Committed, error) {
 	if t.closed {
 		return Committed{}, ErrTxnClosed

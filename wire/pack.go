@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"slices"
 	"strings"
@@ -17,7 +18,7 @@ import (
 
 // A pack is the payload of a layout-2 central message: one transaction's
 // events (or a part of them) and, in the transaction's last message, its
-// commit record. The layout is drawn in the package doc ("Layout 2").
+// commit record. The layout is docs/central-format.md, "Layout 2".
 const (
 	// packMagic is the first byte of every pack. A layout-1 commit record
 	// is JSON and starts with '{'.
@@ -37,6 +38,94 @@ const (
 	maxPackBody = 64 << 20
 )
 
+// A pack of version 2 is codec 1 and starts its zstd stream with a
+// skippable frame, the envelope, that holds the version and a CRC-32C of
+// the frames after it; readers of version 1 (codec 0, or codec 1 without
+// the envelope) skip it, as zstd decoders skip every skippable frame, and
+// read the body as before. Bodies that do not compress travel in a stored
+// zstd frame (raw blocks) instead of codec 0. docs/central-format.md,
+// "Versions and the checksum".
+//
+//	+------+------+-------------+-------------+---------+-----------+--------------------+
+//	| 0xE2 | 0x01 | 5E 2A 4D 18 | 05 00 00 00 | version | CRC-32C   | zstd frame (body)  |
+//	|      |      | (skippable) | (its size)  |  (2)    | (LE, of → |  compressed/stored |
+//	+------+------+-------------+-------------+---------+-----------+--------------------+
+//	   0      1      2 … 5         6 … 9         10       11 … 14     15 …
+const (
+	packVersion        = 2
+	packEnvelopeMagic  = 0x184D2A5E // a zstd skippable frame's magic (0x184D2A5?), nibble E
+	packEnvelopeSize   = 5          // version byte and CRC-32C
+	packEnvelopeLen    = 2 + 8 + packEnvelopeSize
+	zstdFrameMagic     = 0xFD2FB528
+	zstdMaxBlock       = 128 << 10
+	zstdStoredFrameLen = 6 // magic, descriptor, window
+)
+
+// castagnoli is CRC-32C's table (hardware-assisted on amd64 and arm64).
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// MaxPackOverhead is the most a pack adds to a body of n bytes: the
+// magic, codec, envelope and, when the body does not compress, the stored
+// frame's header and block headers.
+func MaxPackOverhead(n int) int {
+	return packEnvelopeLen + zstdStoredFrameLen + 3*max(1, (n+zstdMaxBlock-1)/zstdMaxBlock)
+}
+
+// appendStoredFrame appends body as one zstd frame of raw blocks: the
+// frame header (no content size, no checksum: the envelope's CRC covers
+// it; a 128 KiB window), then blocks of at most 128 KiB, each behind its
+// 3-byte header (size<<3 | type 0 (raw)<<1 | last).
+func appendStoredFrame(out, body []byte) []byte {
+	out = binary.LittleEndian.AppendUint32(out, zstdFrameMagic)
+	out = append(out, 0x00, 0x38) // descriptor; window 1<<(10+7)
+	for {
+		n := min(len(body), zstdMaxBlock)
+		h := uint32(n) << 3
+		if n == len(body) {
+			h |= 1
+		}
+		out = append(out, byte(h), byte(h>>8), byte(h>>16))
+		out = append(out, body[:n]...)
+		if body = body[n:]; len(body) == 0 && h&1 == 1 {
+			return out
+		}
+	}
+}
+
+// storedFrameBody returns the body of a stored frame as appendStoredFrame
+// writes it, without a copy when it is one block; ok is false for any
+// other frame (the zstd decoder reads those).
+func storedFrameBody(f []byte) (body []byte, ok bool) {
+	if len(f) < zstdStoredFrameLen || binary.LittleEndian.Uint32(f) != zstdFrameMagic || f[4] != 0x00 || f[5] != 0x38 {
+		return nil, false
+	}
+	f = f[zstdStoredFrameLen:]
+	for first := true; ; first = false {
+		if len(f) < 3 {
+			return nil, false
+		}
+		h := uint32(f[0]) | uint32(f[1])<<8 | uint32(f[2])<<16
+		n := int(h >> 3)
+		if h>>1&3 != 0 || n > zstdMaxBlock || n > len(f)-3 {
+			return nil, false
+		}
+		last := h&1 == 1
+		if first && last {
+			if len(f) != 3+n {
+				return nil, false
+			}
+			return f[3 : 3+n : 3+n], true
+		}
+		if first {
+			body = make([]byte, 0, len(f))
+		}
+		body = append(body, f[3:3+n]...)
+		if f = f[3+n:]; last {
+			return body, len(f) == 0
+		}
+	}
+}
+
 // packBodies holds encode's scratch bodies (each is copied, compressed
 // or not, into the message); bodies above maxPooledBody are let go.
 var packBodies = sync.Pool{New: func() any { return new([]byte) }}
@@ -47,7 +136,7 @@ const maxPooledBody = 8 << 20
 // concurrent use.
 var (
 	zstdEnc, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithEncoderConcurrency(1), zstd.WithZeroFrames(true))
+		zstd.WithEncoderConcurrency(1), zstd.WithZeroFrames(true), zstd.WithEncoderCRC(false))
 	zstdDec, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0),
 		zstd.WithDecoderMaxMemory(maxPackBody), zstd.WithDecoderMaxWindow(8<<20))
 )
@@ -307,21 +396,26 @@ func (w *PackWriter) Encode(commit *PackCommit, txn uint64, hint *PackHint) []by
 	}
 	// Room for the body as it is: an incompressible body's frame (a
 	// little larger) is kept or dropped without growing out.
-	out := make([]byte, 2, len(body)+len(body)/128+64)
-	out[0] = packMagic
+	out := make([]byte, packEnvelopeLen, packEnvelopeLen+len(body)+MaxPackOverhead(len(body)))
+	out[0], out[1] = packMagic, packCodecZstd
+	binary.LittleEndian.PutUint32(out[2:], packEnvelopeMagic)
+	binary.LittleEndian.PutUint32(out[6:], packEnvelopeSize)
+	out[10] = packVersion
+	compressed := false
 	if len(body) >= 64 && hint.try() {
 		zstdTries.Add(1)
-		out[1] = packCodecZstd
 		out = zstdEnc.EncodeAll(body, out)
-		ok := len(out)-2 <= len(body)-len(body)/16
-		hint.result(ok)
-		if ok {
-			return out
+		compressed = len(out)-packEnvelopeLen <= len(body)-len(body)/16
+		hint.result(compressed)
+		if !compressed {
+			out = out[:packEnvelopeLen]
 		}
-		out = out[:2]
 	}
-	out[1] = packCodecNone
-	return append(out, body...)
+	if !compressed {
+		out = appendStoredFrame(out, body)
+	}
+	binary.LittleEndian.PutUint32(out[11:], crc32.Checksum(out[packEnvelopeLen:], castagnoli))
+	return out
 }
 
 // isPack tells a layout-2 message from a layout-1 commit record.
@@ -330,7 +424,12 @@ func isPack(b []byte) bool { return len(b) > 0 && b[0] == packMagic }
 // decodedPack is a decoded pack: its events in order and, when it ends a
 // transaction, its commit record.
 type decodedPack struct {
-	commit *PackCommit
+	// version is the pack's version (1: before the checksum), codec its
+	// second byte, kind the body's first field.
+	version int
+	codec   byte
+	kind    uint64
+	commit  *PackCommit
 	// txn is the transaction the events belong to.
 	txn    uint64
 	events []localstream.Record
@@ -340,23 +439,14 @@ type decodedPack struct {
 // is checked against the bytes left, so corrupt input is an error, never
 // a panic or an allocation beyond the message's size.
 func decodePack(stream string, b []byte) (decodedPack, error) {
-	if len(b) < 2 || b[0] != packMagic {
-		return decodedPack{}, fmt.Errorf("%w: not a pack", ErrCorruptRecord)
-	}
-	body := b[2:]
-	switch b[1] {
-	case packCodecNone:
-	case packCodecZstd:
-		var err error
-		if body, err = zstdDec.DecodeAll(body, nil); err != nil {
-			return decodedPack{}, fmt.Errorf("%w: pack: %v", ErrCorruptRecord, err)
-		}
-	default:
-		return decodedPack{}, fmt.Errorf("%w: pack codec %d", ErrCorruptRecord, b[1])
+	version, body, err := openPack(b)
+	if err != nil {
+		return decodedPack{}, err
 	}
 	d := packDecoder{b: body}
-	var out decodedPack
-	switch kind := d.uvarint(); kind {
+	out := decodedPack{version: version, codec: b[1]}
+	out.kind = d.uvarint()
+	switch kind := out.kind; kind {
 	case packFlagCommit, packFlagCommitChain:
 		c := d.commit(stream)
 		if d.err == nil && kind != packFlagCommit {
@@ -368,7 +458,7 @@ func decodePack(stream string, b []byte) (decodedPack, error) {
 			d.fail("part's txn")
 		}
 	default:
-		return decodedPack{}, fmt.Errorf("%w: pack flags", ErrCorruptRecord)
+		return decodedPack{}, fmt.Errorf("%w: pack kind %d", ErrCorruptRecord, kind)
 	}
 	nstrs := d.count(1)
 	strs := make([]string, 0, nstrs)
@@ -430,6 +520,47 @@ func decodePack(stream string, b []byte) (decodedPack, error) {
 		return decodedPack{}, fmt.Errorf("%w: pack has %d trailing bytes", ErrCorruptRecord, len(d.b))
 	}
 	return out, nil
+}
+
+// openPack checks a pack's magic, codec and, from version 2, its
+// envelope and checksum, and returns its version and body.
+func openPack(b []byte) (version int, body []byte, err error) {
+	if len(b) < 2 || b[0] != packMagic {
+		return 0, nil, fmt.Errorf("%w: not a pack", ErrCorruptRecord)
+	}
+	switch b[1] {
+	case packCodecNone:
+		return 1, b[2:], nil
+	case packCodecZstd:
+	default:
+		return 0, nil, fmt.Errorf("%w: pack codec %d", ErrCorruptRecord, b[1])
+	}
+	frames, version := b[2:], 1
+	if len(frames) >= 4 && binary.LittleEndian.Uint32(frames)&^0xF == packEnvelopeMagic&^0xF {
+		// Version 1 packs have no skippable frame: one that is not the
+		// envelope is a changed envelope, not to be skipped.
+		if len(frames) < 8+packEnvelopeSize || binary.LittleEndian.Uint32(frames) != packEnvelopeMagic {
+			return 0, nil, fmt.Errorf("%w: pack envelope damaged (% x)", ErrCorruptRecord, frames[:min(len(frames), 8)])
+		}
+		if version = int(frames[8]); version != packVersion {
+			return 0, nil, fmt.Errorf("%w: pack version %d (this reader knows 1 and 2)", ErrCorruptRecord, version)
+		}
+		if size := binary.LittleEndian.Uint32(frames[4:]); size != packEnvelopeSize {
+			return 0, nil, fmt.Errorf("%w: pack envelope of %d bytes, version 2 has %d", ErrCorruptRecord, size, packEnvelopeSize)
+		}
+		want := binary.LittleEndian.Uint32(frames[9:])
+		frames = frames[8+packEnvelopeSize:]
+		if got := crc32.Checksum(frames, castagnoli); got != want {
+			return 0, nil, fmt.Errorf("%w: stored %08x, computed %08x over %d bytes", ErrPackChecksum, want, got, len(frames))
+		}
+	}
+	if body, ok := storedFrameBody(frames); ok {
+		return version, body, nil
+	}
+	if body, err = zstdDec.DecodeAll(frames, nil); err != nil {
+		return 0, nil, fmt.Errorf("%w: pack: %v", ErrCorruptRecord, err)
+	}
+	return version, body, nil
 }
 
 // packDecoder reads varints and strings; the first error sticks.

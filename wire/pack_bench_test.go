@@ -63,3 +63,40 @@ func BenchmarkPackEncode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPackDecode decodes one pack of 1,000 harness-shaped events
+// ("random", "json") or of four 256 KiB video chunks ("video"), as a
+// reader or the unpack service does; ns/op is per pack, MB/s of payload.
+func BenchmarkPackDecode(b *testing.B) {
+	for _, payload := range []string{"random", "json", "video"} {
+		b.Run(payload, func(b *testing.B) {
+			var recs []localstream.Record
+			if payload == "video" {
+				recs = harnessRecords(4, "random")
+				rng := rand.New(rand.NewPCG(5, 6))
+				for i := range recs {
+					recs[i].Payload = make([]byte, 256<<10)
+					for j := range recs[i].Payload {
+						recs[i].Payload[j] = byte(rng.Uint32())
+					}
+				}
+			} else {
+				recs = harnessRecords(1000, payload)
+			}
+			w := NewPackWriter()
+			var n int64
+			for i := range recs {
+				w.Add(&recs[i])
+				n += int64(len(recs[i].Payload))
+			}
+			pack := w.Encode(testCommit(), 42, &PackHint{})
+			b.SetBytes(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := decodePack("telemetry", pack); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

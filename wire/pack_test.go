@@ -100,7 +100,7 @@ func TestPackRoundTrip(t *testing.T) {
 				if len(p.events) != n || n > 0 && !reflect.DeepEqual(p.events, recs) {
 					t.Fatalf("n=%d random=%v: events differ\n got %+v\nwant %+v", n, random, p.events, recs)
 				}
-				if body := w.Size(); n >= 500 && !random && b[1] != packCodecZstd {
+				if body := w.Size(); n >= 500 && !random && !isCompressed(b) {
 					t.Errorf("n=%d JSON not compressed (%d bytes)", n, body)
 				}
 			}
@@ -165,18 +165,23 @@ func TestDecodePackRejects(t *testing.T) {
 	good := w.Encode(testCommit(), 42, nil)
 	raw := append([]byte{packMagic, packCodecNone}, mustBody(t, good)...)
 	cases := map[string][]byte{
-		"empty":         nil,
-		"magic only":    {packMagic},
-		"bad codec":     {packMagic, 9, 0},
-		"bad zstd":      {packMagic, packCodecZstd, 1, 2, 3},
-		"truncated":     raw[:len(raw)-1],
-		"trailing":      append(bytes.Clone(raw), 0),
-		"bad flags":     {packMagic, packCodecNone, 7},
-		"part txn 0":    {packMagic, packCodecNone, packFlagPart, 0, 0, 0},
-		"huge count":    {packMagic, packCodecNone, packFlagPart, 1, 0, 0xff, 0xff, 0xff, 0x7f},
-		"string index":  {packMagic, packCodecNone, packFlagPart, 1, 0, 1, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-		"not a pack":    []byte(`{"agent":"a"}`),
-		"commit no cut": append([]byte{packMagic, packCodecNone, packFlagCommit, 1, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0),
+		"empty":          nil,
+		"magic only":     {packMagic},
+		"bad codec":      {packMagic, 9, 0},
+		"bad zstd":       {packMagic, packCodecZstd, 1, 2, 3},
+		"truncated":      raw[:len(raw)-1],
+		"trailing":       append(bytes.Clone(raw), 0),
+		"bad flags":      {packMagic, packCodecNone, 7},
+		"part txn 0":     {packMagic, packCodecNone, packFlagPart, 0, 0, 0},
+		"huge count":     {packMagic, packCodecNone, packFlagPart, 1, 0, 0xff, 0xff, 0xff, 0x7f},
+		"string index":   {packMagic, packCodecNone, packFlagPart, 1, 0, 1, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"not a pack":     []byte(`{"agent":"a"}`),
+		"commit no cut":  append([]byte{packMagic, packCodecNone, packFlagCommit, 1, 0, 0, 0, 0, 0}, 0, 0, 0, 0, 0),
+		"bad checksum":   withByte(good, len(good)-1, good[len(good)-1]^1),
+		"version 3":      withByte(good, 10, 3),
+		"short envelope": withByte(good, 6, 4),
+		"long envelope":  withByte(good, 9, 1),
+		"envelope only":  good[:packEnvelopeLen],
 	}
 	for name, b := range cases {
 		if _, err := decodePack("telemetry", b); err == nil {
@@ -185,13 +190,17 @@ func TestDecodePackRejects(t *testing.T) {
 	}
 }
 
+// withByte is b with byte i set to x.
+func withByte(b []byte, i int, x byte) []byte {
+	c := bytes.Clone(b)
+	c[i] = x
+	return c
+}
+
 // mustBody returns a pack's uncompressed body.
 func mustBody(t testing.TB, b []byte) []byte {
 	t.Helper()
-	if b[1] == packCodecNone {
-		return b[2:]
-	}
-	body, err := zstdDec.DecodeAll(b[2:], nil)
+	_, body, err := openPack(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +221,7 @@ func FuzzDecodePack(f *testing.F) {
 	f.Add(NewPackWriter().Encode(testCommit(), 42, nil))
 	f.Add(w.Encode(testChainCommit(), 42, nil))
 	f.Add([]byte{packMagic, packCodecNone, packFlagPart, 1, 0, 0})
+	f.Add(append([]byte{packMagic, packCodecZstd}, zstdEnc.EncodeAll(mustBody(f, w.Encode(testCommit(), 42, nil)), nil)...)) // version 1
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := decodePack("telemetry", b)
 		if err != nil {
@@ -258,8 +268,8 @@ func TestPackHintSkipsIncompressible(t *testing.T) {
 	tries := zstdTries.Load()
 	for range 300 {
 		with, without := pack(true, &hint), pack(true, nil)
-		if !bytes.Equal(with, without) || with[1] != packCodecNone {
-			t.Fatalf("random payloads: %d bytes (codec %d) with the hint, %d without", len(with), with[1], len(without))
+		if !bytes.Equal(with, without) || isCompressed(with) {
+			t.Fatalf("random payloads: %d bytes (compressed %v) with the hint, %d without", len(with), isCompressed(with), len(without))
 		}
 	}
 	// 300 without the hint, and 1 + log2 of the skips up to 64, then
@@ -270,7 +280,7 @@ func TestPackHintSkipsIncompressible(t *testing.T) {
 	raw, compressed := 0, 0
 	for i := range 200 {
 		b := pack(false, &hint)
-		if b[1] == packCodecZstd {
+		if isCompressed(b) {
 			compressed++
 			continue
 		}
@@ -300,14 +310,7 @@ func TestStationPackReadAsKindThree(t *testing.T) {
 	}
 	c := testStationCommit(false)
 	b := w.Encode(c, 42, nil)
-	body := b[2:]
-	if b[1] == packCodecZstd {
-		var err error
-		if body, err = zstdDec.DecodeAll(body, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := packDecoder{b: body}
+	d := packDecoder{b: mustBody(t, b)}
 	if kind := d.uvarint(); kind != packFlagCommitChain {
 		t.Fatalf("kind %d, want %d", kind, packFlagCommitChain)
 	}
