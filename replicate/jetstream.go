@@ -211,7 +211,7 @@ func (s *JetStreamSink) Prepare(ctx context.Context, stream string) error {
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		st, err = js.CreateStream(ctx, jetstream.StreamConfig{
 			Name:               name,
-			Description:        "edge-agent stream " + stream + " (layout: docs/sync.md of edge-agent)",
+			Description:        "edge-agent stream " + stream + " (format: docs/central-format.md of edge-agent)",
 			Subjects:           []string{subj},
 			Storage:            jetstream.FileStorage,
 			Replicas:           s.opts.Replicas,
