@@ -1,0 +1,135 @@
+package specreader
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const goldenDir = "../../testdata/central-format"
+
+// golden is one vector: its pack and the JSON the agent's decoder wrote.
+type golden struct {
+	name       string
+	pack, json []byte
+	subject    string
+}
+
+func vectors(t testing.TB) []golden {
+	packs, err := filepath.Glob(filepath.Join(goldenDir, "*.pack"))
+	if err != nil || len(packs) < 20 {
+		t.Fatalf("%d golden packs in %s: %v", len(packs), goldenDir, err)
+	}
+	var out []golden
+	for _, p := range packs {
+		g := golden{name: filepath.Base(p)}
+		if g.pack, err = os.ReadFile(p); err != nil {
+			t.Fatal(err)
+		}
+		if g.json, err = os.ReadFile(strings.TrimSuffix(p, ".pack") + ".json"); err != nil {
+			t.Fatal(err)
+		}
+		var s struct{ Subject string }
+		if err := json.Unmarshal(g.json, &s); err != nil {
+			t.Fatal(err)
+		}
+		g.subject = s.Subject
+		out = append(out, g)
+	}
+	return out
+}
+
+// generic parses JSON keeping numbers exact.
+func generic(t testing.TB, b []byte) any {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestGoldenVectors: this reader, written from docs/central-format.md
+// alone, reads every golden pack (version 1 and 2) to the JSON the agent's
+// decoder wrote.
+func TestGoldenVectors(t *testing.T) {
+	versions := map[int]int{}
+	for _, g := range vectors(t) {
+		p, err := Decode(g.subject, g.pack)
+		if err != nil {
+			t.Errorf("%s: %v", g.name, err)
+			continue
+		}
+		versions[p.Version]++
+		got, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(generic(t, got), generic(t, g.json)) {
+			t.Errorf("%s: decodes differently\n got %.800s\nwant %.800s", g.name, got, g.json)
+		}
+	}
+	if versions[1] < 10 || versions[2] < 10 {
+		t.Fatalf("versions read: %v", versions)
+	}
+}
+
+// TestCorruptPackRefused: a changed byte after the envelope is refused by
+// the checksum, one in the envelope or header by its fixed value.
+func TestCorruptPackRefused(t *testing.T) {
+	for _, g := range vectors(t) {
+		if strings.HasPrefix(g.name, "v1-") {
+			continue
+		}
+		for i := 0; i < len(g.pack); i += max(1, len(g.pack)/200) {
+			c := bytes.Clone(g.pack)
+			c[i] ^= 0x10
+			_, err := Decode(g.subject, c)
+			if err == nil || i >= 15 && !errors.Is(err, ErrChecksum) {
+				t.Fatalf("%s: byte %d changed: %v", g.name, i, err)
+			}
+		}
+	}
+}
+
+// FuzzDecode: arbitrary bytes never panic the reader.
+func FuzzDecode(f *testing.F) {
+	for _, g := range vectors(f) {
+		if len(g.pack) < 8<<10 {
+			f.Add(g.subject, g.pack)
+		}
+	}
+	f.Fuzz(func(t *testing.T, subject string, b []byte) {
+		p, err := Decode(subject, b)
+		if err == nil && p.Kind == kindPart && p.Commit != nil {
+			t.Fatal("a part with a commit record")
+		}
+	})
+}
+
+// TestNoProjectImports: the reader owes nothing to the agent's code.
+func TestNoProjectImports(t *testing.T) {
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pkgs {
+		for name, f := range p.Files {
+			for _, imp := range f.Imports {
+				path, _ := strconv.Unquote(imp.Path.Value)
+				if strings.HasPrefix(path, "github.com/edge-agent/") {
+					t.Errorf("%s imports %s", name, path)
+				}
+			}
+		}
+	}
+}
