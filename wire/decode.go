@@ -7,7 +7,7 @@ import (
 )
 
 // DecodeMessage decodes one message of a central stream written in
-// either layout (see the package doc), for consumers that read the
+// either layout (docs/central-format.md), for consumers that read the
 // JetStream stream themselves: its events in order (layout 2: every
 // event of the pack; layout 1: the one event of a data subject) and, for
 // a message on a cut subject, the commit record that ends the

@@ -23,7 +23,7 @@ import (
 // "Golden vectors"): testdata/central-format/NAME.pack is a pack as the
 // agent writes it today, NAME.json what it decodes to; v1-NAME.pack is
 // the same content written by the agent before the checksum (version 1,
-// commit 07abcc1's encoder; -update never rewrites those).
+// commit c8cb2ef's encoder; -update never rewrites those).
 //
 //	go test ./wire -run TestGoldenVectors -update
 var update = flag.Bool("update", false, "rewrite testdata/central-format from the encoder")

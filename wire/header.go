@@ -8,7 +8,7 @@ import (
 // Header values travel byte-exact although NATS alters some: nats.go
 // trims surrounding white space and turns CR and LF into spaces. A value
 // that NATS would alter, or that could be mistaken for an encoded one, is
-// sent percent-encoded behind a '%' prefix (see the package doc):
+// sent percent-encoded behind a '%' prefix (docs/central-format.md):
 //
 //	plain   no byte < 0x20 or = 0x7F, no leading or trailing space,
 //	        not starting with '%'                     → sent as it is

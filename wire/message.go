@@ -11,7 +11,7 @@ import (
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
-// Header names of data messages (see the package doc).
+// Header names of data messages (docs/central-format.md).
 const (
 	HdrSegment        = "Edge-Segment"
 	HdrOffset         = "Edge-Offset"

@@ -9,7 +9,7 @@ import (
 
 const hexDigits = "0123456789ABCDEF"
 
-// EscapeToken turns s into a valid NATS subject token (see the package doc).
+// EscapeToken turns s into a valid NATS subject token (docs/central-format.md).
 func EscapeToken(s string) string {
 	if s == "" {
 		return "%"
@@ -148,7 +148,7 @@ func CutSubject(stream, agent string) string {
 }
 
 // PartSubject is the subject of the leading message of a layout-2
-// transaction split in two (see the package doc).
+// transaction split in two (docs/central-format.md).
 func PartSubject(stream, agent string) string {
 	return "edge." + stream + "." + EscapeToken(agent) + ".part"
 }
