@@ -19,7 +19,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/devices"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/procs"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -122,7 +122,7 @@ func TestEndpointsAndRestart(t *testing.T) {
 	a, cancel, done := startAgent(t, cfg)
 	base := "http://" + a.HTTPAddr()
 
-	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: 2500 * time.Millisecond})
+	sim, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: 2500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestEndpointsAndRestart(t *testing.T) {
 	if a2.ID() != id {
 		t.Fatalf("agent id changed across restart: %s → %s", id, a2.ID())
 	}
-	sim2, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second, FirstSeq: 1000})
+	sim2, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second, FirstSeq: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestCentralAwayAtStart(t *testing.T) {
 	cfg.Central.URL = "nats://" + centralAddr
 	a, cancel, done := startAgent(t, cfg)
 	defer func() { cancel(); <-done }()
-	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second})
+	sim, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/centralread"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -85,7 +85,7 @@ func TestBadClocksEndToEnd(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: n, DronePrefix: prefix,
+			res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: n, DronePrefix: prefix,
 				ClientPrefix: "sim-" + prefix, Rate: 20, Duration: 3 * time.Second,
 				Now: func() time.Time { return time.Now().Add(off) }})
 			if err != nil {

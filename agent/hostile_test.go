@@ -23,6 +23,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
@@ -146,10 +147,10 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	for _, ssrc := range goodVideo {
 		go func() { videoErr <- sendLooped(rtpAddr, pkts, ssrc, loops) }()
 	}
-	simRes := make(chan telemetry.SimResult, 1)
+	simRes := make(chan mqttsim.Result, 1)
 	simErr := make(chan error, 1)
 	go func() {
-		res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, DronePrefix: "good-",
+		res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, DronePrefix: "good-",
 			ClientPrefix: "good-sim-", Rate: 20, Duration: dur, Window: 1, NoStatus: true})
 		simRes <- res
 		simErr <- err
@@ -343,7 +344,7 @@ func goodFrames(tb testing.TB, recs []localstream.Record, ssrcs []uint32) int {
 func verifySeqs(recs []localstream.Record, want map[string]uint64) string {
 	next := map[string]uint64{}
 	for _, rec := range recs {
-		var m telemetry.Telemetry
+		var m mqttsim.Telemetry
 		if err := json.Unmarshal(rec.Payload, &m); err != nil || m.Drone != rec.RoutingKey {
 			return fmt.Sprintf("record %s of %s: %v", rec.Position, rec.RoutingKey, err)
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -197,7 +198,7 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 	sims := make(chan simOutcome, 2)
 	for _, g := range []struct{ url, prefix string }{{brk.URL(), "good-broker-"}, {"tcp://" + r.listen, "good-listen-"}} {
 		go func() {
-			res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: g.url, Drones: 1, DronePrefix: g.prefix,
+			res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: g.url, Drones: 1, DronePrefix: g.prefix,
 				ClientPrefix: g.prefix + "sim-", Rate: 20, Duration: total, Window: 1, NoStatus: true})
 			sims <- simOutcome{res, err}
 		}()
@@ -337,7 +338,7 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 }
 
 type simOutcome struct {
-	res telemetry.SimResult
+	res mqttsim.Result
 	err error
 }
 
@@ -449,7 +450,7 @@ func newDelayLog(st *localstream.Stream, good func(localstream.Record) bool) *de
 			if !good(rec) {
 				continue
 			}
-			var m telemetry.Telemetry
+			var m mqttsim.Telemetry
 			if json.Unmarshal(rec.Payload, &m) != nil {
 				continue
 			}

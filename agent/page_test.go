@@ -16,7 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/edge-agent/edge-agent/broker"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 )
 
 // chromium finds Debian's headless browser (.ci/run installs it).
@@ -63,7 +63,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	base := "http://" + a.HTTPAddr()
 
-	sim, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 3, Rate: 100, Count: 40})
+	sim, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 3, Rate: 100, Count: 40})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +209,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// the drones fly again (rates and online drones in the screenshot).
 	live := make(chan error, 1)
 	go func() {
-		_, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 3, Rate: 20, Duration: 6 * time.Second})
+		_, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 3, Rate: 20, Duration: 6 * time.Second})
 		live <- err
 	}()
 	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](

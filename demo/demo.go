@@ -15,7 +15,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/devices"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -162,13 +162,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	fmt.Fprintf(out, "agent %s: RTP %s, HTTP http://%s (/status, /metrics)\n", a.ID(), a.VideoAddr(), a.HTTPAddr())
 
 	// Drones: telemetry simulators and replayed video, with live progress.
-	var sim telemetry.SimResult
+	var sim mqttsim.Result
 	var simErr error
 	videoSent := make([]replay.Summary, o.VideoDrones)
 	videoErr := make([]error, o.VideoDrones)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		sim, simErr = telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: o.Drones, Rate: o.Rate,
+		sim, simErr = mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: o.Drones, Rate: o.Rate,
 			Duration: o.Duration, ClientPrefix: "demo-sim"})
 	})
 	for i := range o.VideoDrones {

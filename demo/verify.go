@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/centralread"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -108,7 +108,7 @@ func (r *Report) Print(w io.Writer) {
 }
 
 // verify compares the local store of the stopped agent with the centre.
-func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string, sim telemetry.SimResult, sent []replay.Summary) (*Report, error) {
+func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string, sim mqttsim.Result, sent []replay.Summary) (*Report, error) {
 	rep := &Report{TelemetryPublished: sim.Published, ClipFrames: -1}
 	for _, s := range sent {
 		rep.VideoPacketsSent += s.Packets
@@ -235,13 +235,13 @@ func checkStream(name string, local []localstream.Record, items []centralread.It
 }
 
 // checkTelemetry checks each simulated message (drone, seq) arrived exactly once, in order.
-func checkTelemetry(rep *Report, sim telemetry.SimResult, items []centralread.Item) {
+func checkTelemetry(rep *Report, sim mqttsim.Result, items []centralread.Item) {
 	got := map[string][]uint64{}
 	for _, it := range items {
 		if it.Kind != centralread.ItemEvent || it.Event.Record.Flags.Has(localstream.FlagGap) {
 			continue
 		}
-		var m telemetry.Telemetry
+		var m mqttsim.Telemetry
 		if json.Unmarshal(it.Event.Record.Payload, &m) != nil || m.Drone == "" {
 			continue // status messages and other payloads
 		}

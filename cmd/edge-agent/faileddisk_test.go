@@ -20,7 +20,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 )
 
 // loopExt4 is an ext4 filesystem in an image file on a loop device.
@@ -176,9 +176,9 @@ func TestFailingDisk(t *testing.T) {
 devices: {disk: {retain_below: 32MiB, shed_below: 16MiB, interval: 200ms}}`)
 		cmd := r.start()
 
-		sim := make(chan telemetry.SimResult, 1)
+		sim := make(chan mqttsim.Result, 1)
 		go func() {
-			res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 200,
+			res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 200,
 				Duration: 4 * time.Second, NoStatus: true, DronePrefix: "fail-"})
 			if err != nil {
 				t.Error(err)
@@ -259,9 +259,9 @@ func TestRemovedDataDir(t *testing.T) {
 				cfgPath: filepath.Join(dir, "agent.yaml"), broker: brk.URL(), central: csrv.ClientURL()}
 			r.writeConfig("", "")
 			cmd := r.start()
-			sim := make(chan telemetry.SimResult, 1)
+			sim := make(chan mqttsim.Result, 1)
 			go func() {
-				res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 200,
+				res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 200,
 					Duration: 3 * time.Second, NoStatus: true, DronePrefix: "rm-" + name + "-"})
 				if err != nil {
 					t.Error(err)
@@ -347,7 +347,7 @@ func (r *shutdownRig) termFailed(cmd *exec.Cmd, state string) {
 // waitCentre waits until every message of res is at the centre under
 // agent id, and fails the test if more than maxDup are there twice (or
 // one three times) or some are still missing after 60 s.
-func waitCentre(t *testing.T, url, id string, res telemetry.SimResult, maxDup int) {
+func waitCentre(t *testing.T, url, id string, res mqttsim.Result, maxDup int) {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -362,7 +362,7 @@ func waitCentre(t *testing.T, url, id string, res telemetry.SimResult, maxDup in
 		}
 		seen := map[string]int{}
 		for _, it := range items {
-			var m telemetry.Telemetry
+			var m mqttsim.Telemetry
 			if it.Kind == centralread.ItemEvent && json.Unmarshal(it.Event.Record.Payload, &m) == nil {
 				seen[fmt.Sprintf("%s/%d", m.Drone, m.Seq)]++
 			}

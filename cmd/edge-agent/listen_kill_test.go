@@ -20,7 +20,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 )
 
 // orderedStore is paho's memory store whose All lists the outbound
@@ -69,7 +69,7 @@ func (p *killPub) run(n int) error {
 	for _, d := range p.drones {
 		wg.Go(func() {
 			for seq := 1; seq <= n; seq++ {
-				b, _ := json.Marshal(telemetry.Telemetry{Drone: d, Seq: uint64(seq), Timestamp: time.Now().UnixMilli()})
+				b, _ := json.Marshal(mqttsim.Telemetry{Drone: d, Seq: uint64(seq), Timestamp: time.Now().UnixMilli()})
 				p.sent.Add(1)
 				tok := p.c.Publish("drones/"+d+"/telemetry", 1, false, b)
 				if !tok.WaitTimeout(2 * time.Minute) {
@@ -194,14 +194,14 @@ central: {url: ""}
 	next := map[string]int{}
 	seqs := map[string][]int{}
 	for _, r := range recs {
-		var m telemetry.Telemetry
+		var m mqttsim.Telemetry
 		if err := json.Unmarshal(r.Payload, &m); err != nil {
 			t.Fatal(err)
 		}
 		seqs[m.Drone] = append(seqs[m.Drone], int(m.Seq))
 	}
 	for _, r := range recs {
-		var m telemetry.Telemetry
+		var m mqttsim.Telemetry
 		json.Unmarshal(r.Payload, &m)
 		if int(m.Seq) != next[m.Drone]+1 {
 			s := seqs[m.Drone]

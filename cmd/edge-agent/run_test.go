@@ -19,7 +19,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -129,7 +129,7 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 
 	// 1. SIGTERM after a flight: exit 0, final commit made.
 	cmd := startRun(t, cfgPath, httpPort)
-	if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second}); err != nil {
+	if _, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 50, Duration: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -142,7 +142,7 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 	cmd = startRun(t, cfgPath, httpPort)
 	simDone := make(chan error, 1)
 	go func() {
-		_, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Rate: 100, Duration: 2 * time.Second, FirstSeq: 1000})
+		_, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 100, Duration: 2 * time.Second, FirstSeq: 1000})
 		simDone <- err
 	}()
 	time.Sleep(time.Second)
@@ -195,7 +195,7 @@ func checkCentre(t *testing.T, dir, url string) {
 			if it.Kind != centralread.ItemEvent {
 				continue
 			}
-			var m telemetry.Telemetry
+			var m mqttsim.Telemetry
 			if st.Name() == "telemetry" && json.Unmarshal(it.Event.Record.Payload, &m) == nil {
 				key := fmt.Sprintf("%s/%d", m.Drone, m.Seq)
 				if msgs[key] {

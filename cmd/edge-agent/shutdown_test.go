@@ -19,7 +19,7 @@ import (
 	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 )
 
 // shutdownBound is what SIGTERM may take beyond central.shutdown_timeout
@@ -240,7 +240,7 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		} else {
 			t.Logf("/healthz: %d %s", code, body)
 		}
-		res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Count: 20, Rate: 200, NoStatus: true})
+		res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Count: 20, Rate: 200, NoStatus: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		r := newShutdownRig(t, brk.URL(), "nats://"+nobody)
 		r.writeConfig("", "")
 		cmd := r.start()
-		if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 2, Count: 10, Rate: 200, NoStatus: true, FirstSeq: 100}); err != nil {
+		if _, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Count: 10, Rate: 200, NoStatus: true, FirstSeq: 100}); err != nil {
 			t.Fatal(err)
 		}
 		r.waitStatus("telemetry stored while the centre is away", func(s agent.Status) bool {
@@ -305,7 +305,7 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		cmd := r.start()
 		fillTo(t, r.dir, 4<<20) // the store refuses: the lanes fill up behind it
 		r.waitStatus("the store's floor", func(s agent.Status) bool { return s.Store.BelowFloor })
-		if _, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 1, Count: 50, Rate: 1000, NoStatus: true, FirstSeq: 200}); err != nil {
+		if _, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 1, Count: 50, Rate: 1000, NoStatus: true, FirstSeq: 200}); err != nil {
 			t.Fatal(err)
 		}
 		r.waitStatus("a full telemetry queue", func(s agent.Status) bool {
@@ -317,12 +317,12 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 
 // checkHeld opens the stopped agent's store and checks that every message
 // the simulator published is stored exactly once.
-func checkHeld(t *testing.T, dir string, res telemetry.SimResult) {
+func checkHeld(t *testing.T, dir string, res mqttsim.Result) {
 	t.Helper()
 	recs := storedRecords(t, filepath.Join(dir, "store"))
 	seen := map[string]int{}
 	for _, rec := range recs {
-		var m telemetry.Telemetry
+		var m mqttsim.Telemetry
 		if json.Unmarshal(rec.Payload, &m) == nil {
 			seen[fmt.Sprintf("%s/%d", m.Drone, m.Seq)]++
 		}

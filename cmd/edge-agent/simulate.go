@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/replay"
 )
 
@@ -26,7 +26,7 @@ func init() {
 // runSimulate publishes telemetry for N drones and prints what was published.
 func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("simulate", stderr)
-	var cfg telemetry.SimConfig
+	var cfg mqttsim.Config
 	fs.StringVar(&cfg.Broker, "mqtt-broker", "tcp://127.0.0.1:1883", "MQTT broker URL")
 	fs.IntVar(&cfg.Drones, "drones", 3, "number of drones")
 	fs.Float64Var(&cfg.Rate, "rate", 10, "messages per second per drone (0 = as fast as the broker acks)")
@@ -103,7 +103,7 @@ func runSimulate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	fmt.Fprintf(stdout, "simulate: %d drone(s) -> %s, %.1f Hz, qos %d\n", cfg.Drones, cfg.Broker, cfg.Rate, q)
-	res, err := telemetry.Simulate(ctx, cfg)
+	res, err := mqttsim.Simulate(ctx, cfg)
 	names := make([]string, 0, len(res.Drones))
 	for n := range res.Drones {
 		names = append(names, n)

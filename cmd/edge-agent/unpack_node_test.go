@@ -20,7 +20,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/centralread"
-	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/unpack"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -145,7 +145,7 @@ central: {url: %q, shutdown_timeout: 10s}
 devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 `, filepath.Join(dir, "agent"), httpPort, brk.URL(), centralURL)), 0o644)
 	agent := startRun(t, cfgPath, httpPort)
-	res, err := telemetry.Simulate(ctx, telemetry.SimConfig{Broker: brk.URL(), Drones: 3, DronePrefix: "drone.", Rate: 40, Duration: 2 * time.Second, NoStatus: true})
+	res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 3, DronePrefix: "drone.", Rate: 40, Duration: 2 * time.Second, NoStatus: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 	seen := map[string]uint64{} // drone → last seq
 	for i, l := range got {
 		s := src[i]
-		var m telemetry.Telemetry
+		var m mqttsim.Telemetry
 		if err := json.Unmarshal([]byte(l.Data), &m); err != nil {
 			t.Fatalf("message %d: payload %q: %v", i, l.Data, err)
 		}

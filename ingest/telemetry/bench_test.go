@@ -13,6 +13,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 )
 
 // benchMsgs is the messages per drone of one benchmark pass (EDGE_BENCH_MSGS).
@@ -99,7 +100,7 @@ func livePass(b *testing.B, br *broker.Broker, c consumer, client string) float6
 	defer dropSession(b, br.URL(), client)
 	defer stop()
 	start := time.Now()
-	if _, err := Simulate(context.Background(), SimConfig{Broker: br.URL(), Drones: benchDrones, Count: benchMsgs(),
+	if _, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: br.URL(), Drones: benchDrones, Count: benchMsgs(),
 		Window: 64, NoStatus: true, ClientPrefix: client + "-sim-"}); err != nil {
 		b.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func livePass(b *testing.B, br *broker.Broker, c consumer, client string) float6
 func drainPass(b *testing.B, br *broker.Broker, c consumer, client string) float64 {
 	total := uint64(benchDrones * benchMsgs())
 	subscribeOnce(b, br.URL(), client, "drones/+/telemetry/#")
-	if _, err := Simulate(context.Background(), SimConfig{Broker: br.URL(), Drones: benchDrones, Count: benchMsgs(),
+	if _, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: br.URL(), Drones: benchDrones, Count: benchMsgs(),
 		Window: 64, NoStatus: true, ClientPrefix: client + "-sim-"}); err != nil {
 		b.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -144,12 +145,12 @@ func TestAgentKilledWhilePublishing(t *testing.T) {
 
 	const drones = 4
 	perDrone := 600 * kills
-	var res SimResult
+	var res mqttsim.Result
 	simDone := make(chan struct{})
 	go func() {
 		defer close(simDone)
 		var err error
-		res, err = Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: perDrone,
+		res, err = mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: perDrone,
 			Rate: 800, Window: 8, Seed: seed})
 		if err != nil {
 			t.Error(err)
@@ -221,7 +222,7 @@ func TestAgentKilledWhilePublishing(t *testing.T) {
 	defer s.Close()
 	want := map[string]uint64{}
 	for i := 1; i <= drones; i++ {
-		want[SimConfig{}.DroneName(i)] = uint64(perDrone)
+		want[mqttsim.Config{}.DroneName(i)] = uint64(perDrone)
 	}
 	recs := readAll(t, st)
 	if msg := verifyExactlyOnce(recs, want); msg != "" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -33,7 +34,7 @@ func TestDiskFullPausesWithoutLoss(t *testing.T) {
 
 	free.Store(1 << 20) // below the floor
 	time.Sleep(400 * time.Millisecond)
-	res, err := Simulate(context.Background(), SimConfig{Broker: brk.URL(), Drones: 3, Count: 40, Rate: 200, NoStatus: true})
+	res, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: brk.URL(), Drones: 3, Count: 40, Rate: 200, NoStatus: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestStopWhileWaitingForSpace(t *testing.T) {
 	cfg := testConfig(brk.URL(), "agent-diskfull-stop")
 	in, stop := runIngester(t, cfg, s, st, nil)
 	<-in.Subscribed()
-	res, err := Simulate(context.Background(), SimConfig{Broker: brk.URL(), Drones: 2, Count: 20, Rate: 500, NoStatus: true})
+	res, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: brk.URL(), Drones: 2, Count: 20, Rate: 500, NoStatus: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 // Package telemetry captures drone telemetry from an MQTT broker, or from
 // drones publishing straight to its own MQTT 3.1.1 listener, into the local
-// `telemetry` stream, and simulates drones for tests, demos and load.
+// `telemetry` stream. (Simulated drones for tests, demos and load are
+// package mqttsim.)
 //
 // # Data path
 //
@@ -79,12 +80,4 @@
 //   - a full lane makes delivery wait (LaneFullWaits): keep LaneDepth ≥ the
 //     broker's max_inflight_messages;
 //   - a store append error stops Run with ErrStore (restart: nothing acked is lost).
-//
-// # Simulator
-//
-// Simulate publishes, per drone, JSON Telemetry (position on a circular
-// flight path, attitude, speed, battery, `timestamp` in Unix ms and a
-// per-drone `seq` from 1) to <prefix>/<drone>/telemetry at QoS 1, announces
-// "online" (retained) on <prefix>/<drone>/status with a last will of
-// "offline", and sends "offline" when done.
 package telemetry

@@ -5,12 +5,14 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 )
 
 func wantDrones(drones int, n uint64) map[string]uint64 {
 	want := map[string]uint64{}
 	for i := 1; i <= drones; i++ {
-		want[SimConfig{}.DroneName(i)] = n
+		want[mqttsim.Config{}.DroneName(i)] = n
 	}
 	return want
 }
@@ -29,7 +31,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	subscribeOnce(t, b.URL(), cfg.ClientID, "drones/+/telemetry/#", "drones/+/status")
 	const drones, n = 3, 3000
 	ctx := context.Background()
-	if _, err := Simulate(ctx, SimConfig{Broker: b.URL(), Drones: drones, Count: n, Window: 32, NoStatus: true}); err != nil {
+	if _, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Window: 32, NoStatus: true}); err != nil {
 		t.Fatal(err)
 	}
 	in, stop := runIngester(t, cfg, s, st, nil)
@@ -42,7 +44,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	if atRestart >= drones*n {
 		t.Fatal("backlog drained before the restart: the restart proved nothing")
 	}
-	if _, err := Simulate(ctx, SimConfig{Broker: b.URL(), Drones: drones, Count: n, FirstSeq: n + 1, Window: 32, NoStatus: true}); err != nil {
+	if _, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, FirstSeq: n + 1, Window: 32, NoStatus: true}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= 2*drones*n })
@@ -78,7 +80,7 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 	n := 400 * rounds(2)
 	simDone := make(chan error, 1)
 	go func() {
-		_, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: n, Rate: 400, Window: 4, NoStatus: true})
+		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Rate: 400, Window: 4, NoStatus: true})
 		simDone <- err
 	}()
 	cuts := rounds(2)
@@ -128,7 +130,7 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 	const drones, n = 2, 1500
 	simDone := make(chan error, 1)
 	go func() {
-		_, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: n, Rate: 300, Window: 4, NoStatus: true})
+		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Rate: 300, Window: 4, NoStatus: true})
 		simDone <- err
 	}()
 	waitFor(t, 10*time.Second, "flowing", func() bool { return in.Stats().Appended > 200 })

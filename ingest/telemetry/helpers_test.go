@@ -14,6 +14,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -66,7 +67,7 @@ func verifyExactlyOnce(recs []localstream.Record, want map[string]uint64) string
 		if rec.Flags.Has(localstream.FlagGap) {
 			continue
 		}
-		var m Telemetry
+		var m mqttsim.Telemetry
 		if err := json.Unmarshal(rec.Payload, &m); err != nil {
 			return fmt.Sprintf("record %s: not simulator JSON: %v", rec.Position, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 )
 
 // TestIngestInOrderExactlyOnce: several drones through a real mosquitto into
@@ -23,7 +24,7 @@ func TestIngestInOrderExactlyOnce(t *testing.T) {
 		t.Fatal("not subscribed")
 	}
 	const drones, n = 4, 300
-	res, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: n, Window: 16})
+	res, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Window: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestIngestInOrderExactlyOnce(t *testing.T) {
 	}
 	want := map[string]uint64{}
 	for i := 1; i <= drones; i++ {
-		want[SimConfig{}.DroneName(i)] = n
+		want[mqttsim.Config{}.DroneName(i)] = n
 	}
 	if msg := verifyExactlyOnce(readAll(t, st), want); msg != "" {
 		t.Fatal(msg)
@@ -64,7 +65,7 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	cfg := testConfig(b.URL(), "agent-dup")
 	subscribeOnce(t, b.URL(), cfg.ClientID, "drones/+/telemetry/#", "drones/+/status")
 	const n = 200
-	if _, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: 2, Count: n, Window: 8, NoStatus: true}); err != nil {
+	if _, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: 2, Count: n, Window: 8, NoStatus: true}); err != nil {
 		t.Fatal(err)
 	}
 	in1, stop1 := runIngester(t, cfg, s, st, nil)

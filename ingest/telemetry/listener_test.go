@@ -13,6 +13,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -51,7 +52,7 @@ type durableLog struct {
 func (d *durableLog) AppendAsync(ctx context.Context, ev localstream.Event, cb func(localstream.Position, error), opts ...localstream.AppendOption) error {
 	return d.st.AppendAsync(ctx, ev, func(p localstream.Position, err error) {
 		if err == nil {
-			var m Telemetry
+			var m mqttsim.Telemetry
 			if json.Unmarshal(ev.Payload, &m) == nil {
 				d.mu.Lock()
 				d.seen[fmt.Sprintf("%s/%d", m.Drone, m.Seq)]++
@@ -99,7 +100,7 @@ func (p *listenPub) publish(first, last uint64, acked func(drone string, seq uin
 	for _, d := range p.drones {
 		wg.Go(func() {
 			for seq := first; seq <= last; seq++ {
-				b, _ := json.Marshal(Telemetry{Drone: d, Seq: seq, Timestamp: time.Now().UnixMilli(), Mode: "AUTO"})
+				b, _ := json.Marshal(mqttsim.Telemetry{Drone: d, Seq: seq, Timestamp: time.Now().UnixMilli(), Mode: "AUTO"})
 				tok := p.c.Publish("drones/"+d+"/telemetry", 1, false, b)
 				if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
 					errs <- fmt.Errorf("%s seq %d: %v", d, seq, tok.Error())

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -45,7 +46,7 @@ func TestOrderKeptWhileTheBrokerQueues(t *testing.T) {
 	const drones, n = 4, 1500
 	simDone := make(chan error, 1)
 	go func() {
-		_, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: drones, Count: n, Window: 8, NoStatus: true})
+		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Window: 8, NoStatus: true})
 		simDone <- err
 	}()
 	time.Sleep(200 * time.Millisecond) // a backlog queues while the agent is away

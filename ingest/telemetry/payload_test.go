@@ -11,6 +11,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -174,7 +175,7 @@ func TestStatusOfflineClosesWriter(t *testing.T) {
 	tr := newRecordingMarks()
 	in, stop := runIngester(t, testConfig(b.URL(), "agent-status"), s, st, tr)
 	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
-	if _, err := Simulate(context.Background(), SimConfig{Broker: b.URL(), Drones: 2, Count: 50, Window: 4}); err != nil {
+	if _, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: 2, Count: 50, Window: 4}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "graceful offline", func() bool {
