@@ -495,6 +495,13 @@ func (in *Ingester) refuse(m paho.Message, drone string, ack func(), recv int64)
 		return
 	}
 	in.release(msgBytes(m))
+	if m.Qos() == 0 {
+		// Nothing to acknowledge to the broker: its place in the ack
+		// order goes at once (held, it would hold back every later
+		// PUBACK until the marker is durable), the marker still counts it.
+		in.ack(ack)
+		ack = nil
+	}
 	in.noteRefused(drone, len(m.Payload()), recv, ack)
 }
 

@@ -33,7 +33,8 @@ import (
 //
 // Refusals on the listener are not lost (no PUBACK: the publisher keeps
 // the message) and write no marker; QoS 0 refusals from the broker are
-// lost and counted in the markers too, with no ack to hold.
+// counted in the markers too, and hold nothing back: there is no PUBACK
+// to wait for, and their place in the ack order is given up at once.
 
 const (
 	// RefusedWriter is the writer of the refused messages' gap markers.
@@ -50,9 +51,11 @@ const (
 	maxRefusedKeys = 16
 	// maxRefusedCounted bounds the distinct ids a summary counts.
 	maxRefusedCounted = 1024
-	// refusedEvery is the least time between two rounds.
-	refusedEvery = 100 * time.Millisecond
 )
+
+// refusedEvery is the least time between two rounds (a variable for
+// tests).
+var refusedEvery = 100 * time.Millisecond
 
 // RefusedGap is the payload (JSON) of a refused messages' gap marker: the
 // messages of new drones refused while max_drones drones held a slot,
@@ -106,8 +109,8 @@ type refusals struct {
 }
 
 // noteRefused records a refused broker message of drone (its payload
-// bytes, its receive time and its ack) for the next round. Called with
-// in.deliverMu held; it never waits.
+// bytes, its receive time and its ack: nil for QoS 0) for the next round.
+// Called with in.deliverMu held; it never waits.
 func (in *Ingester) noteRefused(drone string, bytes int, recv int64, ack func()) {
 	r := &in.refusals
 	r.mu.Lock()
@@ -133,7 +136,9 @@ func (in *Ingester) noteRefused(drone string, bytes int, recv int64, ack func())
 		}
 	}
 	g.add(bytes, recv)
-	r.acks = append(r.acks, ack)
+	if ack != nil {
+		r.acks = append(r.acks, ack)
+	}
 	r.mu.Unlock()
 	select {
 	case r.due <- struct{}{}:
