@@ -164,3 +164,45 @@ func TestActiveStandbyPair(t *testing.T) {
 		t.Fatal("the standby never published")
 	}
 }
+
+// TestOldDerivedStreamGetsFastBatches: a derived stream made before the
+// unpacker sent fast batches (allow_atomic only, events already in it
+// from plain publishes) is turned to allow_batched, and the unpacker goes
+// on behind what it holds: every event once.
+func TestOldDerivedStreamGetsFastBatches(t *testing.T) {
+	srv := startCentral(t)
+	nc := connect(t, srv.ClientURL())
+	a := newTestAgent(t, "gs-1", 2)
+	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx, 2*time.Millisecond) }()
+	js, _ := jetstream.New(nc)
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: DerivedStreamName(testStream),
+		Subjects: []string{DerivedSubjects(testStream)}, Storage: jetstream.FileStorage, AllowDirect: true, AllowAtomicPublish: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The old unpacker: plain publishes.
+	_, stopOld := startUnpacker(t, connect(t, srv.ClientURL()), Options{BatchSize: 1})
+	waitFor(t, 30*time.Second, "the old unpacker to write", func() bool { return derivedLast(nc, testStream) > 20 })
+	if err := stopOld(); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := startUnpacker(t, connect(t, srv.ClientURL()), Options{})
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	a.waitReplicated(t, r, 30*time.Second)
+	src := len(waitSource(t, nc, testStream, total(a)))
+	waitFor(t, 30*time.Second, "the unpacker to catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
+	verifyDerived(t, nc, testStream, map[string]map[string]int{a.id: a.counts()})
+	st, err := js.Stream(context.Background(), DerivedStreamName(testStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.CachedInfo().Config.AllowBatchPublish || u.Stats().Events == 0 {
+		t.Fatalf("allow_batched %v, %d events by the new unpacker", st.CachedInfo().Config.AllowBatchPublish, u.Stats().Events)
+	}
+}
