@@ -57,6 +57,7 @@ type senderSpec struct {
 type senderResult struct {
 	Packets int64
 	Bytes   int64
+	Errors  int64 // packets not published (RTSP)
 	Elapsed time.Duration
 }
 
@@ -97,6 +98,7 @@ func benchSender(spec string) error {
 	var pc *ipv4.PacketConn
 	var pubs []*rtspPublisher
 	if len(s.RTSP) > 0 {
+		s.Streams = len(s.RTSP)
 		if pubs, err = startPublishers(s.RTSP); err != nil {
 			return err
 		}
@@ -174,9 +176,11 @@ func benchSender(spec string) error {
 					res.Packets++
 					res.Bytes += int64(len(b))
 				case p.Kind == replay.RTP:
-					if pubs[i].write(b) == nil {
+					if err := pubs[i].write(b); err == nil {
 						res.Packets++
 						res.Bytes += int64(len(b))
+					} else if res.Errors++; res.Errors == 1 {
+						fmt.Fprintln(os.Stderr, "publish:", err)
 					}
 				}
 				st.next++
@@ -197,6 +201,9 @@ func benchSender(spec string) error {
 		}
 	}
 	res.Elapsed = time.Since(start)
+	if pubs != nil {
+		time.Sleep(500 * time.Millisecond) // the clients' write queues drain before Close
+	}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
