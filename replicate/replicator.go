@@ -404,8 +404,10 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 	var ingest []int64
 	lastCut, owned := cut, false
 	var closeAt time.Time
-	add := func(f *fetched) error {
-		if err := r.cfg.Uplink.Wait(ctx, *r.cfg.Priority, len(f.rec.Payload)+256); err != nil {
+	// more: another record is at hand, so the next wait on the uplink
+	// follows at once (the uplink keeps the turn for it).
+	add := func(f *fetched, more bool) error {
+		if err := r.cfg.Uplink.WaitMore(ctx, *r.cfg.Priority, len(f.rec.Payload)+256, more); err != nil {
 			return err
 		}
 		rec := f.rec
@@ -486,7 +488,8 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 			break
 		}
 		pf.pop()
-		if err := add(&f); err != nil {
+		_, more := pf.head()
+		if err := add(&f, more || len(pf.ch) > 0); err != nil {
 			return cut, nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -12,7 +13,12 @@ import (
 // Uplink is the shared byte-rate cap of all streams' replication, served in
 // priority order: while a higher-priority stream waits, a lower one gets no
 // bytes. Bytes are granted in chunks, so a large video message yields to
-// telemetry between chunks. It is safe for concurrent use.
+// telemetry between chunks. A stream that has more to send at once
+// (WaitMore, the chunks of one Wait) keeps the turn for up to holdFor
+// after each grant: its events are separate waits, and without the hold
+// each of them would wait for a chunk of a less urgent backlog (a
+// telemetry backlog drained one event per video chunk). It is safe for
+// concurrent use.
 type Uplink struct {
 	lim   *rate.Limiter
 	chunk int
@@ -23,7 +29,18 @@ type Uplink struct {
 	// busy is set while one waiter draws tokens. Guarded by mu.
 	busy bool
 	seq  uint64
+	// held is set while the turn is kept for priority heldPrio (until
+	// heldUntil): no less urgent waiter is served meanwhile; heldTimer
+	// serves the queue when the hold ends. Guarded by mu.
+	held      bool
+	heldPrio  int
+	heldUntil time.Time
+	heldTimer *time.Timer
 }
+
+// holdFor bounds how long the turn waits for a stream that has more to
+// send: what the link may idle when it does not come back.
+const holdFor = 5 * time.Millisecond
 
 type uplinkWaiter struct {
 	prio  int
@@ -51,6 +68,12 @@ func (u *Uplink) BytesPerSec() int64 {
 // Wait blocks until n bytes may be sent by a stream of priority prio
 // (lower is more urgent), or ctx ends.
 func (u *Uplink) Wait(ctx context.Context, prio, n int) error {
+	return u.WaitMore(ctx, prio, n, false)
+}
+
+// WaitMore is Wait for a stream that will wait again at once when more
+// is set (another event at hand): the turn is kept for it (holdFor).
+func (u *Uplink) WaitMore(ctx context.Context, prio, n int, more bool) error {
 	if u == nil || u.lim == nil {
 		return nil
 	}
@@ -64,11 +87,11 @@ func (u *Uplink) Wait(ctx context.Context, prio, n int) error {
 			return err
 		}
 		err := u.lim.WaitN(ctx, k)
-		u.release()
+		n -= k
+		u.release(prio, err == nil && (n > 0 || more))
 		if err != nil {
 			return err
 		}
-		n -= k
 	}
 	return nil
 }
@@ -98,19 +121,38 @@ func (u *Uplink) turn(ctx context.Context, prio int, seq uint64) error {
 	}
 }
 
-func (u *Uplink) release() {
+// release ends a turn of priority prio; hold keeps the next one for it.
+func (u *Uplink) release(prio int, hold bool) {
 	u.mu.Lock()
 	u.busy = false
+	if hold {
+		u.held, u.heldPrio, u.heldUntil = true, prio, time.Now().Add(holdFor)
+	}
 	u.dispatchLocked()
 	u.mu.Unlock()
 }
 
-// dispatchLocked gives the turn to the first waiter. Lock should be held.
+// dispatchLocked gives the turn to the first waiter, unless it is held
+// for a more urgent stream. Lock should be held.
 func (u *Uplink) dispatchLocked() {
 	if u.busy || len(u.queue) == 0 {
 		return
 	}
 	w := u.queue[0]
+	if u.held {
+		if d := time.Until(u.heldUntil); w.prio > u.heldPrio && d > 0 {
+			if u.heldTimer == nil {
+				u.heldTimer = time.AfterFunc(d, func() {
+					u.mu.Lock()
+					defer u.mu.Unlock()
+					u.heldTimer = nil
+					u.dispatchLocked()
+				})
+			}
+			return
+		}
+		u.held = false // the holder (or a more urgent stream) is back, or the hold ran out
+	}
 	u.queue = u.queue[1:]
 	u.busy = true
 	close(w.ready)

@@ -113,3 +113,58 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicationTelemetryBacklogBeforeVideoBacklog: a telemetry backlog
+// (an outage's worth, many small events) drains before a video backlog
+// under a shared cap, not one event per chunk of video: each telemetry
+// event is its own Uplink.Wait, and the turn must not pass to video
+// between two of them while telemetry has more at hand.
+func TestReplicationTelemetryBacklogBeforeVideoBacklog(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	store := openEmptyStore(t)
+	ctx := testCtx(t, 120*time.Second)
+	video, _ := store.CreateStream("video", localstream.StreamConfig{})
+	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})
+	chunk := make([]byte, 32<<10)
+	for i := range 100 { // 3.2 MB: 16 s at the cap
+		if _, err := video.Append(ctx, localstream.Event{RoutingKey: "v1", Writer: "video/v1", EventTime: int64(i + 1), Flags: localstream.FlagKeyframe, Payload: chunk}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const telEvents = 1500 // with the estimate of 256 bytes each: ~0.7 MB, 3.5 s at the cap
+	for i := range telEvents {
+		if _, err := tel.Append(ctx, localstream.Event{RoutingKey: fmt.Sprintf("d%d", i%4), Writer: fmt.Sprintf("telemetry/d%d", i%4),
+			EventTime: int64(i + 1), Payload: fmt.Appendf(nil, `{"i":%d,"lat":48.85,"lon":2.35,"alt":120.0}`, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inst := NewInstanceID()
+	sink, err := NewJetStreamSink(connect(t, srv.ClientURL()), "agent-b", inst, JetStreamOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := NewReplication(store, sink, ReplicationConfig{Instance: inst, UplinkBytesPerSec: 200 << 10, DiscoverInterval: 50 * time.Millisecond})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- rep.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	var videoLeft uint64
+	waitFor(t, 100*time.Second, "telemetry committed", func() bool {
+		var telLeft uint64 = 1
+		for _, s := range rep.Stats() {
+			switch s.Stream {
+			case "telemetry":
+				if s.Events == telEvents {
+					telLeft = s.BacklogEvents
+				}
+			case "video":
+				videoLeft = s.BacklogEvents
+			}
+		}
+		return telLeft == 0
+	})
+	t.Logf("telemetry's backlog of %d events committed with %d of 100 video chunks still waiting", telEvents, videoLeft)
+	if videoLeft < 50 {
+		t.Errorf("the video backlog got %d of 100 chunks through while telemetry's drained: telemetry waited for video", 100-videoLeft)
+	}
+}
