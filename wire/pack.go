@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -93,14 +94,16 @@ func appendStoredFrame(out, body []byte) []byte {
 }
 
 // storedFrameBody returns the body of a stored frame as appendStoredFrame
-// writes it, without a copy when it is one block; ok is false for any
-// other frame (the zstd decoder reads those).
+// writes it, without a copy when it is one block (a body of up to
+// 128 KiB), else in one copy into memory that is not zeroed first; ok is
+// false for any other frame (the zstd decoder reads those).
 func storedFrameBody(f []byte) (body []byte, ok bool) {
 	if len(f) < zstdStoredFrameLen || binary.LittleEndian.Uint32(f) != zstdFrameMagic || f[4] != 0x00 || f[5] != 0x38 {
 		return nil, false
 	}
 	f = f[zstdStoredFrameLen:]
-	for first := true; ; first = false {
+	var blocks [][]byte
+	for {
 		if len(f) < 3 {
 			return nil, false
 		}
@@ -109,21 +112,18 @@ func storedFrameBody(f []byte) (body []byte, ok bool) {
 		if h>>1&3 != 0 || n > zstdMaxBlock || n > len(f)-3 {
 			return nil, false
 		}
-		last := h&1 == 1
-		if first && last {
-			if len(f) != 3+n {
-				return nil, false
-			}
-			return f[3 : 3+n : 3+n], true
-		}
-		if first {
-			body = make([]byte, 0, len(f))
-		}
-		body = append(body, f[3:3+n]...)
-		if f = f[3+n:]; last {
-			return body, len(f) == 0
+		blocks = append(blocks, f[3:3+n:3+n])
+		if f = f[3+n:]; h&1 == 1 {
+			break
 		}
 	}
+	if len(f) != 0 {
+		return nil, false
+	}
+	if len(blocks) == 1 {
+		return blocks[0], true
+	}
+	return bytes.Join(blocks, nil), true
 }
 
 // packBodies holds encode's scratch bodies (each is copied, compressed
