@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test race bench bench-peers fuzz lint build dist
+.PHONY: test race bench bench-peers fuzz lint staticcheck build dist
 
 build:
 	$(GO) build -o bin/edge-agent ./cmd/edge-agent
@@ -34,6 +34,11 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# staticcheck at a pinned release (2026.2.2: Go 1.26), built by the go command.
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+staticcheck:
+	$(STATICCHECK) $(PKGS)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

@@ -261,11 +261,11 @@ func (c TimeCut) Verify(items map[string][]Item, contains func(agent, stream str
 		}
 		switch {
 		case sc.Complete && first == nil:
-			return fmt.Errorf("T=%d %s/%s: cut at seq %d, but no commit passes T", c.AtNs, sc.Agent, sc.Stream, sc.Seq)
+			return fmt.Errorf("centralread: time cut at T=%d %s/%s: cut at seq %d, but no commit passes T", c.AtNs, sc.Agent, sc.Stream, sc.Seq)
 		case sc.Complete && first.Seq != sc.Seq:
-			return fmt.Errorf("T=%d %s/%s: cut at seq %d, the first commit passing T is at %d", c.AtNs, sc.Agent, sc.Stream, sc.Seq, first.Seq)
+			return fmt.Errorf("centralread: time cut at T=%d %s/%s: cut at seq %d, the first commit passing T is at %d", c.AtNs, sc.Agent, sc.Stream, sc.Seq, first.Seq)
 		case !sc.Complete && first != nil && first.Seq <= sc.LastSeq:
-			return fmt.Errorf("T=%d %s/%s: incomplete after seq %d, but the commit at %d passes T", c.AtNs, sc.Agent, sc.Stream, sc.LastSeq, first.Seq)
+			return fmt.Errorf("centralread: time cut at T=%d %s/%s: incomplete after seq %d, but the commit at %d passes T", c.AtNs, sc.Agent, sc.Stream, sc.LastSeq, first.Seq)
 		case !sc.Complete:
 			continue
 		}
@@ -283,20 +283,20 @@ func (c TimeCut) Verify(items map[string][]Item, contains func(agent, stream str
 				return err
 			}
 			if in && it.Seq > sc.Seq {
-				return fmt.Errorf("T=%d %s/%s: event %s inside the watermark cut %s but after its commit (seq %d > %d)",
+				return fmt.Errorf("centralread: time cut at T=%d %s/%s: event %s inside the watermark cut %s but after its commit (seq %d > %d)",
 					c.AtNs, sc.Agent, sc.Stream, r.Position, wmCut, it.Seq, sc.Seq)
 			}
 			if r.EventTime > c.AtNs || r.Flags.Has(localstream.FlagLate) || r.Flags.Has(localstream.FlagGap) {
 				continue
 			}
 			if !in || it.Seq > sc.Seq {
-				return fmt.Errorf("T=%d %s/%s: event %s at %d ≤ T, not late, outside the cut %s (seq %d, cut's commit at %d; flags %b)",
+				return fmt.Errorf("centralread: time cut at T=%d %s/%s: event %s at %d ≤ T, not late, outside the cut %s (seq %d, cut's commit at %d; flags %b)",
 					c.AtNs, sc.Agent, sc.Stream, r.Position, r.EventTime, wmCut, it.Seq, sc.Seq, r.Flags)
 			}
 		}
 	}
 	if complete != c.Complete {
-		return fmt.Errorf("T=%d: complete %v, but its streams say %v", c.AtNs, c.Complete, complete)
+		return fmt.Errorf("centralread: time cut at T=%d: complete %v, but its streams say %v", c.AtNs, c.Complete, complete)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -327,6 +326,3 @@ func verifyItemsWith(t testing.TB, items []centralread.Item, st *localstream.Str
 	}
 	return events, commits, markers
 }
-
-// itoa is strconv.Itoa for brevity in env building.
-func itoa(n int) string { return strconv.Itoa(n) }

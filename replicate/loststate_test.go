@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,13 +342,4 @@ func waitAllAt(t testing.TB, nc *nats.Conn, n *node, agent string, p *producer, 
 	}
 	s := n.rp.r.Stats()
 	t.Fatalf("replication did not reach the local tail %s in %s: state %s, last cut %s, error %q, stopped %q", tail, d, s.State, s.CommittedCut, s.LastError, s.Stopped)
-}
-
-func sortedKeys(m map[string]localstream.Position) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -212,18 +212,18 @@ func (c *mCentral) loseTail(rng *rand.Rand) {
 }
 
 type mRun struct {
-	instance          string
-	started, ready    bool
-	decided           bool
-	startSeq          uint64
-	own, adopted      int
-	takeover          bool
-	prev              Committed
-	from              uint64
-	lost              *wire.LostRange
-	recordedAtOpen    *uint64
-	recordedBy        string
-	refusals, resumes int
+	instance       string
+	started, ready bool
+	decided        bool
+	startSeq       uint64
+	own, adopted   int
+	takeover       bool
+	prev           Committed
+	from           uint64
+	lost           *wire.LostRange
+	recordedAtOpen *uint64
+	recordedBy     string
+	refusals       int
 }
 
 type model struct {

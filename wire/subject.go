@@ -177,7 +177,7 @@ type parsedSubject struct {
 func parseSubject(subj string) (parsedSubject, error) {
 	parts := strings.Split(subj, ".")
 	if len(parts) < 4 || parts[0] != "edge" {
-		return parsedSubject{}, fmt.Errorf("%w: subject %q is not edge.<stream>.<agent>...", ErrCorruptRecord, subj)
+		return parsedSubject{}, fmt.Errorf("%w: subject %q is not edge.<stream>.<agent>.<kind>", ErrCorruptRecord, subj)
 	}
 	agent, err := UnescapeToken(parts[2])
 	if err != nil {
