@@ -118,17 +118,19 @@ func FuzzDecode(f *testing.F) {
 
 // TestNoProjectImports: the reader owes nothing to the agent's code.
 func TestNoProjectImports(t *testing.T) {
-	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", nil, parser.ImportsOnly)
-	if err != nil {
-		t.Fatal(err)
+	names, err := filepath.Glob("*.go")
+	if err != nil || len(names) == 0 {
+		t.Fatalf("no Go files here: %v", err)
 	}
-	for _, p := range pkgs {
-		for name, f := range p.Files {
-			for _, imp := range f.Imports {
-				path, _ := strconv.Unquote(imp.Path.Value)
-				if strings.HasPrefix(path, "github.com/edge-agent/") {
-					t.Errorf("%s imports %s", name, path)
-				}
+	for _, name := range names {
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(path, "github.com/edge-agent/") {
+				t.Errorf("%s imports %s", name, path)
 			}
 		}
 	}
