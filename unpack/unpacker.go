@@ -124,6 +124,13 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// idleGrace is how long the source must have nothing before the open
+// batch ends.
+const idleGrace = 2 * time.Millisecond
+
+// pullBytes is the most source bytes the client buffers ahead.
+const pullBytes = 64 << 20
+
 // session resumes from the cursor and republishes until ctx ends or
 // something fails.
 func (u *Unpacker) session(ctx context.Context) error {
@@ -150,7 +157,10 @@ func (u *Unpacker) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	// The client buffers up to pullBytes of source messages (a bound in
+	// bytes, not in messages: a video stream's packs are near the max
+	// payload each), at least four of the largest.
+	it, err := cons.Messages(jetstream.PullMaxBytes(max(pullBytes, 4*int(u.nc.MaxPayload()))))
 	if err != nil {
 		return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), err)
 	}
@@ -163,7 +173,7 @@ func (u *Unpacker) session(ctx context.Context) error {
 		m   jetstream.Msg
 		err error
 	}
-	reads := make(chan read, 256)
+	reads := make(chan read, 16)
 	go func() {
 		defer close(stopped)
 		for {
@@ -202,18 +212,30 @@ func (u *Unpacker) session(ctx context.Context) error {
 		select {
 		case r = <-reads:
 		default:
-			// Nothing to read now: end the batch, so that the server
-			// acks what it holds, then wait.
-			if err := s.pub.idle(); err != nil {
-				return err
-			}
+			// Nothing to read now. A reader a moment behind is not an
+			// idle source: only after idleGrace does the batch end (so
+			// that the server acks what it holds; the next batch starts
+			// behind that ack).
+			idle := time.NewTimer(idleGrace)
 			select {
 			case r = <-reads:
+			case <-idle.C:
+				if err := s.pub.idle(); err != nil {
+					return err
+				}
+				select {
+				case r = <-reads:
+				case <-s.pub.failedC():
+					return s.pub.error()
+				case <-ctx.Done():
+					return nil
+				}
 			case <-s.pub.failedC():
 				return s.pub.error()
 			case <-ctx.Done():
 				return nil
 			}
+			idle.Stop()
 		}
 		if r.err != nil {
 			if ctx.Err() != nil {
