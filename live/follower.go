@@ -117,7 +117,7 @@ func (f *follower) take(rec *localstream.Record) (value, bool) {
 		v.payload = bytes.Clone(rec.Payload)
 		return v, true
 	}
-	if _, has := rec.Header(video.HeaderFrameKeys); !has || !hasKey(rec) {
+	if !hasKey(rec) {
 		return value{}, false
 	}
 	c, err := video.DecodeChunk(rec.Event)
