@@ -27,13 +27,15 @@ import (
 
 // TestRunRTSPSourcesThroughKill: `edge-agent run` pulls an H.264 and an
 // H.265 stream that ffmpeg publishes to gortsplib's example server (one
-// server each), and a third source whose server never answers. The agent
+// server each), a third source whose server never answers and a fourth
+// with a wrong password (the authenticating example). The agent
 // is SIGKILLed mid-stream and started again. At the centre each drone's
 // chunks are in order, each once, and ffprobe decodes without an error at least 98 % of
 // the frames ffmpeg sent (what is lost: the frames published while the
 // agent was dead or joining, up to the next keyframe); the chunk after
-// the kill is flagged discontinuity. A SIGTERM with the silent source
-// still stuck stops the agent within central.shutdown_timeout.
+// the kill is flagged discontinuity. /status says why the other two fail,
+// and a SIGTERM with them still failing (the silent one stuck in a
+// request) stops the agent within central.shutdown_timeout.
 // EDGE_RTSP_SECONDS sets the streams' length (default 120 s at 10 fps, a
 // keyframe every 3 frames: the ≥ 98 % needs the kill's second or so to be
 // under 2 % of the stream).
@@ -46,6 +48,7 @@ func TestRunRTSPSourcesThroughKill(t *testing.T) {
 	frames := secs * fps
 	s264 := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
 	s265 := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
+	auth := rtsptest.Start(t, rtsptest.Auth, rtsptest.Options{}) // asks for credentials before anything else
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -88,10 +91,11 @@ video:
     - {url: %q, drone: cam-264}
     - {url: %q, drone: cam-265, transport: tcp}
     - {url: %q, drone: silent}
+    - {url: %q, drone: wrong-pw}
 central: {url: %q, shutdown_timeout: %s}
 devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 `, filepath.Join(dir, "agent"), httpPort, s264.URL("", "cam"), s265.URL("", "cam"),
-		"rtsp://u:pw@"+silent.Addr().String()+"/cam", csrv.ClientURL(), shutdownTimeout)), 0o644)
+		"rtsp://u:pw@"+silent.Addr().String()+"/cam", auth.URL(rtsptest.ReadUser+":Wr0ngPassw0rd", "cam"), csrv.ClientURL(), shutdownTimeout)), 0o644)
 	status := func() agent.Status {
 		var s agent.Status
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", httpPort))
@@ -155,6 +159,9 @@ devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	s = status()
 	if !strings.Contains(s.Errors["video/source/silent"], "no answer") {
 		t.Errorf("silent source: %q", s.Errors["video/source/silent"])
+	}
+	if e := s.Errors["video/source/wrong-pw"]; !strings.Contains(e, "401") || !strings.Contains(e, "check the user and password") || strings.Contains(e, "Wr0ngPassw0rd") {
+		t.Errorf("wrong-pw source: %q", e)
 	}
 	termAt := time.Now()
 	cmd.Process.Signal(syscall.SIGTERM)
@@ -249,8 +256,8 @@ devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 				name, decoded, d.frames, frames, d.disc)
 		}
 	}
-	if drones["silent"] != nil {
-		t.Errorf("the silent source has chunks")
+	if drones["silent"] != nil || drones["wrong-pw"] != nil {
+		t.Errorf("a failing source has chunks")
 	}
 }
 

@@ -74,3 +74,29 @@ func TestParseSDP(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSourceConfigRefused: each bad source is refused naming the field,
+// never showing the password.
+func TestSourceConfigRefused(t *testing.T) {
+	for _, tc := range []struct {
+		src  SourceConfig
+		want string
+	}{
+		{SourceConfig{URL: "http://cam/x", Drone: "d"}, "sources[0].url"},
+		{SourceConfig{URL: "rtsp://u:Pa ss\"w@cam/x", Drone: "d"}, "rtsp://xxxxx@cam/x"},
+		{SourceConfig{URL: "rtsp://cam/x", Drone: "bad id"}, "sources[0].drone"},
+		{SourceConfig{URL: "rtsp://cam/x", Drone: "ssrc-0000abcd"}, "discovered drone"},
+		{SourceConfig{URL: "rtsp://cam/x", Drone: "d1"}, "already a drone"},
+		{SourceConfig{URL: "rtsp://cam/x", Drone: "d", Transport: "quic"}, "sources[0].transport"},
+		{SourceConfig{URL: "rtsp://cam/x", Drone: "d", CAFile: "/etc/hostname"}, "a CA is for rtsps://"},
+		{SourceConfig{URL: "rtsps://cam/x", Drone: "d", CAFile: "/nonexistent.pem"}, "sources[0].ca_file"},
+	} {
+		cfg := NewDefaultConfig()
+		cfg.Drones = []DroneConfig{{ID: "d1", SSRC: 1}}
+		cfg.Sources = []SourceConfig{tc.src}
+		err := cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "Pa ss") {
+			t.Errorf("%+v: %v, want %q", tc.src, err, tc.want)
+		}
+	}
+}

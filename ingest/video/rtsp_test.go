@@ -217,7 +217,8 @@ func TestRTSPServerRestarts(t *testing.T) {
 // TestRTSPWrongCredentialsAndSilentServer: a source with a wrong
 // password and one whose server accepts the connection and never answers
 // fail with errors that say so (the password never in them), while a
-// third source streams; the ingest stops at once however the failing
+// third source streams, and a fourth plays from the authenticating server
+// with the right password; the ingest stops at once however the failing
 // sources are stuck.
 func TestRTSPWrongCredentialsAndSilentServer(t *testing.T) {
 	auth := rtsptest.Start(t, rtsptest.Auth, rtsptest.Options{})
@@ -240,7 +241,8 @@ func TestRTSPWrongCredentialsAndSilentServer(t *testing.T) {
 	in, sink, stop := rtspIngest(t,
 		SourceConfig{URL: auth.URL(rtsptest.ReadUser+":"+secret, "cam"), Drone: "wrong-pw"},
 		SourceConfig{URL: "rtsp://u:" + secret + "@" + silent.Addr().String() + "/cam", Drone: "silent"},
-		SourceConfig{URL: plain.URL("", "cam"), Drone: "good"})
+		SourceConfig{URL: plain.URL("", "cam"), Drone: "good"},
+		SourceConfig{URL: auth.URL(rtsptest.ReadUser+":"+rtsptest.ReadPass, "cam"), Drone: "right-pw"})
 	pub := rtsptest.Publish(t, auth.URL(rtsptest.PublishUser+":"+rtsptest.PublishPass, "cam"), rtsptest.H264, 100000, 25, 10)
 	rtsptest.Publish(t, plain.URL("", "cam"), rtsptest.H264, 100000, 25, 10)
 	auth.WaitCount("RECORD request", 1, 10*time.Second)
@@ -259,21 +261,23 @@ func TestRTSPWrongCredentialsAndSilentServer(t *testing.T) {
 		t.Errorf("silent: %q", sl.LastError)
 	}
 	waitSource(t, in, "good", SourceStreaming, 5*time.Second)
+	// The same server plays with the right password (digest: the
+	// example offers basic and digest, gortsplib's client answers digest).
+	waitSource(t, in, "right-pw", SourceStreaming, 5*time.Second)
 	time.Sleep(time.Second)
 	for _, s := range in.Stats().Sources {
 		if strings.Contains(fmt.Sprint(s), secret) {
 			t.Errorf("the password is shown: %+v", s)
 		}
 	}
-	// A right password is played (the failure was the password).
 	_ = pub
 	began := time.Now()
 	stop()
 	if d := time.Since(began); d > 2*time.Second {
 		t.Errorf("Run took %v to stop with a source stuck on a silent server", d)
 	}
-	if evs := byDrone(sink.snapshot()); len(evs["good"]) == 0 || len(evs["wrong-pw"]) != 0 || len(evs["silent"]) != 0 {
-		t.Fatalf("chunks: good %d, wrong-pw %d, silent %d", len(evs["good"]), len(evs["wrong-pw"]), len(evs["silent"]))
+	if evs := byDrone(sink.snapshot()); len(evs["good"]) == 0 || len(evs["right-pw"]) == 0 || len(evs["wrong-pw"]) != 0 || len(evs["silent"]) != 0 {
+		t.Fatalf("chunks: good %d, right-pw %d, wrong-pw %d, silent %d", len(evs["good"]), len(evs["right-pw"]), len(evs["wrong-pw"]), len(evs["silent"]))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,9 @@ const (
 	defaultReconnectMax  = 5 * time.Second
 	defaultSourceTimeout = 10 * time.Second
 )
+
+// discoveredIDRe is the form of the ids of discovered drones.
+var discoveredIDRe = regexp.MustCompile(`^ssrc-[0-9a-f]{8}$`)
 
 // redactedURL is the source's URL with its password replaced, for
 // statuses and messages.
@@ -79,6 +83,9 @@ func (s *SourceConfig) validate(i int, ids map[string]bool) error {
 	s.u = u
 	if !droneIDRe.MatchString(s.Drone) {
 		return bad(".drone", "%q (want letters, digits, . _ -)", s.Drone)
+	}
+	if discoveredIDRe.MatchString(s.Drone) {
+		return bad(".drone", "%q is the form of a discovered drone's id (ssrc-<8 hex digits>): choose another", s.Drone)
 	}
 	if ids[s.Drone] {
 		return bad(".drone", "%q is already a drone or a source: one way in per drone", s.Drone)
