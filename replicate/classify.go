@@ -11,61 +11,61 @@ import (
 	"github.com/edge-agent/edge-agent/wire"
 )
 
-// ErrorClass says what a replicator does after an error.
-type ErrorClass int
+// errorClass says what a replicator does after an error.
+type errorClass int
 
 const (
-	// Retryable: timeouts, disconnects, 429 too many batches, leader
+	// classRetryable: timeouts, disconnects, 429 too many batches, leader
 	// elections, unknown commit outcomes. Resume from the central cut
 	// after a short jittered backoff.
-	Retryable ErrorClass = iota
-	// Conflict: the commit's expected last subject sequence failed. Resume;
+	classRetryable errorClass = iota
+	// classConflict: the commit's expected last subject sequence failed. Resume;
 	// fencing decides from the record now on the cut subject.
-	Conflict
-	// Permanent: fenced, stream misconfigured, atomic publish unsupported,
+	classConflict
+	// classPermanent: fenced, stream misconfigured, atomic publish unsupported,
 	// central cut does not fit. The stream stops (and says so in /healthz).
 	// An event too large for the centre is not an error of the stream: it
 	// is replaced by a marker.
-	Permanent
+	classPermanent
 )
 
-func (c ErrorClass) String() string {
+func (c errorClass) String() string {
 	switch c {
-	case Retryable:
+	case classRetryable:
 		return "retryable"
-	case Conflict:
+	case classConflict:
 		return "conflict"
 	default:
 		return "permanent"
 	}
 }
 
-// Classify sorts an error of the sink or replicator.
-func Classify(err error) ErrorClass {
+// classify sorts an error of the sink or replicator.
+func classify(err error) errorClass {
 	switch {
 	case err == nil:
-		return Retryable
+		return classRetryable
 	case errors.Is(err, errBatchLimit), errors.Is(err, ErrMessageTooLarge), errors.Is(err, nats.ErrMaxPayload):
 		// The sink lowered its limits, or the max payload changed with a
 		// new connection: the transaction is built again within them.
-		return Retryable
+		return classRetryable
 	case errors.Is(err, ErrFenced), errors.Is(err, ErrAtomicUnsupported),
 		errors.Is(err, ErrStreamMisconfigured),
 		errors.Is(err, ErrCutMismatch), errors.Is(err, ErrConfig),
 		errors.Is(err, wire.ErrCorruptRecord):
-		return Permanent
+		return classPermanent
 	case errors.Is(err, context.Canceled):
-		return Retryable
+		return classRetryable
 	}
 	var api *jetstream.APIError
 	if errors.As(err, &api) {
 		switch api.ErrorCode {
 		case jetstream.JSErrCodeStreamWrongLastSequence, jetstream.JSErrCodeStreamWrongLastSequenceConstant:
-			return Conflict
+			return classConflict
 		case jetstreamext.JSErrCodeBatchPublishNotEnabled,
 			jetstreamext.JSErrCodeBatchPublishUnsupportedHeader, jetstreamext.JSErrCodeBatchPublishInvalidID:
-			return Permanent
+			return classPermanent
 		}
 	}
-	return Retryable
+	return classRetryable
 }

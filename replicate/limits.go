@@ -79,15 +79,15 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("%w: central.max_control_line %d is below %d; the agent's subjects need it", ErrConfig, l.MaxControlLine, minControlLine)
 	case l.MaxBatchSize == 1:
 		return fmt.Errorf("%w: central.max_batch_size 1 leaves no room for an event beside the commit record; set it to at least 2", ErrConfig)
-	case l.MaxPayload > 0 && l.MaxPayload < MinMaxPayload:
-		return fmt.Errorf("%w: central max payload %d is below %d bytes", ErrConfig, l.MaxPayload, MinMaxPayload)
+	case l.MaxPayload > 0 && l.MaxPayload < minMaxPayload:
+		return fmt.Errorf("%w: central max payload %d is below %d bytes", ErrConfig, l.MaxPayload, minMaxPayload)
 	}
 	return nil
 }
 
-// MinMaxPayload is the smallest central max payload the agent works with:
+// minMaxPayload is the smallest central max payload the agent works with:
 // a commit record and a marker must fit.
-const MinMaxPayload = 64 << 10
+const minMaxPayload = 64 << 10
 
 // messageOverhead is what a central data message adds to an event's
 // payload and local header values, at most: the position, time, writer,

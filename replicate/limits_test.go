@@ -293,8 +293,8 @@ func TestSinkLearnsInflightLimit(t *testing.T) {
 	if err := b.Add(ctx, rec(1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Commit(ctx, Committed{}, cut(2), watermark.Watermark{}, wire.CommitMeta{}); !batchIncomplete(err) || Classify(err) != Retryable {
-		t.Fatalf("second open batch: %v (%s), want incomplete and retryable", err, Classify(err))
+	if _, err := b.Commit(ctx, Committed{}, cut(2), watermark.Watermark{}, wire.CommitMeta{}); !batchIncomplete(err) || classify(err) != classRetryable {
+		t.Fatalf("second open batch: %v (%s), want incomplete and retryable", err, classify(err))
 	}
 	if got := s.Limits().MaxBatchInflight; got != 1 {
 		t.Fatalf("learned in-flight batches %d, want 1", got)

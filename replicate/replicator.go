@@ -224,13 +224,13 @@ func (r *Replicator) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		class := Classify(err)
+		class := classify(err)
 		r.mu.Lock()
 		r.lastErr = explainDisconnected(err)
 		if r.failingSince.IsZero() {
 			r.failingSince = r.cfg.Now()
 		}
-		if class == Permanent {
+		if class == classPermanent {
 			r.state, r.stopErr = StateStopped, err
 			r.mu.Unlock()
 			r.cfg.Logger.Error("replication stopped", "stream", r.st.Name(), "err", err)
@@ -238,7 +238,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		}
 		r.state = StateRetrying
 		r.mu.Unlock()
-		if class == Conflict {
+		if class == classConflict {
 			r.conflicts.Add(1)
 		}
 		r.retries.Add(1)

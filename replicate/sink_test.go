@@ -96,8 +96,8 @@ func testSinkCommitAndFencing(t *testing.T, layout int) {
 		t.Fatalf("commit %+v", ca)
 	}
 	_, err = tb.Commit(ctx, prev, cutAt("telemetry", 3), watermark.Watermark{}, wire.CommitMeta{})
-	if Classify(err) != Conflict {
-		t.Fatalf("second commit on the same predecessor: %v (class %v), want a conflict", err, Classify(err))
+	if classify(err) != classConflict {
+		t.Fatalf("second commit on the same predecessor: %v (class %v), want a conflict", err, classify(err))
 	}
 	if n := streamMsgs(t, a, "telemetry"); n != msgs {
 		t.Fatalf("stream holds %d messages, want %d (the rejected transaction must leave nothing)", n, msgs)
@@ -127,7 +127,7 @@ func TestSinkRefusesStreamWithoutAtomic(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := newSink(t, nc, "a").Prepare(ctx, "video")
-	if !errors.Is(err, ErrAtomicUnsupported) || Classify(err) != Permanent {
+	if !errors.Is(err, ErrAtomicUnsupported) || classify(err) != classPermanent {
 		t.Fatalf("Prepare = %v, want ErrAtomicUnsupported", err)
 	}
 	if !serverAtLeast("2.12.0", 2, 12) || serverAtLeast("2.11.9", 2, 12) || !serverAtLeast("3.0.0", 2, 12) {

@@ -42,7 +42,7 @@ func MachineStation() (string, error) {
 			errs = append(errs, err.Error())
 			continue
 		}
-		id, err := StationFromMachineID(string(b))
+		id, err := stationFromMachineID(string(b))
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", f, err))
 			continue
@@ -52,10 +52,10 @@ func MachineStation() (string, error) {
 	return "", fmt.Errorf("%w: %s", ErrNoStation, strings.Join(errs, "; "))
 }
 
-// StationFromMachineID derives the station identity from a machine id
+// stationFromMachineID derives the station identity from a machine id
 // (32 hex digits, as /etc/machine-id holds it; surrounding space is
 // ignored). An empty or all-zero id (an image's placeholder) is refused.
-func StationFromMachineID(machineID string) (string, error) {
+func stationFromMachineID(machineID string) (string, error) {
 	s := strings.TrimSpace(machineID)
 	raw, err := hex.DecodeString(s)
 	if err != nil || len(raw) != 16 {

@@ -11,17 +11,17 @@ import (
 // empty, placeholder or malformed id is refused.
 func TestStationFromMachineID(t *testing.T) {
 	const a, b = "3d1219c7c4c5404aaa1f6d2a48adfda4\n", "0a1219c7c4c5404aaa1f6d2a48adfda4"
-	sa, err := StationFromMachineID(a)
+	sa, err := stationFromMachineID(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, _ := StationFromMachineID(strings.TrimSpace(a))
-	sb, _ := StationFromMachineID(b)
+	again, _ := stationFromMachineID(strings.TrimSpace(a))
+	sb, _ := stationFromMachineID(b)
 	if sa != again || sa == sb || len(sa) != 32 || strings.Contains(a, sa) {
 		t.Fatalf("station %q (again %q, other machine %q)", sa, again, sb)
 	}
 	for _, bad := range []string{"", "\n", strings.Repeat("0", 32), "xyz", strings.Repeat("a", 31)} {
-		if _, err := StationFromMachineID(bad); !errors.Is(err, ErrNoStation) {
+		if _, err := stationFromMachineID(bad); !errors.Is(err, ErrNoStation) {
 			t.Fatalf("machine id %q: %v, want ErrNoStation", bad, err)
 		}
 	}
