@@ -94,7 +94,10 @@ var (
 
 // Decode reads a layout-2 message: its subject
 // (edge.<stream>.<agent>.cut or .part) and its payload.
-func Decode(subject string, data []byte) (*Pack, error) {
+func Decode(subject string, data []byte) (*Pack, error) { return decode(subject, data, open) }
+
+// decode reads a message with opener to check the pack and get its body.
+func decode(subject string, data []byte, opener func(*Pack, []byte) ([]byte, error)) (*Pack, error) {
 	toks := strings.Split(subject, ".")
 	if len(toks) != 4 || toks[0] != "edge" || (toks[3] != "cut" && toks[3] != "part") {
 		return nil, fmt.Errorf("specreader: subject %q is no pack subject", subject)
@@ -104,7 +107,7 @@ func Decode(subject string, data []byte) (*Pack, error) {
 		return nil, err
 	}
 	p := &Pack{Subject: subject, Events: []Event{}}
-	body, err := open(p, data)
+	body, err := opener(p, data)
 	if err != nil {
 		return nil, err
 	}
