@@ -277,12 +277,9 @@ func NewDefaultConfig() Config {
 		Video:     VideoConfig{Enabled: true, Config: video.NewDefaultConfig()},
 		Telemetry: TelemetryConfig{Enabled: true, Config: defaultTelemetry()},
 		MAVLink:   MAVLinkConfig{Config: defaultMAVLink()},
-		Central: CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
-			CommitInterval: 100 * time.Millisecond, MaxTxnBytes: 8 << 20,
-			MaxBatchSize: 1000, MaxBatchInflight: 50, BatchTimeout: 10 * time.Second, MaxControlLine: 4096,
-			Priorities: map[string]int{"telemetry": 0, "health": 1, "video": 2}, ShutdownTimeout: 5 * time.Second},
-		Live:    live.NewDefaultConfig(),
-		Devices: defaultDevices(),
+		Central:   defaultCentral(),
+		Live:      live.NewDefaultConfig(),
+		Devices:   defaultDevices(),
 	}
 }
 
@@ -300,6 +297,21 @@ func defaultWatermark() WatermarkConfig {
 	o := watermark.DefaultOptions()
 	return WatermarkConfig{IdleTimeout: o.IdleTimeout, AllowedLateness: o.AllowedLateness,
 		MaxClockSkew: o.MaxClockSkew, MaxClockBehind: o.MaxClockBehind}
+}
+
+// defaultCentral is the replicator's and nats-server's defaults (which
+// the agent cannot read from a server: replicate.DefaultLimits) with the
+// agent's embedded central, replicas and shutdown bound.
+func defaultCentral() CentralConfig {
+	r, l := replicate.NewDefaultReplicatorConfig(), replicate.DefaultLimits()
+	prio := map[string]int{}
+	for _, s := range []string{"telemetry", "health", "video"} {
+		prio[s] = replicate.DefaultPriority(s)
+	}
+	return CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
+		CommitInterval: r.CommitInterval, MaxTxnBytes: r.MaxTxnBytes,
+		MaxBatchSize: l.MaxBatchSize, MaxBatchInflight: l.MaxBatchInflight, BatchTimeout: l.BatchTimeout,
+		MaxControlLine: l.MaxControlLine, Priorities: prio, ShutdownTimeout: 5 * time.Second}
 }
 
 // defaultDevices is the devices package's defaults.

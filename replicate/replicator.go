@@ -86,9 +86,29 @@ type txnFitter interface {
 	fits(rec *localstream.Record) bool
 }
 
-func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
+// NewDefaultReplicatorConfig returns the defaults noted on each field of
+// ReplicatorConfig that do not depend on the stream or the sink (Priority
+// and MaxTxnEvents do: nil and 0 here), the one place their numbers are
+// written (agent.NewDefaultConfig is built from it).
+func NewDefaultReplicatorConfig() ReplicatorConfig {
+	return ReplicatorConfig{
+		SinkName:           "central",
+		MaxTxnBytes:        8 << 20,
+		CommitInterval:     100 * time.Millisecond,
+		IdleCommitInterval: time.Second,
+		CommitTimeout:      3 * time.Second,
+		MinBackoff:         20 * time.Millisecond,
+		MaxBackoff:         250 * time.Millisecond,
+		Heartbeat:          time.Second,
+	}
+}
+
+// withDefaults fills the unset fields of c from NewDefaultReplicatorConfig,
+// the stream's DefaultPriority and the sink's transaction bound.
+func (c ReplicatorConfig) withDefaults(stream string, sink Sink) ReplicatorConfig {
+	d := NewDefaultReplicatorConfig()
 	if c.SinkName == "" {
-		c.SinkName = "central"
+		c.SinkName = d.SinkName
 	}
 	if c.Priority == nil {
 		p := DefaultPriority(stream)
@@ -102,28 +122,28 @@ func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
 		c.MaxTxnEvents = limit
 	}
 	if c.MaxTxnBytes <= 0 {
-		c.MaxTxnBytes = 8 << 20
+		c.MaxTxnBytes = d.MaxTxnBytes
 	}
 	if r := c.Uplink.BytesPerSec(); r > 0 {
 		c.MaxTxnBytes = max(min(c.MaxTxnBytes, 3*r), 1)
 	}
 	if c.CommitInterval <= 0 {
-		c.CommitInterval = 100 * time.Millisecond
+		c.CommitInterval = d.CommitInterval
 	}
 	if c.IdleCommitInterval <= 0 {
-		c.IdleCommitInterval = time.Second
+		c.IdleCommitInterval = d.IdleCommitInterval
 	}
 	if c.CommitTimeout <= 0 {
-		c.CommitTimeout = 3 * time.Second
+		c.CommitTimeout = d.CommitTimeout
 	}
 	if c.MinBackoff <= 0 {
-		c.MinBackoff = 20 * time.Millisecond
+		c.MinBackoff = d.MinBackoff
 	}
 	if c.MaxBackoff < c.MinBackoff {
-		c.MaxBackoff = max(250*time.Millisecond, c.MinBackoff)
+		c.MaxBackoff = max(d.MaxBackoff, c.MinBackoff)
 	}
 	if c.Heartbeat <= 0 {
-		c.Heartbeat = time.Second
+		c.Heartbeat = d.Heartbeat
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -131,6 +151,7 @@ func (c *ReplicatorConfig) defaults(stream string, sink Sink) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	return c
 }
 
 // Replicator replicates one local stream to a Sink, exactly once: each
@@ -202,7 +223,7 @@ type Replicator struct {
 // NewReplicator returns the replicator of st into sink. instance must be
 // the same string the sink writes into commit records (random per run).
 func NewReplicator(st *localstream.Stream, sink Sink, instance string, cfg ReplicatorConfig) *Replicator {
-	cfg.defaults(st.Name(), sink)
+	cfg = cfg.withDefaults(st.Name(), sink)
 	return &Replicator{st: st, sink: sink, cfg: cfg, instance: instance, store: st.Store().ID(), state: StateStarting}
 }
 
