@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -195,7 +196,7 @@ func runDiskFull(t *testing.T, centre replica) {
 	defer stopLoad()
 
 	// Phase 1: pressure. Video is shed (gap markers), telemetry is not.
-	waitFor(t, "video shed under disk pressure", func() bool {
+	testkit.WaitFor(t, time.Minute, "video shed under disk pressure", func() bool {
 		ps := pressure.Stats()
 		vs := ps.Streams["video"]
 		a, r, _ := load.counts()
@@ -211,20 +212,20 @@ func runDiskFull(t *testing.T, centre replica) {
 	// are refused, the store stays healthy.
 	_, refused0, _ := load.counts()
 	sfs.Fill(t, minFree-6<<20)
-	waitFor(t, "appends refused at the floor", func() bool {
+	testkit.WaitFor(t, time.Minute, "appends refused at the floor", func() bool {
 		_, r, _ := load.counts()
 		return r["video"] > refused0["video"]+5 && r["telemetry"] > refused0["telemetry"]+5
 	})
 	if err := store.Err(); err != nil {
 		t.Fatalf("store failed at the floor: %v", err)
 	}
-	waitFor(t, "health samples refused", func() bool { return sampler.Stats().AppendErrors > 0 })
+	testkit.WaitFor(t, time.Minute, "health samples refused", func() bool { return sampler.Stats().AppendErrors > 0 })
 	acked2, refused2, _ := load.counts()
 	t.Logf("phase 2: acked %v, refused %v, store %+v", acked2, refused2, store.Stats())
 
 	// Phase 3: space returns; ingest recovers.
 	sfs.Unfill(t)
-	waitFor(t, "ingest after space returned", func() bool {
+	testkit.WaitFor(t, time.Minute, "ingest after space returned", func() bool {
 		a, _, _ := load.counts()
 		return a["video"] >= acked2["video"]+10 && a["telemetry"] >= acked2["telemetry"]+10
 	})

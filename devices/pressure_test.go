@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -334,7 +336,7 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 	mu.Lock()
 	storeFree = 0
 	mu.Unlock()
-	waitFor(t, "store refusing appends", func() bool {
+	testkit.WaitFor(t, time.Minute, "store refusing appends", func() bool {
 		_, err := v.Append(ctx, localstream.Event{RoutingKey: "x", Writer: "w"})
 		return errors.Is(err, localstream.ErrDiskFull)
 	})

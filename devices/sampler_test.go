@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/shirou/gopsutil/v3/cpu"
 )
@@ -107,26 +108,15 @@ func TestSamplerDiskFull(t *testing.T) {
 	}
 	done := make(chan error)
 	go func() { done <- sm.Run(ctx) }()
-	waitFor(t, "append errors while full", func() bool { return sm.Stats().AppendErrors >= 3 })
+	testkit.WaitFor(t, time.Minute, "append errors while full", func() bool { return sm.Stats().AppendErrors >= 3 })
 	mu.Lock()
 	free = 1 << 40
 	mu.Unlock()
-	waitFor(t, "samples after space returned", func() bool { return sm.Stats().Samples >= 2 })
+	testkit.WaitFor(t, time.Minute, "samples after space returned", func() bool { return sm.Stats().Samples >= 2 })
 	cancel()
 	<-done
 	if n := len(readAll(t, st)); uint64(n) != sm.Stats().Samples {
 		t.Fatalf("%d events, stats %+v", n, sm.Stats())
-	}
-}
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

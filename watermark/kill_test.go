@@ -6,29 +6,28 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
-// killChildEnv names the data directory of a re-executed test binary that
-// plays the agent (see TestMain).
+// killChildEnv names the data directory of the re-executed test binary
+// that plays the agent (role "agent").
 const killChildEnv = "WATERMARK_KILL_CHILD"
 
 func TestMain(m *testing.M) {
-	if dir := os.Getenv(killChildEnv); dir != "" {
-		if err := killChild(dir); err != nil {
+	testkit.Main(m, map[string]func() int{"agent": func() int {
+		if err := killChild(os.Getenv(killChildEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(3)
+			return 3
 		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return 0
+	}})
 }
 
 // killChild appends and notes for four writers forever, scales the stream
@@ -101,8 +100,7 @@ func TestTrackerSurvivesKill(t *testing.T) {
 	for round := range envInt("EDGE_KILL_ROUNDS", 3) {
 		dir := t.TempDir()
 		lines := 30 + rng.IntN(90)
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), killChildEnv+"="+dir)
+		cmd := testkit.ChildCommand("agent", killChildEnv+"="+dir)
 		cmd.Stderr = os.Stderr
 		out, err := cmd.StdoutPipe()
 		if err != nil {
@@ -141,8 +139,7 @@ func TestTrackerSurvivesKill(t *testing.T) {
 			n++
 		}
 		_ = cmd.Wait()
-		ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL || n < lines {
+		if !testkit.KilledBySIGKILL(cmd) || n < lines {
 			t.Fatalf("round %d: child not killed by SIGKILL after %d lines (state %v)", round, n, cmd.ProcessState)
 		}
 		if lastL == "" || lastC == "" {
