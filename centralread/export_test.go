@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
@@ -42,7 +43,7 @@ func TestExportVideoStartsAtKeyframe(t *testing.T) {
 	}
 	nc := connect(t, srv.ClientURL())
 	rp := startReplica(t, nc, st, "agent-v", replicate.ReplicatorConfig{Watermark: func(localstream.StreamCut) (watermark.Watermark, error) { return watermark.Watermark{}, nil }}, replicate.JetStreamOptions{})
-	waitFor(t, 10*time.Second, "replication", func() bool { return rp.r.Stats().BacklogEvents == 0 && rp.r.Stats().Txns > 0 })
+	testkit.WaitFor(t, 10*time.Second, "replication", func() bool { return rp.r.Stats().BacklogEvents == 0 && rp.r.Stats().Txns > 0 })
 	rp.close()
 	var out bytes.Buffer
 	// T1 = 1750 → chunk 7 is the first after... keyframe at or before: chunk 5 (1500).
