@@ -78,13 +78,17 @@ func (s *Store) runCtrl(c ctrlReq) {
 //
 // A lone writer, one append unacknowledged at a time, is never held.
 func (s *Store) gather(first *appendReq) (batch []*appendReq, closed bool, c *ctrlReq) {
-	batch = []*appendReq{first}
-	bytes := len(first.rec) + len(first.payload)
+	bytes := 0
 	full := func() bool { return len(batch) >= s.opts.MaxBatchEvents || bytes >= s.opts.MaxBatchBytes }
 	take := func(r *appendReq) {
 		batch = append(batch, r)
 		bytes += len(r.rec) + len(r.payload)
+		for _, g := range r.group { // AppendGroupAsync's: one batch
+			batch = append(batch, g)
+			bytes += len(g.rec) + len(g.payload)
+		}
 	}
+	take(first)
 	// What is queued already, without waiting.
 	for queued := true; queued && !full(); {
 		select {
@@ -287,14 +291,14 @@ func (s *Store) completeLoop() {
 			if !errors.Is(err, ErrDiskFull) { // refused before writing
 				s.setSticky(err)
 			}
-			for _, r := range b.reqs {
-				r.cb(Position{}, err)
+			for i, r := range b.reqs {
+				r.done(nil, i, err)
 			}
 			continue
 		}
 		s.publish(b)
 		for i, r := range b.reqs {
-			r.cb(b.pos[i], nil)
+			r.done(b.pos, i, nil)
 		}
 	}
 }

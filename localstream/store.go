@@ -107,6 +107,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithValueLogFileSize(opts.ValueLogFileSize).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
+		WithNumCompactors(opts.Compactors).
 		// WithLoggingLevel installs Badger's own logger: set it first.
 		WithLoggingLevel(badger.WARNING).
 		WithLogger(newBadgerLogger(opts.Logger, opts.Now))

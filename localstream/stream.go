@@ -249,6 +249,13 @@ type appendReq struct {
 	// payload is a large payload that goes to a payload file; rec then
 	// lacks its reference until the committer writes it.
 	payload []byte
+	// group are the appends queued with this one by AppendGroupAsync (on
+	// its first): the committer takes them into the same batch.
+	group []*appendReq
+	// groupCB (on a group's last append, cb nil) is AppendGroupAsync's
+	// callback: it takes the positions of the groupN appends ending here.
+	groupCB func([]Position, error)
+	groupN  int
 }
 
 // Append appends ev and returns its position once it is durable (see
@@ -285,24 +292,10 @@ func (st *Stream) AppendAsync(ctx context.Context, ev Event, cb func(Position, e
 
 // appendAsync is AppendAsync; force skips the free-space admission (gap markers).
 func (st *Stream) appendAsync(ctx context.Context, ev Event, force bool, cb func(Position, error), opts ...AppendOption) error {
-	if ev.RoutingKey == "" || ev.Writer == "" {
-		return fmt.Errorf("%w: routing key and writer are required", ErrInvalidEvent)
-	}
-	for _, h := range ev.Headers {
-		if h.Key == "" {
-			return fmt.Errorf("%w: empty header key", ErrInvalidEvent)
-		}
-	}
-	size := encodedSize(&ev)
-	if size > st.s.opts.MaxEventBytes {
-		return fmt.Errorf("%w: %d bytes > %d", ErrEventTooLarge, size, st.s.opts.MaxEventBytes)
-	}
-	if err := st.s.Err(); err != nil {
+	req := &appendReq{cb: cb}
+	size, err := st.prepare(req, &ev, opts)
+	if err != nil {
 		return err
-	}
-	req := &appendReq{st: st, hash: KeyHash(ev.RoutingKey), size: len(ev.Payload), cb: cb}
-	for _, o := range opts {
-		o(req)
 	}
 	if req.belowFloor && !ev.Flags.Has(FlagGap) {
 		return fmt.Errorf("%w: only gap markers are admitted below the free-space floor", ErrInvalidEvent)
@@ -312,14 +305,43 @@ func (st *Stream) appendAsync(ctx context.Context, ev Event, force bool, cb func
 			return err
 		}
 	}
+	return st.s.enqueue(ctx, req)
+}
+
+// prepare checks ev and encodes it into req; it returns the encoded size.
+// Nothing of ev is kept: the caller may reuse its memory.
+func (st *Stream) prepare(req *appendReq, ev *Event, opts []AppendOption) (int, error) {
+	if ev.RoutingKey == "" || ev.Writer == "" {
+		return 0, fmt.Errorf("%w: routing key and writer are required", ErrInvalidEvent)
+	}
+	for _, h := range ev.Headers {
+		if h.Key == "" {
+			return 0, fmt.Errorf("%w: empty header key", ErrInvalidEvent)
+		}
+	}
+	size := encodedSize(ev)
+	if size > st.s.opts.MaxEventBytes {
+		return 0, fmt.Errorf("%w: %d bytes > %d", ErrEventTooLarge, size, st.s.opts.MaxEventBytes)
+	}
+	if err := st.s.Err(); err != nil {
+		return 0, err
+	}
+	req.st, req.hash, req.size = st, KeyHash(ev.RoutingKey), len(ev.Payload)
+	for _, o := range opts {
+		o(req)
+	}
 	if len(ev.Payload) >= payloadThreshold {
 		// To a payload file: the committer appends the reference.
 		req.payload = slices.Clone(ev.Payload)
-		req.rec = appendRecordHead(make([]byte, 0, size-len(ev.Payload)+32), recordVersionRef, &ev)
+		req.rec = appendRecordHead(make([]byte, 0, size-len(ev.Payload)+32), recordVersionRef, ev)
 	} else {
-		req.rec = appendRecord(make([]byte, 0, size), &ev)
+		req.rec = appendRecord(make([]byte, 0, size), ev)
 	}
-	s := st.s
+	return size, nil
+}
+
+// enqueue hands req to the committer, blocking while the queue is full.
+func (s *Store) enqueue(ctx context.Context, req *appendReq) error {
 	s.closeMu.RLock()
 	defer s.closeMu.RUnlock()
 	if s.closed {
