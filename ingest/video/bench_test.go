@@ -20,6 +20,7 @@ import (
 	"github.com/pion/rtp"
 	"golang.org/x/net/ipv4"
 
+	"github.com/edge-agent/edge-agent/ingest/udpsock"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -329,7 +330,7 @@ func benchOnce(b *testing.B, mode string, spec senderSpec) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		tuneSocket(conn, 16<<20)
+		udpsock.Tune(conn, 16<<20)
 		var got atomic.Uint64
 		done := make(chan struct{})
 		go func() {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/net/ipv4"
+
+	"github.com/edge-agent/edge-agent/ingest/udpsock"
 )
 
 // Ingest receives RTP/RTCP over UDP and appends each drone's video to the
@@ -151,7 +153,7 @@ func (in *Ingest) listen() (*net.UDPConn, *net.UDPConn, error) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("video: listen rtp %s: %w", ua, err)
 		}
-		in.sockBuf.Store(int64(tuneSocket(rtpConn, in.cfg.SocketBuffer)))
+		in.sockBuf.Store(int64(udpsock.Tune(rtpConn, in.cfg.SocketBuffer)))
 		if in.cfg.RTCPListen == "mux" {
 			return rtpConn, nil, nil
 		}
@@ -164,7 +166,7 @@ func (in *Ingest) listen() (*net.UDPConn, *net.UDPConn, error) {
 		}
 		rtcpConn, err := net.ListenUDP("udp", ra)
 		if err == nil {
-			tuneSocket(rtcpConn, 1<<20)
+			udpsock.Tune(rtcpConn, 1<<20)
 			return rtpConn, rtcpConn, nil
 		}
 		rtpConn.Close()
@@ -205,7 +207,7 @@ func (in *Ingest) read(c *net.UDPConn, sock int, stopping <-chan struct{}) {
 			m := &msgs[i]
 			in.rc.datagrams.Add(1)
 			in.rc.bytes.Add(uint64(m.N))
-			if d := kernelDrops(m.OOB[:m.NN]); d >= 0 {
+			if d := udpsock.KernelDrops(m.OOB[:m.NN]); d >= 0 {
 				in.dropsBySck[sock].Store(d)
 			}
 			ua, ok := m.Addr.(*net.UDPAddr)
