@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/edge-agent/edge-agent/devices"
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -87,6 +88,11 @@ func (d *deviceParts) videoSink(st *localstream.Stream) video.Appender { return 
 // telemetrySink is the telemetry stream seen through the registry.
 func (d *deviceParts) telemetrySink(st *localstream.Stream) telemetry.Appender {
 	return d.registry.ObserveAsync(st)
+}
+
+// mavlinkSink is telemetrySink for the MAVLink intake's groups.
+func (d *deviceParts) mavlinkSink(st *localstream.Stream) mavlink.Appender {
+	return d.registry.ObserveGroup(st)
 }
 
 // telemetryMarks marks a drone offline in the registry when telemetry closes its writer.

@@ -77,6 +77,41 @@ func (r *Registry) Observe(a Appender) Appender { return observed{a: a, r: r} }
 // callback, once the outcome is known; callback order is unchanged.
 func (r *Registry) ObserveAsync(a AsyncAppender) AsyncAppender { return observedAsync{a: a, r: r} }
 
+// GroupAppender appends groups of events (the MAVLink intake's sink);
+// satisfied by *localstream.Stream.
+type GroupAppender interface {
+	AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error)) error
+}
+
+// ObserveGroup is ObserveAsync for AppendGroupAsync: each event of a group
+// is recorded once the group's outcome is known.
+func (r *Registry) ObserveGroup(a GroupAppender) GroupAppender { return observedGroup{a: a, r: r} }
+
+type observedGroup struct {
+	a GroupAppender
+	r *Registry
+}
+
+func (o observedGroup) AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error)) error {
+	ss := make([]sighting, len(evs)) // the callback keeps these: the caller reuses evs
+	for i := range evs {
+		ss[i] = sightingOf(&evs[i])
+	}
+	note := func(err error) {
+		for _, s := range ss {
+			o.r.noteSighting(s, err)
+		}
+	}
+	err := o.a.AppendGroupAsync(ctx, evs, func(p []localstream.Position, err error) {
+		note(err)
+		cb(p, err)
+	})
+	if err != nil {
+		note(err)
+	}
+	return err
+}
+
 type observed struct {
 	a Appender
 	r *Registry

@@ -265,6 +265,25 @@ func TestObserve(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// A group (the MAVLink intake's): each event recorded, its memory
+	// reused by the caller at once.
+	group := r.ObserveGroup(st)
+	mav := make([]localstream.Event, 3)
+	for i := range mav {
+		mav[i] = localstream.Event{RoutingKey: "d2", Writer: "mavlink/d2", IngestTime: clk.Now().UnixNano(), Payload: make([]byte, 20)}
+	}
+	if err := group.AppendGroupAsync(ctx, mav, func(_ []localstream.Position, err error) { done <- err }); err != nil {
+		t.Fatal(err)
+	}
+	clear(mav[0].Payload)
+	mav[0].RoutingKey = "reused"
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if d2, _ := r.Get("d2"); d2.Events != 3 || d2.Bytes != 60 || len(d2.Sources) != 1 || d2.Sources[0].ID != "writer:mavlink/d2" {
+		t.Fatalf("d2 = %+v", d2)
+	}
+	mav[0].RoutingKey = "d2"
 	d, _ := r.Get("d1")
 	if d.Events != 2 || d.Bytes != 100 || len(d.Sources) != 2 || d.Sources[0].ID != "mqtt:drones/d1/telemetry" || d.Sources[1].ID != "rtp:ssrc=0000abcd" {
 		t.Fatalf("d1 = %+v", d)
@@ -290,6 +309,12 @@ func TestObserve(t *testing.T) {
 	d, _ = r.Get("d1")
 	if d.Drops["disk_full"] < 2 {
 		t.Fatalf("drops %v", d.Drops)
+	}
+	if err := group.AppendGroupAsync(ctx, mav, func([]localstream.Position, error) {}); !errors.Is(err, localstream.ErrDiskFull) {
+		t.Fatalf("group append on a full disk: %v", err)
+	}
+	if d2, _ := r.Get("d2"); d2.Drops["disk_full"] != 3 {
+		t.Fatalf("d2 drops %v after a refused group of 3", d2.Drops)
 	}
 }
 

@@ -88,7 +88,7 @@ type benchPass struct {
 }
 
 // runSender runs the sender subprocess and returns how many frames it sent.
-func runSender(b *testing.B, mode, to string) (int, time.Duration) {
+func runSender(b testing.TB, mode, to string) (int, time.Duration) {
 	cmd := exec.Command(os.Args[0], "-test.run", "^$")
 	cmd.Env = append(os.Environ(), "EDGE_MAVLINK_SEND="+mode, "EDGE_MAVLINK_TO="+to)
 	cmd.Stderr = os.Stderr
@@ -120,7 +120,7 @@ func settle(want int, count func() int) {
 
 // intakePass runs the intake on the real store (Badger, fsync'd group
 // commits) and watermark tracker of a telemetry stream.
-func intakePass(b *testing.B, mode string) benchPass {
+func intakePass(b testing.TB, mode string) benchPass {
 	s, err := localstream.Open(b.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
@@ -146,7 +146,7 @@ func intakePass(b *testing.B, mode string) benchPass {
 
 // barePass is the peer: a gomavlib node (the library's own reader, with
 // the dialect) that only counts the frames it reads.
-func barePass(b *testing.B, mode string) benchPass {
+func barePass(b testing.TB, mode string) benchPass {
 	port := freeLocalPort(b)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var ep gomavlib.EndpointConf = gomavlib.EndpointUDPServer{Address: addr}
@@ -193,7 +193,7 @@ func barePass(b *testing.B, mode string) benchPass {
 	return benchPass{events: last(), sent: sent, cpu: cpuNow() - cpu0, elapsed: elapsed}
 }
 
-func freeLocalPort(b *testing.B) int {
+func freeLocalPort(b testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

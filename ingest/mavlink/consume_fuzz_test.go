@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,9 +17,14 @@ import (
 // the tests use the real store).
 type memAppender struct{ evs []localstream.Event }
 
-func (m *memAppender) AppendAsync(_ context.Context, ev localstream.Event, cb func(localstream.Position, error), _ ...localstream.AppendOption) error {
-	m.evs = append(m.evs, ev)
-	cb(localstream.Position{Offset: uint64(len(m.evs))}, nil)
+func (m *memAppender) AppendGroupAsync(_ context.Context, evs []localstream.Event, cb func([]localstream.Position, error)) error {
+	var pos []localstream.Position
+	for _, ev := range evs { // the caller reuses their memory
+		ev.Payload, ev.Headers = bytes.Clone(ev.Payload), slices.Clone(ev.Headers)
+		m.evs = append(m.evs, ev)
+		pos = append(pos, localstream.Position{Offset: uint64(len(m.evs))})
+	}
+	cb(pos, nil)
 	return nil
 }
 
@@ -63,6 +69,9 @@ func FuzzConsume(f *testing.F) {
 			}
 			rest = rest[n:]
 		}
+		in.mu.Lock()
+		in.flush()
+		in.mu.Unlock()
 		for _, ev := range m.evs {
 			if !bytes.Contains(b, ev.Payload) || len(ev.Payload) > maxFrameLen {
 				t.Fatalf("event payload % x is not a frame of the input", ev.Payload)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -25,6 +26,7 @@ type Dialect struct {
 // msgInfo describes one message of the dialect.
 type msgInfo struct {
 	name     string
+	idText   string // the id, decimal: the mavlink-msgid header
 	crcExtra byte
 	// bootMsAt is the payload offset of a uint32 time_boot_ms field; -1: none.
 	bootMsAt int
@@ -60,7 +62,7 @@ func NewDialect(dd *dialect.Dialect) (*Dialect, error) {
 	for _, m := range dd.Messages {
 		mp := rw.GetMessage(m.GetID())
 		typ := reflect.TypeOf(m).Elem()
-		info := &msgInfo{name: messageName(typ.Name()), crcExtra: mp.CRCExtra(), bootMsAt: -1, typ: typ}
+		info := &msgInfo{name: messageName(typ.Name()), idText: strconv.FormatUint(uint64(m.GetID()), 10), crcExtra: mp.CRCExtra(), bootMsAt: -1, typ: typ}
 		if f, ok := typ.FieldByName("TimeBootMs"); ok && f.Type.Kind() == reflect.Uint32 {
 			info.bootMsAt = fieldOffset(mp, typ, f.Index[0])
 		}

@@ -50,6 +50,8 @@ type Frame struct {
 	Payload []byte
 	// Signed: a MAVLink 2 frame with the signed flag (and its 13 bytes).
 	Signed bool
+	// info is the dialect's entry of the message.
+	info *msgInfo
 }
 
 // splitResult says what split found at the start of a buffer.
@@ -119,7 +121,7 @@ func split(b []byte, d *Dialect) (Frame, int, splitResult) {
 	if h.Sum16() != binary.LittleEndian.Uint16(b[end:]) {
 		return f, 0, splitBadCRC
 	}
-	f.Raw, f.Payload = b[:n:n], b[hdr:end:end]
+	f.Raw, f.Payload, f.info = b[:n:n], b[hdr:end:end], info
 	return f, n, splitFrame
 }
 

@@ -50,7 +50,7 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // runIntake starts an intake; the returned function stops it and returns Run's error.
-func runIntake(t testing.TB, cfg Config, st telemetry.Appender, marks telemetry.Marks) (*Intake, func() error) {
+func runIntake(t testing.TB, cfg Config, st Appender, marks telemetry.Marks) (*Intake, func() error) {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -3,16 +3,15 @@ package mavlink
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/droplog"
+	"github.com/edge-agent/edge-agent/ingest/udpsock"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -43,13 +42,18 @@ type Intake struct {
 	signer *signer
 	rates  map[uint32]int64 // msgid → least ns between two kept; -1 drop
 	c      counters
+	// kernelDrops are the UDP sockets' drop counts (Stats.KernelDrops).
+	kernelDrops socketDrops
 
 	// mu serializes the frames of every endpoint: drone state, filters
 	// and the append order (one drone's events reach the store in the
 	// order they were taken from the sockets).
 	mu    sync.Mutex
 	slots slots
+	batch batch
 	ctx   context.Context
+	// flushTimer ends a batch's window (armed by its first frame).
+	flushTimer *time.Timer
 
 	udp      *net.UDPConn
 	tcp      net.Listener
@@ -74,7 +78,7 @@ func New(cfg Config, sink Sink) (*Intake, error) {
 		return nil, err
 	}
 	in := &Intake{cfg: cfg, sink: sink, signer: s, rates: map[uint32]int64{},
-		ready: make(chan struct{}), fatal: make(chan error, 1)}
+		ready: make(chan struct{}), fatal: make(chan error, 1), flushTimer: newFlushTimer()}
 	for name, hz := range cfg.Rates {
 		id, _ := cfg.Dialect.ID(name)
 		if hz == 0 {
@@ -99,7 +103,7 @@ func (in *Intake) Bind() error {
 		if err != nil {
 			return fmt.Errorf("%w: udp_listen: %w", ErrListen, err)
 		}
-		c.SetReadBuffer(in.cfg.SocketBuffer)
+		udpsock.Tune(c, in.cfg.SocketBuffer)
 		in.udp = c
 	}
 	if in.cfg.TlogListen != "" && in.tlog == nil {
@@ -164,7 +168,8 @@ func (in *Intake) Run(ctx context.Context) error {
 	defer stop()
 	var wg sync.WaitGroup
 	if in.udp != nil {
-		wg.Go(func() { in.readUDP(in.udp, nil) })
+		drops := in.kernelDrops.add()
+		wg.Go(func() { in.readUDP(in.udp, drops, nil) })
 	}
 	if in.tcp != nil {
 		wg.Go(func() { in.acceptTCP(runCtx, in.tcp, in.consume) })
@@ -181,6 +186,7 @@ func (in *Intake) Run(ctx context.Context) error {
 	dropStop := make(chan struct{})
 	var dropWG sync.WaitGroup
 	dropWG.Go(func() { droplog.Run(dropStop, in.drops, in.reportDrops) })
+	dropWG.Go(func() { in.flushLoop(dropStop) })
 	close(in.ready)
 	in.cfg.Logger.Info("mavlink: running", "udp", in.UDPAddr(), "tcp", in.TCPAddr(),
 		"udp_connect", in.cfg.UDPConnect, "tcp_connect", in.cfg.TCPConnect, "signing", in.signer != nil)
@@ -202,9 +208,12 @@ func (in *Intake) Run(ctx context.Context) error {
 		in.tlog.Close()
 	}
 	wg.Wait()
-	in.inflight.Wait()
 	close(dropStop)
 	dropWG.Wait()
+	in.mu.Lock()
+	in.flush() // the last frames taken
+	in.mu.Unlock()
+	in.inflight.Wait()
 	if runErr == nil {
 		select {
 		case runErr = <-in.fatal:
@@ -222,6 +231,12 @@ func (in *Intake) Run(ctx context.Context) error {
 func (in *Intake) consume(b []byte, recv int64) int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	defer in.flushNow()
+	return in.consumeLocked(b, recv)
+}
+
+// consumeLocked is consume with in.mu held (and no flush).
+func (in *Intake) consumeLocked(b []byte, recv int64) int {
 	used := 0
 	for used < len(b) {
 		f, n, res := split(b[used:], in.cfg.Dialect)
@@ -248,6 +263,7 @@ func (in *Intake) consume(b []byte, recv int64) int {
 func (in *Intake) consumeTlog(b []byte, recv int64) int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	defer in.flushNow()
 	used := 0
 	for len(b)-used >= 8 {
 		f, n, res := split(b[used+8:], in.cfg.Dialect)
@@ -272,6 +288,14 @@ func (in *Intake) consumeTlog(b []byte, recv int64) int {
 		used++
 	}
 	return used
+}
+
+// flushNow flushes the batch when there is no window (BatchWindow < 0):
+// each datagram's or read's frames are one group. in.mu is held.
+func (in *Intake) flushNow() {
+	if in.cfg.BatchWindow < 0 {
+		in.flush()
+	}
 }
 
 // frame checks one frame and appends it; tlogUs is the receive time a
@@ -314,8 +338,7 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64) {
 		flags |= localstream.FlagDiscontinuity
 	}
 	d.st.Vehicle.note(f, recv)
-	info, _ := in.cfg.Dialect.lookup(f.MsgID)
-	evTime, mapped := c.eventTime(f, info)
+	evTime, mapped := c.eventTime(f, f.info)
 	at := recv // a tlog replayed fast is sampled at its own pace
 	if tlogUs != 0 {
 		at = tlogUs * 1000
@@ -385,21 +408,13 @@ func (d *drone) signatureFresh(f *Frame) bool {
 	return true
 }
 
-// append queues the frame's event. in.mu is held: appends reach the
-// store's queue in frame order.
+// append admits the frame's event to its writer's marks and adds it to
+// the batch. in.mu is held.
 func (in *Intake) append(d *drone, f *Frame, evTime, recv, tlogUs int64, flags localstream.Flags) {
-	ev := localstream.Event{RoutingKey: d.id, Writer: d.writer, EventTime: evTime, IngestTime: recv,
-		Flags: flags, ContentType: ContentType,
-		Headers: []localstream.Header{{Key: HeaderMsgID, Value: strconv.FormatUint(uint64(f.MsgID), 10)},
-			{Key: HeaderCompID, Value: strconv.Itoa(int(f.CompID))}},
-		Payload: append([]byte(nil), f.Raw...)}
-	if tlogUs != 0 {
-		ev.Headers = append(ev.Headers, localstream.Header{Key: HeaderTlogTime, Value: strconv.FormatInt(tlogUs, 10)})
-	}
 	var adm watermark.Admission
 	if in.sink.Marks != nil {
-		adm = in.sink.Marks.Admit(d.writer, ev.EventTime, ev.IngestTime)
-		ev.Flags |= adm.Flags()
+		adm = in.sink.Marks.Admit(d.writer, evTime, recv)
+		flags |= adm.Flags()
 		if adm.Skew != watermark.SkewNone {
 			d.st.ClockSkew++
 			in.c.clockSkew.Add(1)
@@ -408,47 +423,10 @@ func (in *Intake) append(d *drone, f *Frame, evTime, recv, tlogUs int64, flags l
 			in.c.late.Add(1)
 		}
 	}
-	if ev.Flags.Has(localstream.FlagDiscontinuity) {
+	if flags.Has(localstream.FlagDiscontinuity) {
 		d.st.Discontinuities++
 	}
-	d.pending.Add(1)
-	in.inflight.Add(1)
-	err := in.sink.Stream.AppendAsync(in.ctx, ev, func(pos localstream.Position, err error) {
-		in.appended(d, adm, evTime, pos, err)
-	})
-	if err == nil {
-		return
-	}
-	in.inflight.Done()
-	d.pending.Add(-1)
-	d.discontinue = true
-	switch {
-	case errors.Is(err, localstream.ErrDiskFull):
-		in.c.diskFullDrops.Add(1)
-	case in.ctx.Err() != nil:
-	default:
-		in.c.storeDrops.Add(1)
-		in.fail(err)
-	}
-}
-
-// appended is the store's callback, in append order.
-func (in *Intake) appended(d *drone, adm watermark.Admission, t int64, pos localstream.Position, err error) {
-	defer in.inflight.Done()
-	// Not in.mu: the frame goroutine may hold it while it waits for room
-	// in the store's queue, which this callback makes.
-	d.pending.Add(-1)
-	if err != nil {
-		in.fail(err)
-		return
-	}
-	d.stored.Add(1)
-	in.c.stored.Add(1)
-	if in.sink.Marks != nil {
-		if err := in.sink.Marks.NoteAdmitted(d.writer, adm, t, pos); err != nil {
-			in.c.markErrors.Add(1)
-		}
-	}
+	in.add(d, f, evTime, recv, tlogUs, flags, adm)
 }
 
 func (in *Intake) fail(err error) {

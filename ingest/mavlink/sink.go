@@ -3,11 +3,11 @@ package mavlink
 import "github.com/edge-agent/edge-agent/ingest/telemetry"
 
 // Sink is where MAVLink events go: the telemetry stream and its
-// watermark tracker, through the same interfaces as MQTT telemetry.
+// watermark tracker (the same Marks as MQTT telemetry's).
 type Sink struct {
-	// Stream is the telemetry stream. Required. Appends queued from one
+	// Stream is the telemetry stream. Required. Groups appended from one
 	// goroutine become durable (and call back) in call order.
-	Stream telemetry.Appender
+	Stream Appender
 	// Marks receives writer marks; nil disables them.
 	Marks telemetry.Marks
 }

@@ -16,6 +16,12 @@ type Stats struct {
 	ConnectionsLost    uint64 `json:"connections_lost"`
 	// ReadErrors: socket errors (a UDP server not up yet, a refused dial).
 	ReadErrors uint64 `json:"read_errors"`
+	// KernelDrops: datagrams the kernel dropped at the intake's UDP
+	// sockets, their receive buffer full (SO_RXQ_OVFL; Linux): loss at the
+	// intake itself, whichever drones sent them (their sequence numbers
+	// count the frames per drone, in Lost). Seen with the next datagram
+	// read after the drops.
+	KernelDrops uint64 `json:"kernel_drops"`
 	// Frames: frames with a right checksum.
 	Frames uint64 `json:"frames"`
 	// Stored: events durable in the store.
@@ -76,7 +82,7 @@ func (in *Intake) Stats() Stats {
 	c := &in.c
 	s := Stats{Datagrams: c.datagrams.Load(), Connections: c.connections.Load(),
 		ConnectionsRefused: c.connectionsRefused.Load(), ConnectionsLost: c.connectionsLost.Load(),
-		ReadErrors: c.readErrors.Load(), Frames: c.frames.Load(), Stored: c.stored.Load(),
+		ReadErrors: c.readErrors.Load(), KernelDrops: in.kernelDrops.total(), Frames: c.frames.Load(), Stored: c.stored.Load(),
 		GarbageBytes: c.garbageBytes.Load(), BadTlogTime: c.badTlogTime.Load(), BadCRC: c.badCRC.Load(), UnknownMessage: c.unknownMessage.Load(),
 		Truncated: c.truncated.Load(), Unsigned: c.unsigned.Load(), BadSignature: c.badSignature.Load(),
 		SignatureReplayed: c.signatureReplayed.Load(), Unmapped: c.unmapped.Load(),
@@ -105,14 +111,14 @@ func (s Stats) Drone(sysid uint8) (DroneStats, bool) {
 
 // dropCounts are the counts the drop report logs.
 type dropCounts struct {
-	garbage, badCRC, unknown, unsigned, badSig, replayed, unmapped, overLimit, lost, diskFull uint64
+	garbage, badCRC, unknown, unsigned, badSig, replayed, unmapped, overLimit, lost, diskFull, kernel uint64
 }
 
 func (in *Intake) drops() dropCounts {
 	c := &in.c
 	return dropCounts{c.garbageBytes.Load(), c.badCRC.Load(), c.unknownMessage.Load(), c.unsigned.Load(),
 		c.badSignature.Load(), c.signatureReplayed.Load(), c.unmapped.Load(), c.dronesOverLimit.Load(),
-		c.lost.Load(), c.diskFullDrops.Load()}
+		c.lost.Load(), c.diskFullDrops.Load(), in.kernelDrops.total()}
 }
 
 // reportDrops logs what was dropped since the last report (droplog bounds it).
@@ -122,5 +128,6 @@ func (in *Intake) reportDrops(now, last dropCounts) {
 		"unknown_message", now.unknown-last.unknown, "unsigned", now.unsigned-last.unsigned,
 		"bad_signature", now.badSig-last.badSig, "signature_replayed", now.replayed-last.replayed,
 		"unmapped", now.unmapped-last.unmapped, "drones_over_limit", now.overLimit-last.overLimit,
-		"lost", now.lost-last.lost, "disk_full_drops", now.diskFull-last.diskFull)
+		"lost", now.lost-last.lost, "disk_full_drops", now.diskFull-last.diskFull,
+		"kernel_drops", now.kernel-last.kernel)
 }

@@ -4,20 +4,40 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/minimal"
+	"golang.org/x/net/ipv4"
+
+	"github.com/edge-agent/edge-agent/ingest/udpsock"
 )
 
-// maxDatagram is the largest UDP payload.
-const maxDatagram = 65535
+// A UDP socket is read with recvmmsg, up to udpReadBatch datagrams a call
+// into buffers of udpDatagramMax bytes each (64 KiB a socket in all): a
+// MAVLink datagram is a few frames (mavlink-router packs them up to the
+// link's MTU); a longer one is cut there (counted in Truncated, its
+// frames in the first udpDatagramMax bytes kept).
+const (
+	udpReadBatch   = 8
+	udpDatagramMax = 8 << 10
+)
 
 // readUDP takes datagrams from c until it is closed. A datagram carries
-// whole frames: bytes left after its last frame are garbage.
-func (in *Intake) readUDP(c *net.UDPConn, stop <-chan struct{}) {
-	buf := make([]byte, maxDatagram)
+// whole frames: bytes left after its last frame are garbage. The
+// kernel's count of datagrams dropped at c (its receive buffer full) is
+// kept in drops.
+func (in *Intake) readUDP(c *net.UDPConn, drops *atomic.Int64, stop <-chan struct{}) {
+	pc := ipv4.NewPacketConn(c)
+	msgs := make([]ipv4.Message, udpReadBatch)
+	for i := range msgs {
+		msgs[i].Buffers = [][]byte{make([]byte, udpDatagramMax)}
+		msgs[i].OOB = make([]byte, 64)
+	}
 	for {
-		n, err := c.Read(buf)
+		n, err := pc.ReadBatch(msgs, 0)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -32,12 +52,22 @@ func (in *Intake) readUDP(c *net.UDPConn, stop <-chan struct{}) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		in.c.datagrams.Add(1)
 		recv := in.cfg.Now().UnixNano()
-		if used := in.consume(buf[:n], recv); used < n {
-			in.c.garbageBytes.Add(uint64(n - used))
-			in.c.truncated.Add(1)
+		in.c.datagrams.Add(uint64(n))
+		in.mu.Lock()
+		for i := range n {
+			m := &msgs[i]
+			if d := udpsock.KernelDrops(m.OOB[:m.NN]); d >= 0 {
+				drops.Store(d)
+			}
+			b := m.Buffers[0][:m.N]
+			if used := in.consumeLocked(b, recv); used < len(b) || m.Flags&syscall.MSG_TRUNC != 0 {
+				in.c.garbageBytes.Add(uint64(len(b) - used))
+				in.c.truncated.Add(1)
+			}
 		}
+		in.flushNow()
+		in.mu.Unlock()
 	}
 }
 
@@ -61,10 +91,11 @@ func (in *Intake) connectUDP(ctx context.Context, addr string) {
 			}
 		}
 	}
-	c.SetReadBuffer(in.cfg.SocketBuffer)
+	udpsock.Tune(c, in.cfg.SocketBuffer)
+	drops := in.kernelDrops.add()
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); in.readUDP(c, stop) }()
+	go func() { defer close(done); in.readUDP(c, drops, stop) }()
 	t := time.NewTicker(in.cfg.HeartbeatInterval)
 	defer t.Stop()
 	var seq uint8
@@ -83,4 +114,31 @@ func (in *Intake) connectUDP(ctx context.Context, addr string) {
 		case <-t.C:
 		}
 	}
+}
+
+// socketDrops are the kernel's drop counts of the intake's UDP sockets
+// (each cumulative, as SO_RXQ_OVFL reports it).
+type socketDrops struct {
+	mu    sync.Mutex
+	socks []*atomic.Int64
+}
+
+// add registers a socket and returns its count.
+func (s *socketDrops) add() *atomic.Int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := new(atomic.Int64)
+	s.socks = append(s.socks, c)
+	return c
+}
+
+// total is the datagrams dropped at every socket so far.
+func (s *socketDrops) total() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, c := range s.socks {
+		n += c.Load()
+	}
+	return uint64(n)
 }
