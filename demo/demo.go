@@ -16,6 +16,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -30,6 +31,11 @@ type Options struct {
 	Drones int
 	// VideoDrones is how many of them also send the test capture as video. Default 2.
 	VideoDrones int
+	// MAVLinkDrones is how many more drones fly as MAVLink autopilots
+	// (mavlink.Simulate: 50 frames a second each over UDP to the agent's
+	// MAVLink server), system ids 1.. as drones mav-1... Default 1;
+	// negative: none.
+	MAVLinkDrones int
 	// Rate is each drone's telemetry rate in Hz. Default 20.
 	Rate float64
 	// Duration of the simulated flight. Default 10s.
@@ -57,6 +63,13 @@ func (o *Options) setDefaults() error {
 	if o.VideoDrones == 0 {
 		o.VideoDrones = min(2, o.Drones)
 	}
+	if o.MAVLinkDrones == 0 {
+		o.MAVLinkDrones = 1
+	}
+	if o.MAVLinkDrones > 255 {
+		return fmt.Errorf("demo: %d MAVLink drones: system ids are 1..255", o.MAVLinkDrones)
+	}
+	o.MAVLinkDrones = max(o.MAVLinkDrones, 0)
 	if o.Rate <= 0 {
 		o.Rate = 20
 	}
@@ -101,6 +114,9 @@ func findUp(rel string) (string, error) {
 // droneName is the id of simulated drone i (1-based), the simulator's naming.
 func droneName(i int) string { return fmt.Sprintf("drone-%d", i) }
 
+// mavlinkName is the id of the MAVLink drone with system id sysid.
+func mavlinkName(sysid uint8) string { return fmt.Sprintf("mav-%d", sysid) }
+
 // Run runs the demo and returns its verification report. The error is
 // non-nil when the run failed or the verification found a problem.
 func Run(ctx context.Context, o Options) (*Report, error) {
@@ -121,8 +137,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	out := o.Progress
-	fmt.Fprintf(out, "edge-agent demo: %d drones at %g Hz for %v, %d with video (%s); data in %s\n",
-		o.Drones, o.Rate, o.Duration, o.VideoDrones, filepath.Base(o.Capture), o.DataDir)
+	fmt.Fprintf(out, "edge-agent demo: %d drones at %g Hz for %v, %d with video (%s), %d MAVLink drones at %d frames/s; data in %s\n",
+		o.Drones, o.Rate, o.Duration, o.VideoDrones, filepath.Base(o.Capture), o.MAVLinkDrones, mavlink.SimFramesPerSecond, o.DataDir)
 
 	// The central store, outside the agent so that it outlives it for the verification.
 	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(o.DataDir, "central"),
@@ -159,7 +175,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	case err := <-agentDone:
 		return nil, fmt.Errorf("demo: agent did not start: %w", err)
 	}
-	fmt.Fprintf(out, "agent %s: RTP %s, HTTP http://%s (/status, /metrics)\n", a.ID(), a.VideoAddr(), a.HTTPAddr())
+	fmt.Fprintf(out, "agent %s: RTP %s, MAVLink udp://%v, HTTP http://%s (/status, /metrics)\n", a.ID(), a.VideoAddr(), a.MAVLinkUDPAddr(), a.HTTPAddr())
 
 	// Drones: telemetry simulators and replayed video, with live progress.
 	var sim mqttsim.Result
@@ -177,6 +193,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 				replay.Options{Speed: 1, SSRC: videoSSRC(i), Mux: true, Live: true})
 		})
 	}
+	mavSent := &mavlinkSent{}
+	var mavErr error
+	if o.MAVLinkDrones > 0 {
+		wg.Go(func() {
+			_, mavErr = mavlink.Simulate(ctx, mavlink.SimConfig{To: "udp://" + a.MAVLinkUDPAddr().String(),
+				Drones: o.MAVLinkDrones, Duration: o.Duration, Tap: mavSent.tap})
+		})
+	}
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
@@ -186,6 +210,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	<-progressDone
 	if simErr != nil {
 		return nil, fmt.Errorf("demo: simulator: %w", simErr)
+	}
+	if mavErr != nil {
+		return nil, fmt.Errorf("demo: MAVLink simulator: %w", mavErr)
 	}
 	for i, err := range videoErr {
 		if err != nil {
@@ -200,7 +227,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := <-agentDone; err != nil {
 		return nil, fmt.Errorf("demo: agent: %w", err)
 	}
-	rep, err := verify(ctx, o, a.ID(), cfg.DataDir, csrv.ClientURL(), sim, videoSent)
+	rep, err := verify(ctx, o, a.ID(), cfg.DataDir, csrv.ClientURL(), sim, videoSent, mavSent)
 	if rep != nil {
 		rep.Print(out)
 	}
@@ -237,6 +264,14 @@ func agentConfig(o Options, centralURL, brokerURL string) agent.Config {
 	cfg.Video.Drones = nil
 	for i := range o.VideoDrones {
 		cfg.Video.Drones = append(cfg.Video.Drones, video.DroneConfig{ID: droneName(i + 1), SSRC: videoSSRC(i)})
+	}
+	if o.MAVLinkDrones > 0 {
+		cfg.MAVLink.Enabled = true
+		cfg.MAVLink.UDPListen = "127.0.0.1:0"
+		cfg.MAVLink.Drones = map[uint8]string{}
+		for i := range o.MAVLinkDrones {
+			cfg.MAVLink.Drones[uint8(i+1)] = mavlinkName(uint8(i + 1))
+		}
 	}
 	return cfg
 }

@@ -14,12 +14,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	stdsync "sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -35,6 +37,12 @@ type Report struct {
 	TelemetryMissing, TelemetryDuplicated uint64
 	// VideoPacketsSent is what the replay sent.
 	VideoPacketsSent int
+	// MAVLinkSent is the frames the MAVLink simulator sent; MAVLinkCentral
+	// the MAVLink events at the centre; MAVLinkMissing, MAVLinkDuplicated
+	// and MAVLinkOutOfOrder compare them frame by frame, byte for byte,
+	// per drone.
+	MAVLinkSent, MAVLinkCentral                          int
+	MAVLinkMissing, MAVLinkDuplicated, MAVLinkOutOfOrder int
 	// Clip is the exported clip; ClipChunks its chunks; ClipFrames the
 	// frames ffprobe decoded (-1 when ffprobe is absent); ClipError what
 	// ffprobe complained about.
@@ -88,6 +96,10 @@ func (r *Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  telemetry: simulator published %d, missing at the centre %d, duplicated %d\n",
 		r.TelemetryPublished, r.TelemetryMissing, r.TelemetryDuplicated)
+	if r.MAVLinkSent > 0 {
+		fmt.Fprintf(w, "  mavlink: simulator sent %d frames, at the centre %d (byte for byte: missing %d, duplicated %d, drones out of order %d)\n",
+			r.MAVLinkSent, r.MAVLinkCentral, r.MAVLinkMissing, r.MAVLinkDuplicated, r.MAVLinkOutOfOrder)
+	}
 	frames := "ffprobe not installed"
 	if r.ClipFrames >= 0 {
 		frames = fmt.Sprintf("ffprobe decoded %d frames", r.ClipFrames)
@@ -108,7 +120,7 @@ func (r *Report) Print(w io.Writer) {
 }
 
 // verify compares the local store of the stopped agent with the centre.
-func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string, sim mqttsim.Result, sent []replay.Summary) (*Report, error) {
+func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string, sim mqttsim.Result, sent []replay.Summary, mav *mavlinkSent) (*Report, error) {
 	rep := &Report{TelemetryPublished: sim.Published, ClipFrames: -1}
 	for _, s := range sent {
 		rep.VideoPacketsSent += s.Packets
@@ -144,6 +156,7 @@ func verify(ctx context.Context, o Options, agentID, agentDir, centralURL string
 		}
 		if st.Name() == "telemetry" {
 			checkTelemetry(rep, sim, items)
+			checkMAVLink(rep, mav, items)
 		}
 	}
 	checkTimeCut(rctx, rep, nc, store, agentID, all)
@@ -269,6 +282,65 @@ func checkTelemetry(rep *Report, sim mqttsim.Result, items []centralread.Item) {
 	}
 	if rep.TelemetryMissing+rep.TelemetryDuplicated > 0 {
 		rep.problem("telemetry: %d simulator messages missing, %d duplicated", rep.TelemetryMissing, rep.TelemetryDuplicated)
+	}
+}
+
+// mavlinkSent records the frames the MAVLink simulator sent, per system id.
+type mavlinkSent struct {
+	mu     stdsync.Mutex
+	frames map[uint8][]string
+}
+
+// tap is mavlink.SimConfig.Tap.
+func (m *mavlinkSent) tap(sysid uint8, frame []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.frames == nil {
+		m.frames = map[uint8][]string{}
+	}
+	m.frames[sysid] = append(m.frames[sysid], string(frame))
+}
+
+// checkMAVLink checks that each MAVLink drone's events at the centre are
+// the frames the simulator sent, byte for byte, each once, in order.
+func checkMAVLink(rep *Report, sent *mavlinkSent, items []centralread.Item) {
+	sent.mu.Lock()
+	defer sent.mu.Unlock()
+	got := map[string][]string{}
+	for _, it := range items {
+		if r := it.Event.Record; it.Kind == centralread.ItemEvent && r.ContentType == mavlink.ContentType {
+			got[r.RoutingKey] = append(got[r.RoutingKey], string(r.Payload))
+			rep.MAVLinkCentral++
+		}
+	}
+	for _, sysid := range slices.Sorted(maps.Keys(sent.frames)) {
+		want, have := sent.frames[sysid], got[mavlinkName(sysid)]
+		rep.MAVLinkSent += len(want)
+		if slices.Equal(want, have) {
+			continue
+		}
+		count := map[string]int{}
+		for _, f := range want {
+			count[f]++
+		}
+		for _, f := range have {
+			count[f]--
+		}
+		missing, dup := 0, 0
+		for _, c := range count {
+			if c > 0 {
+				missing += c
+			} else {
+				dup -= c
+			}
+		}
+		rep.MAVLinkMissing += missing
+		rep.MAVLinkDuplicated += dup
+		if missing+dup == 0 {
+			rep.MAVLinkOutOfOrder++
+		}
+		rep.problem("mavlink drone %s: sent %d frames, %d at the centre: %d missing, %d duplicated (or other bytes), order kept %v",
+			mavlinkName(sysid), len(want), len(have), missing, dup, missing+dup > 0)
 	}
 }
 

@@ -22,6 +22,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&o.DataDir, "data-dir", "", "keep everything here (default: a temporary directory, removed at the end)")
 	fs.IntVar(&o.Drones, "drones", 4, "simulated telemetry drones")
 	fs.IntVar(&o.VideoDrones, "video-drones", 2, "drones that also send the test capture as RTP video")
+	fs.IntVar(&o.MAVLinkDrones, "mavlink-drones", 1, "more drones flying as MAVLink autopilots (50 frames/s over UDP; -1: none)")
 	fs.Float64Var(&o.Rate, "rate", 20, "telemetry messages per second per drone")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "how long the drones fly")
 	fs.StringVar(&o.Capture, "pcap", "", "RTP capture replayed as video (default testdata/h264.pcap)")

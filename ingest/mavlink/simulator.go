@@ -30,6 +30,9 @@ type SimConfig struct {
 	V1 bool
 	// SigningKey signs MAVLink 2 frames with this 32-byte key (nil: unsigned).
 	SigningKey []byte
+	// Tap, when set, is given each frame as sent (its bytes valid during
+	// the call), from Simulate's goroutine: for a check at the other end.
+	Tap func(sysid uint8, frame []byte)
 }
 
 // SimResult says what Simulate sent.
@@ -99,7 +102,11 @@ func Simulate(ctx context.Context, cfg SimConfig) (SimResult, error) {
 			return res, err
 		}
 		d := &simDrone{sysid: cfg.FirstSysID + uint8(i), conn: c, boot: time.Now().Add(-time.Duration(30+i) * time.Second)}
-		if d.w, err = newStreamWriter(c, cfg.V1, d.sysid, 1, key); err != nil {
+		var bw io.Writer = c
+		if cfg.Tap != nil {
+			bw = tapWriter{c, d.sysid, cfg.Tap}
+		}
+		if d.w, err = newStreamWriter(bw, cfg.V1, d.sysid, 1, key); err != nil {
 			return res, err
 		}
 		for k := range simRates { // spread the messages over the first period
@@ -193,6 +200,22 @@ func simDial(ctx context.Context, u *url.URL) (io.WriteCloser, error) {
 		return nil, err
 	}
 	return udpLink{pc, to}, nil
+}
+
+// tapWriter hands each frame written (gomavlib's writer writes a frame
+// in one call) to a tap once the link took it.
+type tapWriter struct {
+	w     io.Writer
+	sysid uint8
+	tap   func(uint8, []byte)
+}
+
+func (t tapWriter) Write(b []byte) (int, error) {
+	n, err := t.w.Write(b)
+	if err == nil {
+		t.tap(t.sysid, b)
+	}
+	return n, err
 }
 
 type udpLink struct {

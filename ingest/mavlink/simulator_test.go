@@ -1,19 +1,23 @@
 package mavlink
 
 import (
+	"bytes"
 	"context"
 	"testing"
 	"time"
 )
 
 // TestSimulate: three simulated drones over UDP and one over TCP reach
-// the intake whole: every frame stored, none lost, the six messages at
+// the intake whole: every frame stored, none lost, byte for byte the
+// frames the simulator's Tap saw, in order, the six messages at
 // their rates, and event times from SYSTEM_TIME once it came.
 func TestSimulate(t *testing.T) {
 	_, st := openStore(t, t.TempDir())
 	in, _ := runIntake(t, localConfig(), st, nil)
 	ctx := context.Background()
-	udp, err := Simulate(ctx, SimConfig{To: "udp://" + in.UDPAddr().String(), Drones: 3, Duration: 2 * time.Second})
+	tapped := map[uint8][][]byte{}
+	udp, err := Simulate(ctx, SimConfig{To: "udp://" + in.UDPAddr().String(), Drones: 3, Duration: 2 * time.Second,
+		Tap: func(sysid uint8, f []byte) { tapped[sysid] = append(tapped[sysid], bytes.Clone(f)) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,8 +30,23 @@ func TestSimulate(t *testing.T) {
 	if s := in.Stats(); s.Lost != 0 || len(s.Drones) != 4 {
 		t.Fatalf("stats %+v: want 4 drones, nothing lost", s)
 	}
+	if n := len(tapped[1]) + len(tapped[2]) + len(tapped[3]); n != udp.Frames {
+		t.Fatalf("tapped %d frames, sent %d", n, udp.Frames)
+	}
+	stored := byDrone(t, st)
+	for sys := uint8(1); sys <= 3; sys++ {
+		recs := stored[DiscoveredID(sys)]
+		if len(recs) != len(tapped[sys]) {
+			t.Fatalf("system %d: %d stored, %d tapped", sys, len(recs), len(tapped[sys]))
+		}
+		for i, r := range recs {
+			if !bytes.Equal(r.Payload, tapped[sys][i]) {
+				t.Fatalf("system %d frame %d: stored % x, tapped % x", sys, i, r.Payload, tapped[sys][i])
+			}
+		}
+	}
 	count := map[string]int{}
-	for _, r := range byDrone(t, st)["mavlink-1"] {
+	for _, r := range stored["mavlink-1"] {
 		id, _ := r.Header(HeaderMsgID)
 		count[DefaultDialect().Name(uint32(atoiOr(id)))]++
 	}
