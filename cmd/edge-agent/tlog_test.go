@@ -4,13 +4,22 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/bluenviron/gomavlib/v3/pkg/dialect"
+	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
+	"github.com/bluenviron/gomavlib/v3/pkg/tlog"
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
@@ -39,12 +48,43 @@ func readTlogFile(t *testing.T, path string) []mavlink.TlogEntry {
 	}
 }
 
+// readTlogGomavlib reads a tlog with gomavlib's reader and dialect.
+func readTlogGomavlib(t *testing.T, path string) []*tlog.Entry {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rw, err := dialect.NewReadWriter(ardupilotmega.Dialect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &tlog.Reader{ByteReader: f, DialectRW: rw}
+	if err := r.Initialize(); err != nil {
+		t.Fatal(err)
+	}
+	var out []*tlog.Entry
+	for {
+		e, err := r.Read()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("gomavlib reading %s, entry %d: %v", path, len(out), err)
+		}
+		out = append(out, e)
+	}
+}
+
 // TestTlogRoundTrip: the tlog gomavlib wrote (testdata/mavlink, two
 // vehicles, MAVLink 1 and 2) replayed with `edge-agent replay --tlog` to
 // `edge-agent run`, replicated to the centre and exported per drone with
 // `edge-agent export telemetry --format tlog` gives back each vehicle's
 // entries: the same frames, byte for byte, with the same timestamps, in
-// order. `edge-agent read` prints them as decoded MAVLink.
+// order — as this project reads them, as gomavlib's tlog reader reads
+// them, and as node-mavlink's (npm) does. `edge-agent read` prints them as
+// decoded MAVLink.
 func TestTlogRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -84,6 +124,7 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	}
 
 	orig := readTlogFile(t, src)
+	exported, wanted := map[string]string{}, map[string][]mavlink.TlogEntry{}
 	for sysid, drone := range map[uint8]string{1: "copter-1", 2: mavlink.DiscoveredID(2)} {
 		var want []mavlink.TlogEntry
 		for _, e := range orig {
@@ -105,7 +146,56 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 			}
 		}
 		t.Logf("%s: %d entries, same frames and timestamps", drone, len(got))
+		exported[drone], wanted[drone] = path, want
 	}
+	// Readers that are not this project's: gomavlib's tlog reader (its
+	// frame parser, checksums and message decoding) reads the exports as
+	// it reads the original; node-mavlink's tlog splitter (npm) finds
+	// every entry, checksum right, with its time and bytes.
+	t.Run("gomavlib", func(t *testing.T) {
+		orig := readTlogGomavlib(t, src)
+		for sysid, drone := range map[uint8]string{1: "copter-1", 2: mavlink.DiscoveredID(2)} {
+			var want []*tlog.Entry
+			for _, e := range orig {
+				if e.Frame.GetSystemID() == sysid {
+					want = append(want, e)
+				}
+			}
+			got := readTlogGomavlib(t, exported[drone])
+			if len(got) != len(want) {
+				t.Fatalf("%s: gomavlib read %d entries of the export, %d of the original", drone, len(got), len(want))
+			}
+			for i := range want {
+				if !got[i].Time.Equal(want[i].Time) || !reflect.DeepEqual(got[i].Frame, want[i].Frame) {
+					t.Fatalf("%s entry %d: gomavlib read %v %+v, original %v %+v", drone, i, got[i].Time, got[i].Frame, want[i].Time, want[i].Frame)
+				}
+			}
+			t.Logf("%s: gomavlib read %d entries, equal to the original's", drone, len(got))
+		}
+	})
+	t.Run("node-mavlink", func(t *testing.T) {
+		nodeDir := nodeMAVLink(t)
+		for drone, path := range exported {
+			want := wanted[drone]
+			cmd := exec.Command("node", "tlogread.js", path)
+			cmd.Dir = nodeDir
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("node tlogread.js %s: %v", path, err)
+			}
+			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+			if last := lines[len(lines)-1]; last != fmt.Sprintf("valid %d invalid 0 unknown 0", len(want)) {
+				t.Fatalf("%s: node-mavlink: %q, want %d valid entries", drone, last, len(want))
+			}
+			for i, l := range lines[:len(lines)-1] {
+				f := strings.Fields(l)
+				if len(f) != 4 || f[0] != strconv.FormatInt(want[i].Time.UnixMilli(), 10) || f[3] != hex.EncodeToString(want[i].Frame) {
+					t.Fatalf("%s entry %d: node-mavlink read %q, want time %d ms and % x", drone, i, l, want[i].Time.UnixMilli(), want[i].Frame)
+				}
+			}
+			t.Logf("%s: node-mavlink read %d entries, times and bytes as the original's", drone, len(want))
+		}
+	})
 
 	var lines bytes.Buffer
 	if err := runRead(ctx, []string{"--central", csrv.ClientURL(), "--stream", "telemetry", "--agent", "tlog-trip", "--drone", "copter-1"}, &lines, io.Discard); err != nil {
