@@ -117,6 +117,7 @@ func DefaultOptions() Options {
 		MaxInflight:       8,
 		ValueThreshold:    1 << 20,
 		MemTableSize:      64 << 20,
+		Compactors:        2,
 		ValueLogFileSize:  64 << 20,
 		MinFreeBytes:      128 << 20,
 		CloseTimeout:      3 * time.Second,
@@ -139,7 +140,9 @@ func (o Options) withDefaults() Options {
 	if o.MemTableSize <= 0 {
 		o.MemTableSize = d.MemTableSize
 	}
-	o.Compactors = max(o.Compactors, 2)
+	if o.Compactors < 2 { // Badger refuses 1
+		o.Compactors = d.Compactors
+	}
 	if o.MaxBatchBytes <= 0 {
 		o.MaxBatchBytes = d.MaxBatchBytes
 	}
