@@ -67,6 +67,12 @@ type Config struct {
 	// for fewer commits and WAL syncs); negative appends each datagram's
 	// or read's frames at once. Default 100ms.
 	BatchWindow time.Duration `yaml:"batch_window"`
+	// RebindAfter is the silence of the source a system id is bound to
+	// (a UDP sender's address and port, a TCP connection) after which
+	// another source may take it over; until then frames with the system
+	// id from elsewhere are dropped (counted spoofed). A closed connection
+	// releases its system ids at once. Default 5s.
+	RebindAfter time.Duration `yaml:"rebind_after"`
 	// BatchFrames appends a group as soon as it holds this many frames.
 	// Default 256; at most 1024.
 	BatchFrames int `yaml:"batch_frames"`
@@ -108,7 +114,7 @@ const (
 func NewDefaultConfig() Config {
 	return Config{Discover: true, MaxDrones: 64, DroneIdleTimeout: time.Minute, MaxConnections: 16,
 		HeartbeatInterval: time.Second, SystemID: 254, SocketBuffer: 4 << 20,
-		BatchWindow: 250 * time.Millisecond, BatchFrames: 1024}
+		BatchWindow: 250 * time.Millisecond, BatchFrames: 1024, RebindAfter: 5 * time.Second}
 }
 
 func (c Config) withDefaults() Config {
@@ -136,6 +142,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.BatchFrames == 0 {
 		c.BatchFrames = d.BatchFrames
+	}
+	if c.RebindAfter == 0 {
+		c.RebindAfter = d.RebindAfter
 	}
 	if c.Dialect == nil {
 		c.Dialect = DefaultDialect()
@@ -176,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchFrames < 1 || c.BatchFrames > maxBatchFrames {
 		return fmt.Errorf("%w: batch_frames %d: want 1 to %d", ErrConfig, c.BatchFrames, maxBatchFrames)
+	}
+	if c.RebindAfter < 0 {
+		return fmt.Errorf("%w: rebind_after %v: want > 0", ErrConfig, c.RebindAfter)
 	}
 	if c.BatchWindow > maxBatchWindow {
 		return fmt.Errorf("%w: batch_window %v: want at most %v (negative: no window)", ErrConfig, c.BatchWindow, maxBatchWindow)

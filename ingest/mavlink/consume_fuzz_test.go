@@ -63,7 +63,7 @@ func FuzzConsume(f *testing.F) {
 			consume = in.consumeTlog
 		}
 		for rest := b; len(rest) > 0; {
-			n := consume(rest, time.Now().UnixNano())
+			n := consume(rest, time.Now().UnixNano(), source{conn: 1})
 			if n == 0 {
 				break
 			}

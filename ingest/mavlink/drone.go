@@ -26,7 +26,12 @@ type drone struct {
 	rateLast      map[uint64]int64  // (compid, msgid) → receive time of the last kept, for Rates
 	sigTimestamps map[uint16]uint64 // (compid, link id) → newest signature timestamp
 	discontinue   bool              // flag the next stored event: frames were lost before it
-	st            DroneStats
+	// The source the system id is bound to (source.go) and the receive
+	// time of its last frame from it (0: released, to be taken at once).
+	src     source
+	srcLast int64
+	bound   bool
+	st      DroneStats
 }
 
 // component is what a drone's component carries from frame to frame.
@@ -60,6 +65,11 @@ type DroneStats struct {
 	Duplicates uint64 `json:"duplicates"`
 	// Sampled: frames dropped by Rates.
 	Sampled uint64 `json:"sampled"`
+	// Spoofed: frames with its system id from another source than the
+	// one it is bound to, dropped; Rebinds: times another source took the
+	// system id over (after RebindAfter of silence, or a closed link).
+	Spoofed uint64 `json:"spoofed"`
+	Rebinds uint64 `json:"rebinds"`
 	// TimeMapped: events timed from the drone's clock (SYSTEM_TIME, or
 	// time_boot_ms through it); TimeEstimated: timed at arrival.
 	TimeMapped    uint64 `json:"time_mapped"`

@@ -44,6 +44,8 @@ type Intake struct {
 	c      counters
 	// kernelDrops are the UDP sockets' drop counts (Stats.KernelDrops).
 	kernelDrops socketDrops
+	// conns numbers the sockets and connections (source.conn).
+	conns atomic.Uint64
 
 	// mu serializes the frames of every endpoint: drone state, filters
 	// and the append order (one drone's events reach the store in the
@@ -169,7 +171,7 @@ func (in *Intake) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	if in.udp != nil {
 		drops := in.kernelDrops.add()
-		wg.Go(func() { in.readUDP(in.udp, drops, nil) })
+		wg.Go(func() { in.readUDP(in.udp, drops, in.newConnID(), nil) })
 	}
 	if in.tcp != nil {
 		wg.Go(func() { in.acceptTCP(runCtx, in.tcp, in.consume) })
@@ -228,15 +230,15 @@ func (in *Intake) Run(ctx context.Context) error {
 // returns how many bytes it used: the rest is the start of a frame that
 // has not wholly arrived (a stream keeps it for the next read; a
 // datagram's rest is counted as garbage).
-func (in *Intake) consume(b []byte, recv int64) int {
+func (in *Intake) consume(b []byte, recv int64, src source) int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	defer in.flushNow()
-	return in.consumeLocked(b, recv)
+	return in.consumeLocked(b, recv, src)
 }
 
 // consumeLocked is consume with in.mu held (and no flush).
-func (in *Intake) consumeLocked(b []byte, recv int64) int {
+func (in *Intake) consumeLocked(b []byte, recv int64, src source) int {
 	used := 0
 	for used < len(b) {
 		f, n, res := split(b[used:], in.cfg.Dialect)
@@ -244,7 +246,7 @@ func (in *Intake) consumeLocked(b []byte, recv int64) int {
 		case splitShort:
 			return used
 		case splitFrame:
-			in.frame(&f, recv, 0)
+			in.frame(&f, recv, 0, src)
 			used += n
 			continue
 		case splitBadCRC:
@@ -260,7 +262,7 @@ func (in *Intake) consumeLocked(b []byte, recv int64) int {
 
 // consumeTlog is consume for a tlog stream: each frame follows its
 // recorded receive time (8 bytes).
-func (in *Intake) consumeTlog(b []byte, recv int64) int {
+func (in *Intake) consumeTlog(b []byte, recv int64, src source) int {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	defer in.flushNow()
@@ -276,7 +278,7 @@ func (in *Intake) consumeTlog(b []byte, recv int64) int {
 				in.c.badTlogTime.Add(1)
 				us = 0
 			}
-			in.frame(&f, recv, us)
+			in.frame(&f, recv, us, src)
 			used += 8 + n
 			continue
 		case splitBadCRC:
@@ -300,7 +302,7 @@ func (in *Intake) flushNow() {
 
 // frame checks one frame and appends it; tlogUs is the receive time a
 // tlog recorded for it (0: none). in.mu is held.
-func (in *Intake) frame(f *Frame, recv, tlogUs int64) {
+func (in *Intake) frame(f *Frame, recv, tlogUs int64, src source) {
 	in.c.frames.Add(1)
 	if s := in.signer; s != nil {
 		switch {
@@ -314,6 +316,11 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64) {
 	}
 	d := in.droneFor(f.SysID, recv)
 	if d == nil {
+		return
+	}
+	if !in.boundTo(d, src, recv) {
+		d.st.Spoofed++
+		in.c.spoofed.Add(1)
 		return
 	}
 	if f.Signed && in.signer != nil && !d.signatureFresh(f) {

@@ -54,6 +54,11 @@ type Stats struct {
 	Lost       uint64 `json:"lost"`
 	Duplicates uint64 `json:"duplicates"`
 	Sampled    uint64 `json:"sampled"`
+	// Spoofed: frames with a drone's system id from another source than
+	// the one it is bound to, dropped; Rebinds: system ids taken over by
+	// another source (source.go).
+	Spoofed uint64 `json:"spoofed"`
+	Rebinds uint64 `json:"rebinds"`
 	// Late and ClockSkew: events flagged by the watermark marks.
 	Late      uint64 `json:"late"`
 	ClockSkew uint64 `json:"clock_skew"`
@@ -73,7 +78,7 @@ type counters struct {
 	frames, stored, garbageBytes, badCRC, unknownMessage, truncated, badTlogTime atomic.Uint64
 	unsigned, badSignature, signatureReplayed                                    atomic.Uint64
 	unmapped, dronesOverLimit, dronesReleased                                    atomic.Uint64
-	lost, duplicates, sampled, late, clockSkew                                   atomic.Uint64
+	lost, duplicates, sampled, late, clockSkew, spoofed, rebinds                 atomic.Uint64
 	diskFullDrops, storeDrops, markErrors                                        atomic.Uint64
 }
 
@@ -88,6 +93,7 @@ func (in *Intake) Stats() Stats {
 		SignatureReplayed: c.signatureReplayed.Load(), Unmapped: c.unmapped.Load(),
 		DronesOverLimit: c.dronesOverLimit.Load(), DronesReleased: c.dronesReleased.Load(),
 		Lost: c.lost.Load(), Duplicates: c.duplicates.Load(), Sampled: c.sampled.Load(),
+		Spoofed: c.spoofed.Load(), Rebinds: c.rebinds.Load(),
 		Late: c.late.Load(), ClockSkew: c.clockSkew.Load(), DiskFullDrops: c.diskFullDrops.Load(),
 		StoreDrops: c.storeDrops.Load(), MarkErrors: c.markErrors.Load()}
 	in.mu.Lock()
@@ -111,14 +117,14 @@ func (s Stats) Drone(sysid uint8) (DroneStats, bool) {
 
 // dropCounts are the counts the drop report logs.
 type dropCounts struct {
-	garbage, badCRC, unknown, unsigned, badSig, replayed, unmapped, overLimit, lost, diskFull, kernel uint64
+	garbage, badCRC, unknown, unsigned, badSig, replayed, unmapped, overLimit, lost, diskFull, kernel, spoofed uint64
 }
 
 func (in *Intake) drops() dropCounts {
 	c := &in.c
 	return dropCounts{c.garbageBytes.Load(), c.badCRC.Load(), c.unknownMessage.Load(), c.unsigned.Load(),
 		c.badSignature.Load(), c.signatureReplayed.Load(), c.unmapped.Load(), c.dronesOverLimit.Load(),
-		c.lost.Load(), c.diskFullDrops.Load(), in.kernelDrops.total()}
+		c.lost.Load(), c.diskFullDrops.Load(), in.kernelDrops.total(), c.spoofed.Load()}
 }
 
 // reportDrops logs what was dropped since the last report (droplog bounds it).
@@ -129,5 +135,5 @@ func (in *Intake) reportDrops(now, last dropCounts) {
 		"bad_signature", now.badSig-last.badSig, "signature_replayed", now.replayed-last.replayed,
 		"unmapped", now.unmapped-last.unmapped, "drones_over_limit", now.overLimit-last.overLimit,
 		"lost", now.lost-last.lost, "disk_full_drops", now.diskFull-last.diskFull,
-		"kernel_drops", now.kernel-last.kernel)
+		"kernel_drops", now.kernel-last.kernel, "spoofed", now.spoofed-last.spoofed)
 }

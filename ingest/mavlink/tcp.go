@@ -12,14 +12,16 @@ import (
 // readStream takes frames from a byte stream with consume (plain frames,
 // or a tlog) until it ends; a frame cut by a read waits for the rest in
 // the next one.
-func (in *Intake) readStream(c net.Conn, consume func([]byte, int64) int) {
+func (in *Intake) readStream(c net.Conn, consume func([]byte, int64, source) int) {
+	src := source{conn: in.newConnID()} // the connection is the source
+	defer in.releaseSource(src)
 	buf := make([]byte, 16<<10)
 	have := 0
 	for {
 		n, err := c.Read(buf[have:])
 		if n > 0 {
 			have += n
-			used := consume(buf[:have], in.cfg.Now().UnixNano())
+			used := consume(buf[:have], in.cfg.Now().UnixNano(), src)
 			have = copy(buf, buf[used:have]) // < 8 + maxFrameLen: the start of one entry
 		}
 		if err != nil {
@@ -37,7 +39,7 @@ func (in *Intake) readStream(c net.Conn, consume func([]byte, int64) int) {
 
 // acceptTCP serves TCP connections until ctx ends, at most MaxConnections
 // at once per listener (more are closed at once, counted).
-func (in *Intake) acceptTCP(ctx context.Context, l net.Listener, consume func([]byte, int64) int) {
+func (in *Intake) acceptTCP(ctx context.Context, l net.Listener, consume func([]byte, int64, source) int) {
 	var mu sync.Mutex
 	conns := map[net.Conn]struct{}{}
 	var wg sync.WaitGroup

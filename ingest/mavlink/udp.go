@@ -29,7 +29,7 @@ const (
 // whole frames: bytes left after its last frame are garbage. The
 // kernel's count of datagrams dropped at c (its receive buffer full) is
 // kept in drops.
-func (in *Intake) readUDP(c *net.UDPConn, drops *atomic.Int64, stop <-chan struct{}) {
+func (in *Intake) readUDP(c *net.UDPConn, drops *atomic.Int64, conn uint64, stop <-chan struct{}) {
 	pc := ipv4.NewPacketConn(c)
 	msgs := make([]ipv4.Message, udpReadBatch)
 	for i := range msgs {
@@ -61,7 +61,11 @@ func (in *Intake) readUDP(c *net.UDPConn, drops *atomic.Int64, stop <-chan struc
 				drops.Store(d)
 			}
 			b := m.Buffers[0][:m.N]
-			if used := in.consumeLocked(b, recv); used < len(b) || m.Flags&syscall.MSG_TRUNC != 0 {
+			src := source{conn: conn}
+			if ua, ok := m.Addr.(*net.UDPAddr); ok {
+				src.addr = ua.AddrPort()
+			}
+			if used := in.consumeLocked(b, recv, src); used < len(b) || m.Flags&syscall.MSG_TRUNC != 0 {
 				in.c.garbageBytes.Add(uint64(len(b) - used))
 				in.c.truncated.Add(1)
 			}
@@ -95,7 +99,7 @@ func (in *Intake) connectUDP(ctx context.Context, addr string) {
 	drops := in.kernelDrops.add()
 	stop := make(chan struct{})
 	done := make(chan struct{})
-	go func() { defer close(done); in.readUDP(c, drops, stop) }()
+	go func() { defer close(done); in.readUDP(c, drops, in.newConnID(), stop) }()
 	t := time.NewTicker(in.cfg.HeartbeatInterval)
 	defer t.Stop()
 	var seq uint8
