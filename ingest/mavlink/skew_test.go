@@ -25,6 +25,7 @@ func TestGPSTimeHourOff(t *testing.T) {
 	}
 	cfg := localConfig()
 	cfg.Now = clk.Now
+	cfg.BatchWindow = 20 * time.Millisecond // a step waits for its batch
 	cfg.Drones = map[uint8]string{1: "a", 2: "b"}
 	in, _ := runIntake(t, cfg, st, tr)
 	c, err := net.Dial("tcp", in.TCPAddr().String())
@@ -74,4 +75,58 @@ func TestGPSTimeHourOff(t *testing.T) {
 	if da.ClockSkew != uint64(len(recs["a"])) || db.ClockSkew != 0 || st2.Late != 0 {
 		t.Fatalf("clock skew a %d (of %d) b %d, late %d", da.ClockSkew, len(recs["a"]), db.ClockSkew, st2.Late)
 	}
+}
+
+// TestGPSTimeHourBehind: drone A's GPS time is an hour behind, drone
+// B's is right. A's events are flagged clock-skew and do not hold the
+// watermark back: it follows B, and B is never late.
+func TestGPSTimeHourBehind(t *testing.T) {
+	s, st := openStore(t, t.TempDir())
+	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
+	tr, err := watermark.NewTracker(st, s, watermark.Options{Now: clk.Now, MaxClockSkew: 10 * time.Second, MaxClockBehind: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := localConfig()
+	cfg.Now = clk.Now
+	cfg.BatchWindow = 20 * time.Millisecond // a step waits for its batch
+	cfg.Drones = map[uint8]string{1: "a", 2: "b"}
+	in, _ := runIntake(t, cfg, st, tr)
+	c, err := net.Dial("tcp", in.TCPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wa, wb := newWriter(t, false, 1, 1, nil), newWriter(t, false, 2, 1, nil)
+	frames := 0
+	var w watermark.Watermark
+	for i := range 40 {
+		now := clk.Now()
+		boot := uint32(10_000 + i*100)
+		c.Write(wa.frame(t, &common.MessageSystemTime{TimeUnixUsec: uint64(now.Add(-time.Hour).UnixMicro()), TimeBootMs: boot}))
+		c.Write(wa.frame(t, &common.MessageGlobalPositionInt{TimeBootMs: boot}))
+		c.Write(wb.frame(t, &common.MessageSystemTime{TimeUnixUsec: uint64(now.UnixMicro()), TimeBootMs: boot}))
+		c.Write(wb.frame(t, &common.MessageGlobalPositionInt{TimeBootMs: boot}))
+		frames += 4
+		waitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == uint64(frames) })
+		if w, err = tr.Local(); err != nil {
+			t.Fatal(err)
+		}
+		clk.Add(100 * time.Millisecond)
+	}
+	if behind := clk.Now().Sub(time.Unix(0, w.LowerNs)); w.LowerNs == 0 || behind > time.Minute {
+		t.Fatalf("local watermark %s: %v behind the clock, held back by the drone an hour behind", w, behind)
+	}
+	recs := byDrone(t, st)
+	for _, r := range recs["b"] {
+		if r.Flags.Has(localstream.FlagLate) || r.Flags.Has(localstream.FlagClockSkew) {
+			t.Fatalf("b's event %s flagged %b", r.Position, r.Flags)
+		}
+	}
+	for _, r := range recs["a"] {
+		if !r.Flags.Has(localstream.FlagClockSkew) {
+			t.Fatalf("a's event %s, %v behind its arrival, not flagged clock-skew: flags %b", r.Position, time.Duration(r.IngestTime-r.EventTime), r.Flags)
+		}
+	}
+	t.Logf("local watermark %v behind the clock", clk.Now().Sub(time.Unix(0, w.LowerNs)))
 }
