@@ -56,8 +56,8 @@ func readTlogGomavlib(t *testing.T, path string) []*tlog.Entry {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	rw, err := dialect.NewReadWriter(ardupilotmega.Dialect)
-	if err != nil {
+	rw := &dialect.ReadWriter{Dialect: ardupilotmega.Dialect}
+	if err := rw.Initialize(); err != nil {
 		t.Fatal(err)
 	}
 	r := &tlog.Reader{ByteReader: f, DialectRW: rw}
