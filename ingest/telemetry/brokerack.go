@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -40,11 +41,33 @@ import (
 // A PUBACK for a connection that is gone fails its write and is dropped,
 // as paho drops the acks of a lost connection: the broker delivers the
 // message again (DUP) and the dedup entry skips it.
+//
+// What the broker claims is bounded as what a publisher claims on the
+// listener: a packet is read into memory only up to
+// mqttwire.PacketBound(MaxPayload) (max_payload + 64 KiB of topic room).
+// A QoS 0 or 1 PUBLISH above it is skipped: its packet id is read, the
+// rest (the topic and the payload) is discarded through the read buffer as it arrives
+// (never held whole), and it is dropped and acked in its place of the ack
+// order, as a payload over max_payload within the bound is (oversize,
+// broker_oversize_skipped). It is acked, not refused by closing the
+// connection: the broker keeps an unacked QoS 1 message in the session
+// and sends it first again at every reconnect, so a connection closed on
+// it would close again on the resend, forever, with every message queued
+// behind it held — and MQTT 3.1.1 has neither a negative ack nor a way
+// for the client to state its largest packet (MQTT 5's Maximum Packet
+// Size, with which the broker drops such messages itself). Any other
+// packet above the bound is a broken broker — the others a broker sends
+// are a few bytes, and a QoS 2 PUBLISH never comes on the QoS 1
+// subscription: the connection is closed before its body is read, with
+// an error wrapping mqttwire.ErrPacketTooLarge that the connection-lost
+// log line shows (broker_too_large), and paho reconnects.
 
 // brokerConn is the broker client's tcp or TLS connection (see above).
 type brokerConn struct {
 	*mqttwire.BufferedConn
 	in *Ingester
+	// max bounds the remaining length read into memory (see above).
+	max int
 	// pass holds the bytes of a packet for paho that it has not read yet;
 	// passBuf is its reused buffer; buf the PUBLISH body buffer (the
 	// reading goroutine only).
@@ -78,10 +101,20 @@ func (c *brokerConn) next() error {
 		return err
 	}
 	typ, qos := first>>4, (first>>1)&0x03
+	if n > c.max {
+		if typ == packets.Publish && qos <= 1 {
+			return c.skipPublish(first, n)
+		}
+		c.in.c.brokerTooLarge.Add(1)
+		return fmt.Errorf("%w: from the broker: %s of remaining length %d > %d", mqttwire.ErrPacketTooLarge, packetName(typ), n, c.max)
+	}
 	if typ != packets.Publish || qos > 1 {
 		b := appendRemainingLength(append(c.passBuf[:0], first), n)
 		h := len(b)
-		b = append(b, make([]byte, n)...)
+		if cap(b) < h+n { // exactly the packet: at most the bound and its header
+			b = append(make([]byte, 0, h+n), b...)
+		}
+		b = b[:h+n]
 		if _, err := io.ReadFull(r, b[h:]); err != nil {
 			return err
 		}
@@ -109,6 +142,50 @@ func (c *brokerConn) next() error {
 	c.buf.Topic = p.TopicName
 	c.in.deliverBroker(&brokerMessage{topic: p.TopicName, payload: p.Payload, qos: qos, dup: p.Dup, retained: p.Retain, id: p.MessageID}, c.BufferedConn)
 	return nil
+}
+
+// skipPublish reads a QoS 0 or 1 PUBLISH of remaining length n above the
+// bound without holding any of it: its topic is discarded, its packet id
+// read, the rest discarded as it arrives; then it is dropped and acked
+// (see above).
+func (c *brokerConn) skipPublish(first byte, n int) error {
+	r := c.R
+	qos := (first >> 1) & 0x03
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return err
+	}
+	topic := int(binary.BigEndian.Uint16(h[:]))
+	head := 2 + topic
+	if qos > 0 {
+		head += 2 // the packet id
+	}
+	if head > n { // cannot be, a bound being at least 64 KiB: still, never a negative discard
+		return fmt.Errorf("telemetry: from the broker: %w: PUBLISH header of %d bytes in %d", mqttwire.ErrMalformed, head, n)
+	}
+	if _, err := r.Discard(topic); err != nil {
+		return err
+	}
+	m := &brokerMessage{qos: qos, dup: first&0x08 != 0, retained: first&0x01 != 0}
+	if qos > 0 {
+		if _, err := io.ReadFull(r, h[:]); err != nil {
+			return err
+		}
+		m.id = binary.BigEndian.Uint16(h[:])
+	}
+	if _, err := r.Discard(n - head); err != nil {
+		return err
+	}
+	c.in.dropSkipped(m, c.BufferedConn)
+	return nil
+}
+
+// packetName names an MQTT packet type for an error.
+func packetName(typ byte) string {
+	if name, ok := packets.PacketNames[typ]; ok {
+		return name
+	}
+	return fmt.Sprintf("packet type %d", typ)
 }
 
 // appendRemainingLength appends n as MQTT's remaining length (MQTT 3.1.1
@@ -141,6 +218,23 @@ func (in *Ingester) deliverBroker(m *brokerMessage, conn *mqttwire.BufferedConn)
 	defer in.deliverMu.Unlock()
 	n := in.brokerOrder.Number()
 	in.deliver(m, func() { in.brokerOrder.Release(n, a, sendBrokerAck) }, in.brokerDedup, true)
+}
+
+// dropSkipped drops and acks, in its place of the ack order, a PUBLISH
+// brokerConn skipped for its size (oversize, as deliver drops a payload
+// over MaxPayload, whatever its topic).
+func (in *Ingester) dropSkipped(m *brokerMessage, conn *mqttwire.BufferedConn) {
+	in.c.received.Add(1)
+	in.c.oversize.Add(1)
+	in.c.brokerSkipped.Add(1)
+	a := brokerAck{m: m}
+	if m.qos == 1 {
+		a.conn = conn
+	}
+	in.deliverMu.Lock()
+	n := in.brokerOrder.Number()
+	in.deliverMu.Unlock()
+	in.ack(func() { in.brokerOrder.Release(n, a, sendBrokerAck) })
 }
 
 // brokerMessage is a PUBLISH read by brokerConn, shaped as paho's Message.
@@ -188,5 +282,5 @@ func (in *Ingester) dialBroker(uri *url.URL, o paho.ClientOptions) (net.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	return &brokerConn{BufferedConn: c, in: in}, nil
+	return &brokerConn{BufferedConn: c, in: in, max: mqttwire.PacketBound(in.cfg.MaxPayload)}, nil
 }

@@ -12,6 +12,14 @@ type Stats struct {
 	DuplicatesSkipped uint64 `json:"duplicates_skipped"`
 	// Oversize: payloads above MaxPayload (or the store's event limit): dropped and acked.
 	Oversize uint64 `json:"oversize"`
+	// BrokerOversizeSkipped: PUBLISHes from the broker above MaxPayload +
+	// 64 KiB, skipped as they arrived without being held in memory,
+	// dropped and acked (counted in Oversize too).
+	BrokerOversizeSkipped uint64 `json:"broker_oversize_skipped"`
+	// BrokerTooLarge: broker connections closed for a packet other than
+	// a QoS 0/1 PUBLISH above MaxPayload + 64 KiB (a broken broker), before
+	// it was read.
+	BrokerTooLarge uint64 `json:"broker_too_large"`
 	// UnknownTopic: messages on no configured pattern: dropped and acked.
 	UnknownTopic uint64 `json:"unknown_topic"`
 	// RetainedSkipped: retained telemetry and status replayed by the broker on (re)subscribe: acked, not stored.
@@ -140,6 +148,7 @@ type counters struct {
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
 	diskFullWaits, clockSkew, dronesReleased, droneIDsMapped         atomic.Uint64
 	dedupCollected, dedupErrors, budgetWaits                         atomic.Uint64
+	brokerSkipped, brokerTooLarge                                    atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters. Safe for concurrent use.
@@ -147,7 +156,7 @@ func (in *Ingester) Stats() Stats {
 	c := &in.c
 	st := Stats{
 		Received: c.received.Load(), Appended: c.appended.Load(), DuplicatesSkipped: c.duplicates.Load(),
-		Oversize: c.oversize.Load(), UnknownTopic: c.unknownTopic.Load(), RetainedSkipped: c.retained.Load(),
+		Oversize: c.oversize.Load(), BrokerOversizeSkipped: c.brokerSkipped.Load(), BrokerTooLarge: c.brokerTooLarge.Load(), UnknownTopic: c.unknownTopic.Load(), RetainedSkipped: c.retained.Load(),
 		InvalidJSON: c.invalidJSON.Load(), Binary: c.binary.Load(), TimeEstimated: c.timeEstimated.Load(),
 		TimeInvalid: c.timeInvalid.Load(), Late: c.late.Load(), ClockSkew: c.clockSkew.Load(),
 		StatusOnline: c.statusOnline.Load(), StatusOffline: c.statusOffline.Load(), StatusUnknown: c.statusUnknown.Load(),

@@ -44,8 +44,8 @@ import (
 //     closed: listener_source_refused); MaxUnconnected connections before
 //     their CONNECT (a newcomer evicts the oldest of them:
 //     listener_unconnected_evicted) — each logged and reported by
-//     Problems (/healthz) for a minute; a packet's remaining length above MaxPayload +
-//     maxTopicOverhead closes the connection before anything is allocated
+//     Problems (/healthz) for a minute; a packet's remaining length above
+//     mqttwire.PacketBound(MaxPayload) closes the connection before anything is allocated
 //     (listener_too_large); a payload above MaxPayload but within that is
 //     dropped and acked as from the broker (oversize). While the lanes are
 //     full a connection is not read: TCP pushes back on the publisher. A
@@ -69,11 +69,6 @@ import (
 
 // maxClientID bounds a client id (MQTT 3.1.1 servers must accept 23).
 const maxClientID = 256
-
-// maxTopicOverhead is what a PUBLISH or CONNECT holds beyond its payload:
-// a topic (at most 65,535 bytes, as MQTT strings are), its length, the
-// packet id.
-const maxTopicOverhead = 65535 + 2 + 2
 
 // Listener accepts publishers' connections and delivers their messages
 // into a Pipeline. Bind, Start, StopReading and CloseAll are called in
@@ -120,7 +115,7 @@ type Listener struct {
 func New(cfg Config, p Pipeline) *Listener {
 	return &Listener{
 		cfg: cfg, p: p, pending: dedup.NewPending(), stopping: make(chan struct{}),
-		maxPacket: cfg.MaxPayload + maxTopicOverhead,
+		maxPacket: mqttwire.PacketBound(cfg.MaxPayload),
 		slots:     make(chan struct{}, cfg.MaxConnections),
 		conns:     map[*serverConn]struct{}{}, clients: map[string]*serverConn{},
 		sources: map[string]int{}, unconnected: map[*serverConn]uint64{},

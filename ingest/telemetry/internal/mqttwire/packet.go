@@ -30,6 +30,15 @@ import (
 // KeepBuffer is the largest body buffer a connection keeps between packets.
 const KeepBuffer = 16 << 10
 
+// MaxPublishOverhead is what a PUBLISH (or a CONNECT) holds beyond its
+// payload: a topic (at most 65,535 bytes, as MQTT strings are), its
+// length, the packet id.
+const MaxPublishOverhead = 65535 + 2 + 2
+
+// PacketBound is the largest remaining length read into memory for a
+// payload bound of maxPayload: the payload and MaxPublishOverhead.
+func PacketBound(maxPayload int) int { return maxPayload + MaxPublishOverhead }
+
 // PacketBuf is what a connection's reads reuse from packet to packet.
 type PacketBuf struct {
 	// Body is the packet body buffer (grown as needed up to the bound).
