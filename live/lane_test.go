@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/edge-agent/edge-agent/ingest/video"
 )
 
@@ -120,5 +122,47 @@ func TestLaneSendsLatestPerDrone(t *testing.T) {
 			}
 		}
 		return true
+	})
+}
+
+// TestCentreKeepsOneValueWithTTL: EDGELIVE keeps one message per drone and
+// stream however many values were sent, and a drone gone longer than the
+// TTL drops out of the preview.
+func TestCentreKeepsOneValueWithTTL(t *testing.T) {
+	ctx := context.Background()
+	cfg := NewDefaultConfig()
+	cfg.TTL = time.Second
+	cfg.Streams["telemetry"] = StreamConfig{Interval: 100 * time.Millisecond}
+	s := newStation(t, stationOpts{})
+	s.start(stationOpts{lane: true, live: cfg})
+	base := time.Now().UnixNano()
+	for i := range 20 {
+		for _, d := range []string{"d1", "d2"} {
+			s.appendNoted(ctx, "telemetry", telemetryEvent(d, i, base+int64(i)*int64(100*time.Millisecond)))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var sent uint64
+	waitFor(t, 5*time.Second, "several values a drone sent", func() bool {
+		sent = s.lane.Stats().Streams[0].Sent
+		return sent >= 6
+	})
+	s.stopLane()
+	js, _ := jetstream.New(s.reader)
+	st, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs > 2 || info.Config.MaxMsgsPerSubject != 1 || !info.Config.AllowMsgTTL {
+		t.Errorf("EDGELIVE holds %d messages after %d values of 2 drones (max per subject %d, TTLs %v)",
+			info.State.Msgs, sent, info.Config.MaxMsgsPerSubject, info.Config.AllowMsgTTL)
+	}
+	waitFor(t, 10*time.Second, "the values gone after their TTL of 1 s", func() bool {
+		vals, err := Read(ctx, s.reader, ReadOptions{Agent: "a1"})
+		return err == nil && len(vals) == 0
 	})
 }
