@@ -426,6 +426,8 @@ func (c Config) Validate() error {
 		if err := c.Video.Config.Validate(); err != nil {
 			return nested("video", err, video.ErrConfig)
 		}
+	} else if len(c.Video.Sources) > 0 {
+		return bad("video.sources", "%d RTSP sources while video.enabled is false: enable video, or remove them", len(c.Video.Sources))
 	}
 	if c.Telemetry.Enabled {
 		if c.Telemetry.Listen != "" {
