@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -250,30 +252,41 @@ func goldenDecode(subject string, data []byte) ([]byte, error) {
 	}
 	g := goldenPack{Subject: subject, Version: p.version, Codec: int(p.codec), Kind: p.kind, Txn: p.txn, Events: []goldenEvent{}}
 	if rec != nil {
-		g.Commit = &goldenRecord{Agent: rec.Agent, Stream: rec.Stream, Txn: rec.Txn, Instance: rec.Instance, Store: rec.Store,
-			Station: rec.Station, EpochBase: rec.EpochBase, Cut: goldenMap(rec.Cut),
-			Watermark: goldenWatermark{LowerNs: rec.Watermark.LowerNs, UpperNs: rec.Watermark.UpperNs, Cut: goldenMap(rec.Watermark.Cut)},
-			Events:    rec.Events, Bytes: rec.Bytes, CommittedAtNs: rec.CommittedAtNs}
-		if l := rec.Lost; l != nil {
-			g.Commit.Lost = &goldenLost{Reason: string(l.Reason), Store: l.Store, From: goldenMap(l.From), To: goldenMap(l.To),
-				CentralSeq: l.CentralSeq, FoundAtNs: l.FoundAtNs}
-		}
+		g.Commit = goldenRecordOf(rec)
 	}
 	for _, e := range evs {
-		r := e.Record
-		ge := goldenEvent{Segment: uint64(r.Segment), Offset: r.Offset, Flags: uint16(r.Flags), RoutingKey: r.RoutingKey,
-			Writer: r.Writer, ContentType: r.ContentType, EventTimeNs: r.EventTime, IngestTimeNs: r.IngestTime,
-			Headers: [][2]string{}, Payload: r.Payload, Dropped: e.Dropped}
-		if ge.Payload == nil {
-			ge.Payload = []byte{}
-		}
-		for _, h := range r.Headers {
-			ge.Headers = append(ge.Headers, [2]string{h.Key, h.Value})
-		}
-		g.Events = append(g.Events, ge)
+		g.Events = append(g.Events, goldenEventOf(e))
 	}
 	out, err := json.MarshalIndent(g, "", "  ")
 	return append(out, '\n'), err
+}
+
+// goldenRecordOf is a commit record in the golden form.
+func goldenRecordOf(rec *CommitRecord) *goldenRecord {
+	g := &goldenRecord{Agent: rec.Agent, Stream: rec.Stream, Txn: rec.Txn, Instance: rec.Instance, Store: rec.Store,
+		Station: rec.Station, EpochBase: rec.EpochBase, Cut: goldenMap(rec.Cut),
+		Watermark: goldenWatermark{LowerNs: rec.Watermark.LowerNs, UpperNs: rec.Watermark.UpperNs, Cut: goldenMap(rec.Watermark.Cut)},
+		Events:    rec.Events, Bytes: rec.Bytes, CommittedAtNs: rec.CommittedAtNs}
+	if l := rec.Lost; l != nil {
+		g.Lost = &goldenLost{Reason: string(l.Reason), Store: l.Store, From: goldenMap(l.From), To: goldenMap(l.To),
+			CentralSeq: l.CentralSeq, FoundAtNs: l.FoundAtNs}
+	}
+	return g
+}
+
+// goldenEventOf is an event in the golden form.
+func goldenEventOf(e CentralEvent) goldenEvent {
+	r := e.Record
+	g := goldenEvent{Segment: uint64(r.Segment), Offset: r.Offset, Flags: uint16(r.Flags), RoutingKey: r.RoutingKey,
+		Writer: r.Writer, ContentType: r.ContentType, EventTimeNs: r.EventTime, IngestTimeNs: r.IngestTime,
+		Headers: [][2]string{}, Payload: r.Payload, Dropped: e.Dropped}
+	if g.Payload == nil {
+		g.Payload = []byte{}
+	}
+	for _, h := range r.Headers {
+		g.Headers = append(g.Headers, [2]string{h.Key, h.Value})
+	}
+	return g
 }
 
 // goldenEncode is the pack of a vector as the writer writes it.
@@ -293,7 +306,7 @@ func goldenEncode(v goldenVector) []byte {
 // the decoder reads each (and each version-1 pack) to its golden JSON, and
 // a version-1 pack decodes to what its version-2 twin does.
 func TestGoldenVectors(t *testing.T) {
-	known := map[string]bool{}
+	known := map[string]bool{"layout1-flags-markers.msgs.json": true, "layout1-flags-markers.json": true}
 	for _, v := range goldenVectors() {
 		t.Run(v.name, func(t *testing.T) {
 			pack := filepath.Join(goldenDir, v.name+".pack")
@@ -443,5 +456,134 @@ func TestPackChecksumRefusesCorruption(t *testing.T) {
 	b[10] = 3
 	if _, err := decodePack("telemetry", b); err == nil || !strings.Contains(err.Error(), "pack version 3") {
 		t.Fatalf("version 3: %v", err)
+	}
+}
+
+// A layout-1 golden vector is one transaction's messages as the agent
+// sends them (layout1-NAME.msgs.json: subject, headers, payload) and what
+// they decode to (layout1-NAME.json, the pack form with "layout": 1 and no
+// version, codec or kind).
+type (
+	goldenMsg struct {
+		Subject string              `json:"subject"`
+		Headers map[string][]string `json:"headers"`
+		Payload []byte              `json:"payload"`
+	}
+	goldenTxn struct {
+		Layout int           `json:"layout"`
+		Txn    uint64        `json:"txn"`
+		Commit *goldenRecord `json:"commit"`
+		Events []goldenEvent `json:"events"`
+	}
+)
+
+// goldenLayout1 is the flag vector's transaction in layout 1: every
+// event a data message (markers by EncodeMarker, one cut to 1 KiB), then
+// the JSON commit record with a station and a gap marker.
+func goldenLayout1() []goldenMsg {
+	const agent, txn = "agent-1", 44
+	var out []goldenMsg
+	add := func(m *nats.Msg) {
+		out = append(out, goldenMsg{Subject: m.Subject, Headers: m.Header, Payload: m.Data})
+	}
+	recs := goldenFlagRecords()
+	for _, r := range recs {
+		if r.Flags.Has(packEventDropped) {
+			orig, reason := packEvent(r)
+			orig.Flags &^= packEventDropped
+			if len(orig.RoutingKey) >= markerKeep {
+				orig.RoutingKey, orig.Writer = strings.Repeat("k", 3000), strings.Repeat("w", 3000)
+				add(EncodeMarker("telemetry", agent, txn, orig, "replicate: event larger than the central max payload", true))
+				continue
+			}
+			add(EncodeMarker("telemetry", agent, txn, orig, reason, false))
+			continue
+		}
+		add(EncodeEvent("telemetry", agent, txn, r))
+	}
+	c := goldenCommit(txn, recs, CommitMeta{Store: "5eed0123456789ab", Station: "7a1c0de5f00dbabe",
+		Lost: &LostRange{Reason: LossLocalTail, Store: "5eed0123456789ab", From: goldenCut(map[localstream.SegmentID]uint64{0: 9}).Map(), CentralSeq: 3, FoundAtNs: goldenT0 + 1_000}})
+	data, err := json.Marshal(c.Record(agent, "telemetry"))
+	if err != nil {
+		panic(err)
+	}
+	out = append(out, goldenMsg{Subject: CutSubject("telemetry", agent), Headers: map[string][]string{}, Payload: data})
+	return out
+}
+
+// goldenDecodeLayout1 decodes a layout-1 transaction with DecodeMessage.
+func goldenDecodeLayout1(msgs []goldenMsg) ([]byte, error) {
+	g := goldenTxn{Layout: 1, Events: []goldenEvent{}}
+	for _, m := range msgs {
+		evs, rec, err := DecodeMessage(m.Subject, nats.Header(m.Headers), m.Payload)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			g.Txn = e.Txn
+			g.Events = append(g.Events, goldenEventOf(e))
+		}
+		if rec != nil {
+			g.Commit = goldenRecordOf(rec)
+		}
+	}
+	out, err := json.MarshalIndent(g, "", "  ")
+	return append(out, '\n'), err
+}
+
+// TestGoldenLayout1: the layout-1 messages of the flag vector are what
+// the encoder sends today, and decode to their golden JSON, which holds
+// the same events as the pack vector commit-flags-markers.
+func TestGoldenLayout1(t *testing.T) {
+	msgs := goldenLayout1()
+	in := filepath.Join(goldenDir, "layout1-flags-markers.msgs.json")
+	got, err := json.MarshalIndent(msgs, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	if *update {
+		if err := os.WriteFile(in, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the encoder's messages differ from %s; run with -update if the change is meant", in)
+	}
+	var stored []goldenMsg
+	if err := json.Unmarshal(want, &stored); err != nil {
+		t.Fatal(err)
+	}
+	dec, err := goldenDecodeLayout1(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(goldenDir, "layout1-flags-markers.json")
+	if *update {
+		if err := os.WriteFile(out, dec, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want, err := os.ReadFile(out); err != nil || !bytes.Equal(dec, want) {
+		t.Errorf("%s: the decoder's JSON differs (%v); run with -update if the change is meant", out, err)
+	}
+	var l1 goldenTxn
+	var l2 goldenPack
+	pack, _ := os.ReadFile(filepath.Join(goldenDir, "commit-flags-markers.json"))
+	if json.Unmarshal(dec, &l1) != nil || json.Unmarshal(pack, &l2) != nil || len(l1.Events) != len(l2.Events) {
+		t.Fatalf("layout 1: %d events, the pack %d", len(l1.Events), len(l2.Events))
+	}
+	for i := range l1.Events {
+		a, b := l1.Events[i], l2.Events[i]
+		if b.Dropped != "" && len(b.RoutingKey) == markerKeep { // the pack's marker already cut them
+			a.RoutingKey, a.Writer, a.Dropped = b.RoutingKey, b.Writer, b.Dropped
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("event %d: layout 1 %+v\n pack %+v", i, a, b)
+		}
 	}
 }

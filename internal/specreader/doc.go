@@ -1,4 +1,5 @@
-// Package specreader is a second reader of layout-2 packs, written from
+// Package specreader is a second reader of the central format (layout-2
+// packs, layout-1 messages and commit records), written from
 // docs/central-format.md alone, without the agent's code: it imports no
 // package of this module (TestNoProjectImports). Its tests read every
 // golden vector of testdata/central-format to the JSON beside it, which

@@ -177,3 +177,44 @@ func TestNoProjectImports(t *testing.T) {
 		}
 	}
 }
+
+// TestGoldenLayout1: the layout-1 vector (the flag vector's transaction
+// as data messages and a JSON commit record) reads to its golden JSON.
+func TestGoldenLayout1(t *testing.T) {
+	in, err := os.ReadFile(filepath.Join(goldenDir, "layout1-flags-markers.msgs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []Message
+	if err := json.Unmarshal(in, &msgs); err != nil {
+		t.Fatal(err)
+	}
+	txn, err := DecodeLayout1(msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(txn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(goldenDir, "layout1-flags-markers.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(txn.Events) < 10 || !reflect.DeepEqual(generic(t, got), generic(t, want)) {
+		t.Fatalf("layout 1 decodes differently\n got %.1500s\nwant %.1500s", got, want)
+	}
+}
+
+// FuzzDecodeLayout1: arbitrary tokens, header values, commit records and
+// payloads never panic the layout-1 reader.
+func FuzzDecodeLayout1(f *testing.F) {
+	f.Add("drone-1", "%telemetry/d1%20", "a=b&c", []byte("x"), []byte(`{"txn":1,"cut":{"0":1}}`))
+	f.Add("k%%00", "%", "%zz", []byte{}, []byte(`{"lost":{"from":{"x":1}}}`))
+	f.Fuzz(func(t *testing.T, token, writer, headers string, payload, commit []byte) {
+		h := map[string][]string{"Edge-Segment": {"0"}, "Edge-Offset": {"1"}, "Edge-Event-Time": {"0"}, "Edge-Txn": {"1"},
+			"Edge-Writer": {writer}, "Edge-Headers": {headers}, "Edge-Routing-Key": {writer}, "Edge-Dropped": {writer}}
+		DecodeLayout1([]Message{{Subject: "edge.telemetry.a.data." + token, Headers: h, Payload: payload},
+			{Subject: "edge.telemetry.a.cut", Payload: commit}})
+	})
+}
