@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -52,9 +53,8 @@ type chaosChild struct {
 
 func startChaosChild(t *testing.T, p *producer, dir, url, station, tag string) *chaosChild {
 	t.Helper()
-	c := &chaosChild{cmd: exec.Command(os.Args[0], "-test.run=^$"), readDone: make(chan struct{})}
-	c.cmd.Env = append(os.Environ(), "EDGE_SYNC_CHILD=1", "EDGE_SYNC_DIR="+dir, "EDGE_SYNC_URL="+url,
-		"EDGE_SYNC_AGENT=agent-chaos", "EDGE_SYNC_STATION="+station, "EDGE_SYNC_EVENTS="+tag)
+	c := &chaosChild{cmd: testkit.ChildCommand("agent", "EDGE_SYNC_DIR="+dir, "EDGE_SYNC_URL="+url,
+		"EDGE_SYNC_AGENT=agent-chaos", "EDGE_SYNC_STATION="+station, "EDGE_SYNC_EVENTS="+tag), readDone: make(chan struct{})}
 	stdout, _ := c.cmd.StdoutPipe()
 	c.cmd.Stderr = &c.stderr
 	if err := c.cmd.Start(); err != nil {
@@ -88,8 +88,7 @@ func (c *chaosChild) kill(t *testing.T) bool {
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.readDone
 	c.cmd.Wait()
-	ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus)
-	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+	return testkit.KilledBySIGKILL(c.cmd)
 }
 
 // TestIdentityChaos (issue 29): a station's agent is SIGKILLed round
@@ -138,7 +137,7 @@ func TestIdentityChaos(t *testing.T) {
 			px.setDown(false)
 			linkCuts++
 		}
-		waitFor(t, 30*time.Second, fmt.Sprintf("round %d: a commit of the station's agent", i), func() bool {
+		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: a commit of the station's agent", i), func() bool {
 			if c.cmd.ProcessState != nil {
 				t.Fatalf("round %d: the station's agent stopped: %s", i, c.stderr.String())
 			}
@@ -150,7 +149,7 @@ func TestIdentityChaos(t *testing.T) {
 		}
 		kills++
 		if twin != nil {
-			waitFor(t, 20*time.Second, "the twin refused", func() bool { return strings.Contains(twin.stderr.String(), "another station uses this agent id") })
+			testkit.WaitFor(t, 20*time.Second, "the twin refused", func() bool { return strings.Contains(twin.stderr.String(), "another station uses this agent id") })
 			twin.kill(t)
 			if twin.acked.Load() != 0 {
 				t.Fatalf("round %d: the twin committed %d times", i, twin.acked.Load())

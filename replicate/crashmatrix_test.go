@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -74,7 +75,7 @@ func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 	time.Sleep(flowFor)
 	backup := filepath.Join(t.TempDir(), "central-backup")
 	if f.centralTail {
-		waitFor(t, 20*time.Second, "commits before the backup", func() bool { return n.rp.r.Stats().Events > 0 })
+		testkit.WaitFor(t, 20*time.Second, "commits before the backup", func() bool { return n.rp.r.Stats().Events > 0 })
 		srv.Shutdown()
 		copyDir(t, srv.StoreDir(), backup)
 		if err := srv.Start(); err != nil {
@@ -82,7 +83,7 @@ func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 		}
 		time.Sleep(flowFor) // the centre moves past the backup
 		before := n.rp.r.Stats().Txns
-		waitFor(t, 20*time.Second, "commits after the backup", func() bool { return n.rp.r.Stats().Txns > before+2 })
+		testkit.WaitFor(t, 20*time.Second, "commits after the backup", func() bool { return n.rp.r.Stats().Txns > before+2 })
 	}
 	time.Sleep(flowFor)
 
@@ -118,7 +119,7 @@ func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 		n = startNode(t, nc, dir, agent, cfg)
 		cur.Store(n.st)
 	}
-	waitFor(t, 30*time.Second, "replication moving after the fault", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "replication moving after the fault", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(commits) > 0 && commits[len(commits)-1].After(fault)

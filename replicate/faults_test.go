@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -34,7 +35,7 @@ func TestExactlyOnceAcrossServerRestarts(t *testing.T) {
 	n := rounds(4)
 	for range n {
 		before := rp.r.Stats().Txns
-		waitFor(t, 20*time.Second, "a commit before the restart", func() bool { return rp.r.Stats().Txns > before })
+		testkit.WaitFor(t, 20*time.Second, "a commit before the restart", func() bool { return rp.r.Stats().Txns > before })
 		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
 		if err := srv.Restart(); err != nil {
 			t.Fatal(err)
@@ -87,9 +88,9 @@ func TestExactlyOnceAcrossLeaderFailover(t *testing.T) {
 	kills := rounds(2)
 	for range kills {
 		before := rp.r.Stats().Txns
-		waitFor(t, 30*time.Second, "a commit before the kill", func() bool { return rp.r.Stats().Txns > before+2 })
+		testkit.WaitFor(t, 30*time.Second, "a commit before the kill", func() bool { return rp.r.Stats().Txns > before+2 })
 		leader := -1
-		waitFor(t, 30*time.Second, "a stream leader", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "a stream leader", func() bool {
 			for i, n := range nodes {
 				if n.Running() && n.IsStreamLeader(name) {
 					leader = i
@@ -100,7 +101,7 @@ func TestExactlyOnceAcrossLeaderFailover(t *testing.T) {
 		})
 		nodes[leader].Shutdown()
 		after := rp.r.Stats().Txns
-		waitFor(t, 30*time.Second, "a commit under the new leader", func() bool { return rp.r.Stats().Txns > after+2 })
+		testkit.WaitFor(t, 30*time.Second, "a commit under the new leader", func() bool { return rp.r.Stats().Txns > after+2 })
 		if nodes[leader].IsStreamLeader(name) {
 			t.Fatal("a stopped node leads")
 		}
@@ -116,7 +117,7 @@ func TestExactlyOnceAcrossLeaderFailover(t *testing.T) {
 	// Let the restarted replica catch up before the ordered consumer of the
 	// verification is placed.
 	js, _ := jetstream.New(nc)
-	waitFor(t, 60*time.Second, "all replicas current", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "all replicas current", func() bool {
 		info, err := js.Stream(context.Background(), name)
 		if err != nil {
 			return false
@@ -158,7 +159,7 @@ func TestTwoAgentsSameIDOneIsFenced(t *testing.T) {
 		reps = append(reps, startReplica(t, connect(t, srv.ClientURL()), st, "same-id", ReplicatorConfig{}, JetStreamOptions{}))
 	}
 	var fenced, alive int
-	waitFor(t, 30*time.Second, "one agent fenced", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "one agent fenced", func() bool {
 		for _, rp := range reps {
 			select {
 			case err := <-rp.done:
@@ -183,7 +184,7 @@ func TestTwoAgentsSameIDOneIsFenced(t *testing.T) {
 		}
 		alive++
 		before := s.Txns
-		waitFor(t, 10*time.Second, "the other agent to keep committing", func() bool { return rp.r.Stats().Txns > before+3 })
+		testkit.WaitFor(t, 10*time.Second, "the other agent to keep committing", func() bool { return rp.r.Stats().Txns > before+3 })
 	}
 	if fenced != 1 || alive != 1 {
 		t.Fatalf("%d fenced, %d alive; want 1 and 1", fenced, alive)
@@ -215,14 +216,14 @@ func TestOutageLongerThanDuplicateWindow(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	appDone := make(chan error, 1)
 	go func() { appDone <- app.run(ctx, 3*time.Millisecond, 3) }()
-	waitFor(t, 10*time.Second, "first commits", func() bool { return rp.r.Stats().Txns > 2 })
+	testkit.WaitFor(t, 10*time.Second, "first commits", func() bool { return rp.r.Stats().Txns > 2 })
 	px.dropAfterCommit.Store(true)
-	waitFor(t, 10*time.Second, "a dropped ack", func() bool { return px.droppedAcks.Load() == 1 })
+	testkit.WaitFor(t, 10*time.Second, "a dropped ack", func() bool { return px.droppedAcks.Load() == 1 })
 	px.setDown(true)
 	time.Sleep(3 * window)
 	px.setDown(false)
 	before := rp.r.Stats().Txns
-	waitFor(t, 10*time.Second, "commits after the outage", func() bool { return rp.r.Stats().Txns > before+2 })
+	testkit.WaitFor(t, 10*time.Second, "commits after the outage", func() bool { return rp.r.Stats().Txns > before+2 })
 	cancel()
 	if err := <-appDone; err != nil {
 		t.Fatal(err)

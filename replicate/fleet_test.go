@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -152,7 +153,7 @@ func TestStallIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	rp := startReplica(t, connect(t, px.URL()), st, "stalls", ReplicatorConfig{}, JetStreamOptions{})
-	waitFor(t, 20*time.Second, "a first commit", func() bool { return rp.r.Stats().Txns > 0 })
+	testkit.WaitFor(t, 20*time.Second, "a first commit", func() bool { return rp.r.Stats().Txns > 0 })
 	px.setDown(true)
 	for range 5 {
 		if err := app.append(app.event(0)); err != nil {
@@ -160,10 +161,10 @@ func TestStallIsReported(t *testing.T) {
 		}
 	}
 	problem := func() string { return rp.r.Stats().Problem(time.Now(), 500*time.Millisecond) }
-	waitFor(t, 20*time.Second, "the stall reported", func() bool { return problem() != "" })
+	testkit.WaitFor(t, 20*time.Second, "the stall reported", func() bool { return problem() != "" })
 	if p := problem(); !strings.Contains(p, "events waiting") {
 		t.Fatalf("stall message %q", p)
 	}
 	px.setDown(false)
-	waitFor(t, 20*time.Second, "the stall cleared", func() bool { return problem() == "" && rp.r.Stats().BacklogEvents == 0 })
+	testkit.WaitFor(t, 20*time.Second, "the stall cleared", func() bool { return problem() == "" && rp.r.Stats().BacklogEvents == 0 })
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -166,7 +167,7 @@ func runFleet(t testing.TB, fc fleetConfig) fleetResult {
 	if fc.faults {
 		time.Sleep(fc.run / 4)
 		leader := -1
-		waitFor(t, 30*time.Second, "a stream leader", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "a stream leader", func() bool {
 			for i, n := range nodes {
 				if n.Running() && n.IsStreamLeader(name) {
 					leader = i

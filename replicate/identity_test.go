@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -177,7 +178,7 @@ func TestPreIdentityRecordIsAnotherStores(t *testing.T) {
 	preIdentityChain(t, srv.ClientURL(), "agent-pre", cut)
 
 	n := startNode(t, nc, dir, "agent-pre", ReplicatorConfig{})
-	waitFor(t, 20*time.Second, "the new store refused or caught up", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the new store refused or caught up", func() bool {
 		s := n.rp.r.Stats()
 		c, ok := n.rp.r.localCut(mustLast(t, nc, "agent-pre"))
 		return s.Stopped != "" || ok && c.Equal(n.st.TailCut())
@@ -218,7 +219,7 @@ func TestPreIdentityRecordOfAnUpgradedStore(t *testing.T) {
 
 	n := startNode(t, nc, dir, "agent-up", ReplicatorConfig{})
 	defer n.stop(t)
-	waitFor(t, 20*time.Second, "the upgraded store caught up", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the upgraded store caught up", func() bool {
 		c, ok := n.rp.r.localCut(mustLast(t, nc, "agent-up"))
 		return n.rp.r.Stats().Stopped != "" || ok && c.Equal(n.st.TailCut())
 	})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,15 +15,13 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestMain turns the test binary into the agent subprocess of the SIGKILL
-// test when EDGE_SYNC_CHILD is set.
+// tests (child role "agent").
 func TestMain(m *testing.M) {
-	if os.Getenv("EDGE_SYNC_CHILD") == "1" {
-		os.Exit(childAgent())
-	}
-	os.Exit(m.Run())
+	testkit.Main(m, map[string]func() int{"agent": childAgent})
 }
 
 // childAgent appends and replicates until killed. It prints "acked <seq>"
@@ -108,8 +105,7 @@ func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	n := rounds(20)
 	var landedUnacked int
 	for i := range n {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "EDGE_SYNC_CHILD=1", "EDGE_SYNC_DIR="+dir, "EDGE_SYNC_URL="+srv.ClientURL(), "EDGE_SYNC_AGENT=agent-k",
+		cmd := testkit.ChildCommand("agent", "EDGE_SYNC_DIR="+dir, "EDGE_SYNC_URL="+srv.ClientURL(), "EDGE_SYNC_AGENT=agent-k",
 			"EDGE_SYNC_LAYOUT="+strconv.Itoa(1+i%2))
 		if i == 0 {
 			cmd.Env = append(cmd.Env, "EDGE_SYNC_WARM=1")
@@ -133,12 +129,12 @@ func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 			}
 		}()
 		// Wait for the child's first commit, then kill it at a random point.
-		waitFor(t, 20*time.Second, "the child's first commit", func() bool { return lastAcked.Load() > 0 })
+		testkit.WaitFor(t, 20*time.Second, "the child's first commit", func() bool { return lastAcked.Load() > 0 })
 		time.Sleep(time.Duration(rng.IntN(400)) * time.Millisecond)
 		cmd.Process.Signal(syscall.SIGKILL)
 		<-readDone
 		err := cmd.Wait()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		if !testkit.KilledBySIGKILL(cmd) {
 			t.Fatalf("round %d: child was not killed by SIGKILL: %v; stderr: %s", i, err, stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -159,7 +155,7 @@ func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	if err := rp.close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "abandoned-batch advisories", func() bool { return abandoned.Load() > 0 })
+	testkit.WaitFor(t, 5*time.Second, "abandoned-batch advisories", func() bool { return abandoned.Load() > 0 })
 	ev, commits := verifyCentral(t, nc, st, "agent-k")
 	t.Logf("%d SIGKILL rounds: %d batches abandoned by the server (kills inside a transaction), %d rounds whose last commit landed without the child reporting its ack; central: %d events in %d commits",
 		n, abandoned.Load(), landedUnacked, ev, commits)

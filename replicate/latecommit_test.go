@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -179,12 +180,12 @@ func TestLateCommitKeepsWatermarkMonotone(t *testing.T) {
 	}
 	for round := range 6 {
 		appendN(5)
-		waitFor(t, 10*time.Second, "a commit", func() bool { return r.Stats().Txns > uint64(round*2) })
+		testkit.WaitFor(t, 10*time.Second, "a commit", func() bool { return r.Stats().Txns > uint64(round*2) })
 		sink.mu.Lock()
 		sink.holdNext = true
 		sink.mu.Unlock()
 		appendN(5)
-		waitFor(t, 10*time.Second, "the late commit to land", func() bool {
+		testkit.WaitFor(t, 10*time.Second, "the late commit to land", func() bool {
 			sink.mu.Lock()
 			defer sink.mu.Unlock()
 			return sink.landed > round

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -184,7 +185,7 @@ func TestReplicatorReplacesClosedConnection(t *testing.T) {
 		waitReplicated(t, check, st, rp, "agent-closed", 20*time.Second)
 		// The fault: a subject longer than the control line.
 		nc.Publish("edge.x."+strings.Repeat("y", 5000), nil)
-		waitFor(t, 10*time.Second, "the connection closed by the server's error", nc.IsClosed)
+		testkit.WaitFor(t, 10*time.Second, "the connection closed by the server's error", nc.IsClosed)
 		for range 5 {
 			if err := app.warm(context.Background()); err != nil {
 				t.Fatal(err)
@@ -336,7 +337,7 @@ func TestFailingStreamIsAProblem(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p string
-	waitFor(t, 20*time.Second, "the failing stream reported", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the failing stream reported", func() bool {
 		p = rp.r.Stats().Problem(time.Now(), 0)
 		return p != ""
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -124,7 +125,7 @@ func TestCentralLostTail(t *testing.T) {
 			waitAllAt(t, nc, n, "agent-ct", p, 20*time.Second)
 			if truncated {
 				tail := n.st.TailCut()
-				waitFor(t, 10*time.Second, "the local record of the committed cut", func() bool {
+				testkit.WaitFor(t, 10*time.Second, "the local record of the committed cut", func() bool {
 					c, ok, _ := n.st.CommittedCut("central")
 					return ok && c.Equal(tail)
 				})
@@ -227,7 +228,7 @@ func TestClonedStoreRefused(t *testing.T) {
 	if a.store.ID() != b.store.ID() {
 		t.Fatal("the copy has another identity")
 	}
-	waitFor(t, 20*time.Second, "the clone refused", func() bool { return b.rp.r.Stats().Stopped != "" })
+	testkit.WaitFor(t, 20*time.Second, "the clone refused", func() bool { return b.rp.r.Stats().Stopped != "" })
 	if err := <-b.rp.done; !errors.Is(err, ErrTwin) {
 		t.Fatalf("clone stopped with %v, want ErrTwin", err)
 	}

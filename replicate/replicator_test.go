@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -52,18 +53,6 @@ func (rp *replica) close() error {
 	}
 }
 
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // TestExactlyOnceThroughLinkFaults (b): a TCP proxy cuts the link
 // mid-batch, delays commit acks past the commit timeout, and drops the
 // link after the server committed but before the ack arrives, many times
@@ -97,15 +86,15 @@ func TestExactlyOnceThroughLinkFaults(t *testing.T) {
 		case 0:
 			before := px.midBatchCuts.Load()
 			px.cutMidBatch.Store(true)
-			waitFor(t, 20*time.Second, "a mid-batch cut", func() bool { return px.midBatchCuts.Load() > before })
+			testkit.WaitFor(t, 20*time.Second, "a mid-batch cut", func() bool { return px.midBatchCuts.Load() > before })
 		case 1:
 			before := px.droppedAcks.Load()
 			px.dropAfterCommit.Store(true)
-			waitFor(t, 20*time.Second, "a commit ack dropped", func() bool { return px.droppedAcks.Load() > before })
+			testkit.WaitFor(t, 20*time.Second, "a commit ack dropped", func() bool { return px.droppedAcks.Load() > before })
 		case 2:
 			before := px.delayedAcks.Load()
 			px.ackDelay.Store(int64(500 * time.Millisecond))
-			waitFor(t, 20*time.Second, "a commit ack delayed", func() bool { return px.delayedAcks.Load() > before })
+			testkit.WaitFor(t, 20*time.Second, "a commit ack delayed", func() bool { return px.delayedAcks.Load() > before })
 			px.ackDelay.Store(0)
 		}
 		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -58,7 +59,7 @@ func TestSecondRunWhileAppending(t *testing.T) {
 	for run := range 3 {
 		time.Sleep(300 * time.Millisecond)
 		before := n.rp.r.Stats().Txns
-		waitFor(t, 20*time.Second, "commits of this run", func() bool { return n.rp.r.Stats().Txns > before+2 })
+		testkit.WaitFor(t, 20*time.Second, "commits of this run", func() bool { return n.rp.r.Stats().Txns > before+2 })
 		n.rp.close()
 		time.Sleep(50 * time.Millisecond) // appends go on between the runs
 		n.rp = startReplica(t, nc, n.st, "agent-same2", cfg, JetStreamOptions{})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -67,7 +68,7 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- rep.Run(rctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, 10*time.Second, "video replication started", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "video replication started", func() bool {
 		for _, s := range rep.Stats() {
 			if s.Stream == "video" && s.Txns > 0 {
 				return true
@@ -81,7 +82,7 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 		}
 	}
 	var videoBacklog uint64
-	waitFor(t, 20*time.Second, "telemetry committed", func() bool {
+	testkit.WaitFor(t, 20*time.Second, "telemetry committed", func() bool {
 		for _, s := range rep.Stats() {
 			if s.Stream == "telemetry" && s.Events == 21-1 && s.BacklogEvents == 0 {
 				for _, v := range rep.Stats() {
@@ -149,7 +150,7 @@ func TestReplicationTelemetryBacklogBeforeVideoBacklog(t *testing.T) {
 	go func() { done <- rep.Run(rctx) }()
 	defer func() { cancel(); <-done }()
 	var videoLeft uint64
-	waitFor(t, 100*time.Second, "telemetry committed", func() bool {
+	testkit.WaitFor(t, 100*time.Second, "telemetry committed", func() bool {
 		var telLeft uint64 = 1
 		for _, s := range rep.Stats() {
 			switch s.Stream {
