@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestUDPClientEndpoint: as an endpoint of a router's UDP server, the
@@ -38,7 +40,7 @@ func TestUDPClientEndpoint(t *testing.T) {
 		sent = append(sent, f)
 		srv.WriteToUDP(f, client)
 	}
-	waitFor(t, 5*time.Second, "frames from the server", func() bool { return in.Stats().Stored == 100 })
+	testkit.WaitFor(t, 5*time.Second, "frames from the server", func() bool { return in.Stats().Stored == 100 })
 	for i, r := range byDrone(t, st)["mavlink-8"] {
 		if !bytes.Equal(r.Payload, sent[i]) {
 			t.Fatalf("frame %d differs", i)
@@ -70,7 +72,7 @@ func TestTCPClientEndpoint(t *testing.T) {
 			c.Write(w.frame(t, sampleMessages(i)[i%5]))
 		}
 		total += 50
-		waitFor(t, 5*time.Second, "frames of connection", func() bool { return in.Stats().Stored == uint64(total) })
+		testkit.WaitFor(t, 5*time.Second, "frames of connection", func() bool { return in.Stats().Stored == uint64(total) })
 		c.Close() // the server drops the intake
 		t.Logf("connection %d: %d frames stored", conn, total)
 	}

@@ -37,18 +37,6 @@ func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Strea
 	return s, st
 }
 
-// waitFor polls cond until true or timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runIntake starts an intake; the returned function stops it and returns Run's error.
 func runIntake(t testing.TB, cfg Config, st Appender, marks telemetry.Marks) (*Intake, func() error) {
 	t.Helper()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestHostileInput: while two mapped drones send over TCP, an attacker
@@ -75,7 +77,7 @@ func TestHostileInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer good.Close()
-	waitFor(t, 5*time.Second, "the good connection accepted", func() bool { return in.Stats().Connections == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the good connection accepted", func() bool { return in.Stats().Connections == 1 })
 	var conns []net.Conn
 	for range 12 { // more connections than MaxConnections, garbage on them
 		c, err := net.Dial("tcp", in.TCPAddr().String())
@@ -115,13 +117,13 @@ func TestHostileInput(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 30*time.Second, "good drones stored", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "good drones stored", func() bool {
 		s := in.Stats()
 		d1, _ := s.Drone(1)
 		d2, _ := s.Drone(2)
 		return d1.Stored == uint64(n) && d2.Stored == uint64(n)
 	})
-	waitFor(t, 60*time.Second, "10,000 spoofed combinations sent", func() bool { // the attack goes on
+	testkit.WaitFor(t, 60*time.Second, "10,000 spoofed combinations sent", func() bool { // the attack goes on
 		attackMu.Lock()
 		defer attackMu.Unlock()
 		return len(combos) >= 10_000

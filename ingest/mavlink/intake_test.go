@@ -14,6 +14,7 @@ import (
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
 	"github.com/bluenviron/gomavlib/v3/pkg/frame"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -81,7 +82,7 @@ func TestByteExactInOrder(t *testing.T) {
 	for _, fs := range sent {
 		total += len(fs)
 	}
-	waitFor(t, 10*time.Second, "every frame stored", func() bool { return in.Stats().Stored+in.Stats().Lost >= uint64(total) })
+	testkit.WaitFor(t, 10*time.Second, "every frame stored", func() bool { return in.Stats().Stored+in.Stats().Lost >= uint64(total) })
 	if s := in.Stats(); s.Lost != 0 || s.GarbageBytes != 0 || s.BadCRC != 0 {
 		t.Fatalf("stats %+v: lost or garbage on loopback", s)
 	}
@@ -137,7 +138,7 @@ func TestSequenceGapsCounted(t *testing.T) {
 		}
 	}
 	udp.Write(last) // a duplicate
-	waitFor(t, 10*time.Second, "frames stored", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "frames stored", func() bool {
 		s := in.Stats()
 		return s.Stored == uint64(sentFrames) && s.Duplicates == 1
 	})
@@ -198,10 +199,10 @@ func TestRates(t *testing.T) {
 			c.Write(w.frame(t, m))
 		}
 		// One read at a time: the clock moves 20 ms between them.
-		waitFor(t, 5*time.Second, "frames read", func() bool { return in.Stats().Frames == uint64(3*(i+1)) })
+		testkit.WaitFor(t, 5*time.Second, "frames read", func() bool { return in.Stats().Frames == uint64(3*(i+1)) })
 		clk.Add(20 * time.Millisecond)
 	}
-	waitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == n+n/5 })
+	testkit.WaitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == n+n/5 })
 	count := map[string]int{}
 	for _, r := range byDrone(t, st)["mavlink-4"] {
 		id, _ := r.Header(HeaderMsgID)
@@ -252,7 +253,7 @@ func TestSigning(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond) // gomavlib's signature clock has 10 µs steps
 	}
-	waitFor(t, 5*time.Second, "signed frames stored", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "signed frames stored", func() bool {
 		s := in.Stats()
 		return s.Stored == 50 && s.BadSignature == 50 && s.Unsigned == 50 && s.SignatureReplayed == 1
 	})
@@ -303,7 +304,7 @@ func TestEventTimeMapping(t *testing.T) {
 	send(&common.MessageSystemTime{TimeUnixUsec: uint64(gps.UnixMicro()), TimeBootMs: 6000})
 	send(&common.MessageAttitude{TimeBootMs: 6500})
 	send(&common.MessageAttitude{TimeBootMs: 100}) // restarted
-	waitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == 4 })
+	testkit.WaitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == 4 })
 	recs := byDrone(t, st)["mavlink-6"]
 	recv := clk.Now().UnixNano()
 	want := []struct {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestSimulate: three simulated drones over UDP and one over TCP reach
@@ -26,7 +28,7 @@ func TestSimulate(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := udp.Frames + tcp.Frames
-	waitFor(t, 10*time.Second, "every simulated frame stored", func() bool { return in.Stats().Stored == uint64(sent) })
+	testkit.WaitFor(t, 10*time.Second, "every simulated frame stored", func() bool { return in.Stats().Stored == uint64(sent) })
 	if s := in.Stats(); s.Lost != 0 || len(s.Drones) != 4 {
 		t.Fatalf("stats %+v: want 4 drones, nothing lost", s)
 	}

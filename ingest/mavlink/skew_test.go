@@ -7,6 +7,7 @@ import (
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -48,7 +49,7 @@ func TestGPSTimeHourOff(t *testing.T) {
 			c.Write(wb.frame(t, &common.MessageGlobalPositionInt{TimeBootMs: boot}))
 			frames += 2
 		}
-		waitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == uint64(frames) })
+		testkit.WaitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == uint64(frames) })
 		w, err := tr.Local()
 		if err != nil {
 			t.Fatal(err)

@@ -1,19 +1,18 @@
 package video
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/pion/rtp"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 	"github.com/edge-agent/edge-agent/wire"
@@ -202,7 +201,7 @@ func TestSSRCFloodEvictsIdleDrones(t *testing.T) {
 			time.Sleep(time.Millisecond) // stay within the socket buffer
 		}
 	}
-	waitFor(t, "flood datagrams", 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "flood datagrams", func() bool {
 		st := in.Stats()
 		return st.Datagrams+st.KernelDrops >= 2*flood
 	})
@@ -215,7 +214,7 @@ func TestSSRCFloodEvictsIdleDrones(t *testing.T) {
 	if _, err := replay.SendPackets(context.Background(), c.pkts, c.port, addr, replay.Options{Speed: 2, Mux: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the real drone's packets", 20*time.Second, func() bool {
+	testkit.WaitFor(t, 20*time.Second, "the real drone's packets", func() bool {
 		st := in.Stats()
 		return st.PerDrone[id].Packets+st.PerDrone[id].RTCP >= uint64(len(c.pkts))-st.KernelDrops
 	})
@@ -253,7 +252,7 @@ func TestDroneIDBounds(t *testing.T) {
 // happens — within seconds, not at shutdown — and in a bounded number of
 // lines, not one per datagram.
 func TestDropsLoggedWhileRunning(t *testing.T) {
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	cfg := NewDefaultConfig()
 	cfg.RTCPListen = "mux"
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -269,30 +268,12 @@ func TestDropsLoggedWhileRunning(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	waitFor(t, "a drop report while running", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a drop report while running", func() bool {
 		return strings.Contains(logs.String(), "dropped since the last report")
 	})
 	if n := strings.Count(logs.String(), "\n"); n > 2 || in.Stats().NotRTP == 0 {
 		t.Fatalf("%d log lines for %d drops:\n%s", n, in.Stats().NotRTP, logs.String())
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger and a reader.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // blockingSink blocks every Append until release is closed.
@@ -339,7 +320,7 @@ func TestQueueBytesBound(t *testing.T) {
 			in.mu.Unlock()
 		}
 	}
-	waitFor(t, "datagrams read", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "datagrams read", func() bool {
 		st := in.Stats()
 		return st.Datagrams+st.KernelDrops >= 2000
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/replay"
 )
 
@@ -172,7 +173,7 @@ func TestUDPSpoofedSSRC(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := uint64(sum.Packets) + uint64(sp.sent.Load())
-	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= want })
+	testkit.WaitFor(t, 10*time.Second, "datagrams", func() bool { return in.Stats().Datagrams >= want })
 	stopIngest(in)
 	st := in.Stats()
 	t.Logf("spoofer sent %d; stats: spoofed %d, sr skewed %d, ssrc changes %d, lost %d", sp.sent.Load(), st.Spoofed, st.SRSkewed, st.SSRCChanges, st.Lost)
@@ -211,13 +212,13 @@ func TestUDPRebindAfterSilence(t *testing.T) {
 	if _, err := replay.SendPackets(context.Background(), c.pkts[:half], c.port, addr, replay.Options{Speed: 0, Mux: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "first half", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(half) })
+	testkit.WaitFor(t, 10*time.Second, "first half", func() bool { return in.Stats().Datagrams >= uint64(half) })
 	time.Sleep(cfg.RebindAfter + 100*time.Millisecond)
 	sum, err := replay.SendPackets(context.Background(), c.pkts[half:], c.port, addr, replay.Options{Speed: 0, Mux: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "second half", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(half+sum.Packets) })
+	testkit.WaitFor(t, 10*time.Second, "second half", func() bool { return in.Stats().Datagrams >= uint64(half+sum.Packets) })
 	stopIngest(in)
 	st := in.Stats()
 	if st.Rebinds != 1 || st.Spoofed != 0 || st.DronesStarted != 1 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -50,7 +51,7 @@ func TestStoreEndToEnd(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sent) })
+	testkit.WaitFor(t, 10*time.Second, "datagrams", func() bool { return in.Stats().Datagrams >= uint64(sent) })
 	stopIngest(in)
 
 	tail := st.TailCut()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -68,18 +69,6 @@ func speed(t *testing.T, in *Ingest, want float64) float64 {
 	return want
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // byDrone splits recorded events per routing key.
 func byDrone(evs []localstream.Event) map[string][]localstream.Event {
 	m := map[string][]localstream.Event{}
@@ -108,7 +97,7 @@ func TestUDPReplay(t *testing.T) {
 			if err != nil || sum.Packets != len(c.pkts) || sum.RTCP != 2 {
 				t.Fatalf("%v: %+v", err, sum)
 			}
-			waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sum.Packets) })
+			testkit.WaitFor(t, 10*time.Second, "datagrams", func() bool { return in.Stats().Datagrams >= uint64(sum.Packets) })
 			stopIngest(in)
 			got := decodeAll(t, byDrone(sink.snapshot())["d1"])
 			checkFrames(t, c, got, expectedPTS(c.pkts))
@@ -140,7 +129,7 @@ func TestUDPSeparateRTCPPort(t *testing.T) {
 	if err != nil || sum.RTCPMuxed || sum.RTCP != 2 {
 		t.Fatalf("%v %+v", err, sum)
 	}
-	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sum.Packets) })
+	testkit.WaitFor(t, 10*time.Second, "datagrams", func() bool { return in.Stats().Datagrams >= uint64(sum.Packets) })
 	stopIngest(in)
 	evs := byDrone(sink.snapshot())
 	if len(evs) != 1 {
@@ -206,7 +195,7 @@ func TestUDPManyDrones(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(4*len(c.pkts)) })
+	testkit.WaitFor(t, 10*time.Second, "datagrams", func() bool { return in.Stats().Datagrams >= uint64(4*len(c.pkts)) })
 	stopIngest(in)
 	evs := byDrone(sink.snapshot())
 	if len(evs) != 4 {
@@ -306,7 +295,7 @@ func TestUDPGarbage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "datagrams", 10*time.Second, func() bool { return in.Stats().Datagrams >= uint64(sum.Packets+sent)-in.Stats().KernelDrops })
+	testkit.WaitFor(t, 10*time.Second, "datagrams", func() bool { return in.Stats().Datagrams >= uint64(sum.Packets+sent)-in.Stats().KernelDrops })
 	stopIngest(in)
 	st := in.Stats()
 	t.Logf("garbage %d datagrams in %s: notRTP %d oversize %d unverified %d unknownRTCP %d kernelDrops %d",
@@ -344,7 +333,7 @@ func TestUDPAllowlistAndAddress(t *testing.T) {
 	if _, err := replay.SendPackets(context.Background(), c.pkts[:100], c.port, addr, replay.Options{Mux: true, Speed: speed(t, in, 0)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "rejections", 5*time.Second, func() bool { return in.Stats().Rejected == 100 })
+	testkit.WaitFor(t, 5*time.Second, "rejections", func() bool { return in.Stats().Rejected == 100 })
 	// From 127.0.0.2, twice with different SSRCs, from the same port.
 	pc, err := net.ListenPacket("udp", "127.0.0.2:0")
 	if err != nil {
@@ -357,7 +346,7 @@ func TestUDPAllowlistAndAddress(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "drone closed after timeout", 10*time.Second, func() bool { return in.Stats().DronesClosed == 1 })
+	testkit.WaitFor(t, 10*time.Second, "drone closed after timeout", func() bool { return in.Stats().DronesClosed == 1 })
 	st := in.Stats()
 	if st.PerDrone["alpha"].SSRCChanges != 1 || st.Drones != 0 || len(marks.closed) != 1 || marks.closed[0] != "video/alpha" {
 		t.Fatalf("stats %+v closed %v", st, marks.closed)
