@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestHTTPSlowloris: 200 local connections that send a request's headers
@@ -102,7 +104,7 @@ func TestHTTPGuards(t *testing.T) {
 	cfg.HTTP.Listen = "0.0.0.0:0"
 	cfg.HTTP.Pprof = true
 	cfg.HTTP.Hosts = []string{"Ground-7.local"}
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	a, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/replicate"
 )
 
@@ -38,24 +37,6 @@ func TestRedactURLs(t *testing.T) {
 			t.Errorf("RedactURLs(%q) = %q want %q", c.in, got, c.want)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the agent's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestNoSecretShown gives the agent credentials in every supported way —
@@ -139,7 +120,7 @@ func TestNoSecretShown(t *testing.T) {
 			cfg := testConfig(t, t.TempDir(), brk.URL())
 			cfg.Central.ShutdownTimeout = 500 * time.Millisecond
 			c.set(&cfg, c.secret)
-			var text, js syncBuffer
+			var text, js testkit.SyncBuffer
 			logger := slog.New(slog.NewMultiHandler(
 				NewLogger(LogConfig{Level: "debug", Format: "text"}, &text).Handler(),
 				NewLogger(LogConfig{Level: "debug", Format: "json"}, &js).Handler()))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -125,7 +126,7 @@ func TestStalledDeliveryReported(t *testing.T) {
 	for seq := 1; seq <= 8; seq++ {
 		pub.c.Publish("drones/d/telemetry", 0, false, fmt.Sprintf(`{"drone":"d","seq":%d}`, seq))
 	}
-	waitFor(t, 10*time.Second, "a delivery waiting for lane space", func() bool { return in.Stats().LaneFullWaits > 0 })
+	testkit.WaitFor(t, 10*time.Second, "a delivery waiting for lane space", func() bool { return in.Stats().LaneFullWaits > 0 })
 	if p := in.Problems(time.Now()); len(p) != 0 {
 		t.Fatalf("problems at once: %q", p)
 	}
@@ -133,7 +134,7 @@ func TestStalledDeliveryReported(t *testing.T) {
 		t.Fatalf("problems 11 s on: %q", p)
 	}
 	g.release()
-	waitFor(t, 10*time.Second, "all stored", func() bool { return in.Stats().Appended == 8 })
+	testkit.WaitFor(t, 10*time.Second, "all stored", func() bool { return in.Stats().Appended == 8 })
 	if p := in.Problems(time.Now().Add(11 * time.Second)); len(p) != 0 {
 		t.Fatalf("problems after the store took them: %q", p)
 	}

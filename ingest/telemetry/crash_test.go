@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -169,7 +170,7 @@ func TestAgentKilledWhilePublishing(t *testing.T) {
 	killedMidStream := 0
 	for i := 0; i < kills; i++ {
 		p := startAgent(t, b.URL(), dir, client, i)
-		waitFor(t, 30*time.Second, "agent appending", func() bool {
+		testkit.WaitFor(t, 30*time.Second, "agent appending", func() bool {
 			cs, ok := p.read()
 			return ok && (cs.Stats.Appended > 0 || cs.StoredAtStart >= total)
 		})
@@ -204,7 +205,7 @@ func TestAgentKilledWhilePublishing(t *testing.T) {
 	}
 	// Final incarnation drains the backlog and stops cleanly.
 	p := startAgent(t, b.URL(), dir, client, kills)
-	waitFor(t, 60*time.Second, "backlog drained", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "backlog drained", func() bool {
 		cs, ok := p.read()
 		return ok && cs.StoredAtStart+int(cs.Stats.Appended) >= total
 	})

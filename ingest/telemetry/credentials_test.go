@@ -1,7 +1,6 @@
 package telemetry
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,13 +18,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // writePKI writes a CA, a server certificate for 127.0.0.1 and a client
@@ -72,24 +71,6 @@ func writePKI(t *testing.T, dir string) {
 	leaf("client", 3, x509.ExtKeyUsageClientAuth)
 }
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestTLSClientCertAndPassword: mosquitto with a TLS listener that requires
 // a client certificate, and a password file. The agent connects with its
 // CA, client certificate and a password from a file, and ingests; a wrong
@@ -120,7 +101,7 @@ func TestTLSClientCertAndPassword(t *testing.T) {
 	secretFile := filepath.Join(dir, "agent.pw")
 	os.WriteFile(secretFile, []byte(secret+"\n"), 0o600)
 
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	cfg := testConfig(fmt.Sprintf("ssl://127.0.0.1:%d", b.Port()), "agent-tls")
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile = filepath.Join(dir, "ca.pem"), filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
 	cfg.Username, cfg.PasswordFile = "agent", secretFile
@@ -129,7 +110,7 @@ func TestTLSClientCertAndPassword(t *testing.T) {
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "TLS connect", func() bool { return in.Stats().Connects > 0 })
+	testkit.WaitFor(t, 10*time.Second, "TLS connect", func() bool { return in.Stats().Connects > 0 })
 
 	// Publish through the same listener with a client certificate and the password.
 	tc, err := cfg.tlsConfig()
@@ -143,7 +124,7 @@ func TestTLSClientCertAndPassword(t *testing.T) {
 	}
 	pub.Publish("drones/d1/telemetry", 1, false, `{"seq":1}`).Wait()
 	pub.Disconnect(50)
-	waitFor(t, 10*time.Second, "appended over TLS", func() bool { return in.Stats().Appended == 1 })
+	testkit.WaitFor(t, 10*time.Second, "appended over TLS", func() bool { return in.Stats().Appended == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -82,13 +83,13 @@ func TestBrokerDedupJournal(t *testing.T) {
 	}
 	const n = 600
 	publish(1, n)
-	waitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == n })
+	testkit.WaitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == n })
 	// Every id 1–600 is durable: the collection asked for by the next
 	// dedup.GCEvery messages sees ids 1–100 of the previous run superseded.
 	publish(n+1, n+dedup.GCEvery)
 	const dead = 20 + 100
-	waitFor(t, 20*time.Second, "superseded entries collected", func() bool { return in.Stats().DedupCollected >= dead })
-	waitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == n+uint64(dedup.GCEvery) })
+	testkit.WaitFor(t, 20*time.Second, "superseded entries collected", func() bool { return in.Stats().DedupCollected >= dead })
+	testkit.WaitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == n+uint64(dedup.GCEvery) })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -38,12 +39,12 @@ func TestDiskFullPausesWithoutLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a disk-full wait", func() bool { return in.Stats().DiskFullWaits > 0 })
+	testkit.WaitFor(t, 10*time.Second, "a disk-full wait", func() bool { return in.Stats().DiskFullWaits > 0 })
 	if n := in.Stats().Appended; n != 0 {
 		t.Fatalf("%d appended while the disk was full", n)
 	}
 	free.Store(1 << 30) // space returns
-	waitFor(t, 30*time.Second, "all messages stored", func() bool { return in.Stats().Appended == res.Published })
+	testkit.WaitFor(t, 30*time.Second, "all messages stored", func() bool { return in.Stats().Appended == res.Published })
 	want := map[string]uint64{}
 	for d, r := range res.Drones {
 		want[d] = r.LastSeq
@@ -81,7 +82,7 @@ func TestStopWhileWaitingForSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a disk-full wait", func() bool { return in.Stats().DiskFullWaits > 0 })
+	testkit.WaitFor(t, 10*time.Second, "a disk-full wait", func() bool { return in.Stats().DiskFullWaits > 0 })
 
 	stopped := make(chan error, 1)
 	start := time.Now()
@@ -101,7 +102,7 @@ func TestStopWhileWaitingForSpace(t *testing.T) {
 
 	free.Store(1 << 30) // space returns; the broker redelivers to the next run
 	in2, stop2 := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 30*time.Second, "all messages stored", func() bool { return in2.Stats().Appended == res.Published })
+	testkit.WaitFor(t, 30*time.Second, "all messages stored", func() bool { return in2.Stats().Appended == res.Published })
 	want := map[string]uint64{}
 	for d, r := range res.Drones {
 		want[d] = r.LastSeq

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 func wantDrones(drones int, n uint64) map[string]uint64 {
@@ -35,7 +36,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "draining started", func() bool { return in.Stats().Appended > 0 })
+	testkit.WaitFor(t, 10*time.Second, "draining started", func() bool { return in.Stats().Appended > 0 })
 	if err := b.Restart(ctx, false); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 	if _, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, FirstSeq: n + 1, Window: 32, NoStatus: true}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= 2*drones*n })
+	testkit.WaitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= 2*drones*n })
 	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 	defer s.Close()
 	cfg := testConfig(px.URL(), "agent-cut")
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
+	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
 
 	const drones = 3
 	n := 400 * rounds(2)
@@ -85,7 +86,7 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 	}()
 	cuts := rounds(2)
 	for i := 0; i < cuts; i++ {
-		waitFor(t, 15*time.Second, "agent connected", func() bool { return in.Stats().Connects == uint64(i+1) })
+		testkit.WaitFor(t, 15*time.Second, "agent connected", func() bool { return in.Stats().Connects == uint64(i+1) })
 		time.Sleep(time.Duration(150+rng.IntN(300)) * time.Millisecond)
 		before := in.Stats()
 		px.Cut()
@@ -97,7 +98,7 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 	if err := <-simDone; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= uint64(drones*n) })
+	testkit.WaitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= uint64(drones*n) })
 	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 	cfg := testConfig(px.URL(), "agent-dark")
 	cfg.KeepAlive = time.Second
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
+	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
 
 	const drones, n = 2, 1500
 	simDone := make(chan error, 1)
@@ -133,10 +134,10 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Rate: 300, Window: 4, NoStatus: true})
 		simDone <- err
 	}()
-	waitFor(t, 10*time.Second, "flowing", func() bool { return in.Stats().Appended > 200 })
+	testkit.WaitFor(t, 10*time.Second, "flowing", func() bool { return in.Stats().Appended > 200 })
 	px.Stall()
 	stalledAt := in.Stats()
-	waitFor(t, 15*time.Second, "keep-alive notices the dead link", func() bool { return in.Stats().ConnectionLost > 0 })
+	testkit.WaitFor(t, 15*time.Second, "keep-alive notices the dead link", func() bool { return in.Stats().ConnectionLost > 0 })
 	during := in.Stats()
 	time.Sleep(500 * time.Millisecond)
 	px.Restore()
@@ -144,7 +145,7 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 	if err := <-simDone; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= drones*n })
+	testkit.WaitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= drones*n })
 	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)

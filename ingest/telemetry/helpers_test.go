@@ -95,18 +95,6 @@ func verifyExactlyOnce(recs []localstream.Record, want map[string]uint64) string
 	return ""
 }
 
-// waitFor polls cond until true or timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // runIngester starts an ingester in the background; stop it with the
 // returned function (which returns Run's error).
 func runIngester(t testing.TB, cfg Config, s *localstream.Store, st Appender, marks Marks) (*Ingester, func() error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestIngestInOrderExactlyOnce: several drones through a real mosquitto into
@@ -31,8 +32,8 @@ func TestIngestInOrderExactlyOnce(t *testing.T) {
 	if res.Published != drones*n {
 		t.Fatalf("published %d", res.Published)
 	}
-	waitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == drones*n })
-	waitFor(t, 10*time.Second, "offline statuses", func() bool { return in.Stats().WritersClosed >= drones })
+	testkit.WaitFor(t, 20*time.Second, "all appended", func() bool { return in.Stats().Appended == drones*n })
+	testkit.WaitFor(t, 10*time.Second, "offline statuses", func() bool { return in.Stats().WritersClosed >= drones })
 	time.Sleep(100 * time.Millisecond)
 	if g := in.Stats(); g.StatusOffline != drones || g.StatusOnline != drones {
 		t.Fatalf("each drone must go online and offline once (a graceful disconnect sends no last will): %+v", g)
@@ -70,7 +71,7 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	}
 	in1, stop1 := runIngester(t, cfg, s, st, nil)
 	in1.dropAcks.Store(true)
-	waitFor(t, 20*time.Second, "first run appended", func() bool { return in1.Stats().Appended == 2*n })
+	testkit.WaitFor(t, 20*time.Second, "first run appended", func() bool { return in1.Stats().Appended == 2*n })
 	if err := stop1(); err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	s, st = openStore(t, dir)
 	defer s.Close()
 	in2, stop2 := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 20*time.Second, "redeliveries skipped", func() bool { return in2.Stats().DuplicatesSkipped == 2*n })
+	testkit.WaitFor(t, 20*time.Second, "redeliveries skipped", func() bool { return in2.Stats().DuplicatesSkipped == 2*n })
 	time.Sleep(300 * time.Millisecond)
 	if err := stop2(); err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestRedeliveryAfterAppendIsNotStoredTwice(t *testing.T) {
 	}
 	// And the acks of the second run emptied the session: a third run gets nothing.
 	in3, stop3 := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "third connect", func() bool { return in3.Stats().Connects > 0 })
+	testkit.WaitFor(t, 10*time.Second, "third connect", func() bool { return in3.Stats().Connects > 0 })
 	time.Sleep(500 * time.Millisecond)
 	stop3()
 	if got := in3.Stats(); got.Received != 0 {

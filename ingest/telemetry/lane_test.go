@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -83,7 +84,7 @@ func TestBurstDoesNotStarveOtherDrones(t *testing.T) {
 	var wg, ackWG sync.WaitGroup
 	wg.Go(func() { in.dispatch(ctx) })
 	ackWG.Go(in.ackLoop)
-	waitFor(t, 20*time.Second, "all appended and acked", func() bool { return acked.Load() >= burst+few })
+	testkit.WaitFor(t, 20*time.Second, "all appended and acked", func() bool { return acked.Load() >= burst+few })
 	close(in.stopping)
 	wg.Wait()
 	close(in.ackStop)

@@ -15,6 +15,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -93,7 +94,7 @@ func TestListenerHostileClients(t *testing.T) {
 		}
 		// Type 15 is malformed, unless the random length bytes after it
 		// are already over the bound: refused as too large first.
-		waitFor(t, 5*time.Second, "protocol errors counted", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "protocol errors counted", func() bool {
 			st := in.Stats()
 			return st.ListenerProtocolErrors+st.ListenerTooLarge == 5
 		})
@@ -115,12 +116,12 @@ func TestListenerHostileClients(t *testing.T) {
 		c2 := dialRaw(t, addr) // before CONNECT too
 		c2.Write([]byte{0x10, 0xff, 0xff, 0xff, 0x7f})
 		closedByServer(t, c2, 5*time.Second)
-		waitFor(t, 5*time.Second, "too large counted", func() bool { return in.Stats().ListenerTooLarge == large0+2 })
+		testkit.WaitFor(t, 5*time.Second, "too large counted", func() bool { return in.Stats().ListenerTooLarge == large0+2 })
 	})
 	t.Run("no connect", func(t *testing.T) {
 		c := dialRaw(t, addr)
 		closedByServer(t, c, 10*time.Second)
-		waitFor(t, 5*time.Second, "connect timeout counted", func() bool { return in.Stats().ListenerConnectTimeouts == 1 })
+		testkit.WaitFor(t, 5*time.Second, "connect timeout counted", func() bool { return in.Stats().ListenerConnectTimeouts == 1 })
 	})
 	t.Run("bad connects", func(t *testing.T) {
 		c := dialRaw(t, addr)
@@ -133,18 +134,18 @@ func TestListenerHostileClients(t *testing.T) {
 			t.Fatalf("empty id, persistent: code %d", rc)
 		}
 		closedByServer(t, c, 5*time.Second)
-		waitFor(t, 5*time.Second, "refused connects counted", func() bool { return in.Stats().ListenerConnectRefused == 2 })
+		testkit.WaitFor(t, 5*time.Second, "refused connects counted", func() bool { return in.Stats().ListenerConnectRefused == 2 })
 	})
 	t.Run("too many connections", func(t *testing.T) {
 		var held []net.Conn
 		for range 12 {
 			held = append(held, dialRaw(t, addr))
 		}
-		waitFor(t, 5*time.Second, "refused counted", func() bool { return in.Stats().ListenerRefused >= 5 })
+		testkit.WaitFor(t, 5*time.Second, "refused counted", func() bool { return in.Stats().ListenerRefused >= 5 })
 		for _, c := range held {
 			c.Close()
 		}
-		waitFor(t, 5*time.Second, "slots back", func() bool { return in.Stats().ListenerConnections == 1 })
+		testkit.WaitFor(t, 5*time.Second, "slots back", func() bool { return in.Stats().ListenerConnections == 1 })
 	})
 	t.Run("oversize subscribe qos0 qos2", func(t *testing.T) {
 		p := newListenPub(t, addr, "odd", true)
@@ -165,7 +166,7 @@ func TestListenerHostileClients(t *testing.T) {
 				t.Fatalf("qos %d: %v", q, tok.Error())
 			}
 		}
-		waitFor(t, 5*time.Second, "counted", func() bool {
+		testkit.WaitFor(t, 5*time.Second, "counted", func() bool {
 			st := in.Stats()
 			return st.Oversize == 1 && st.ListenerSubscribeRefused == 1 && st.ListenerQoS2 == 1
 		})
@@ -195,12 +196,12 @@ func TestListenerHostileClients(t *testing.T) {
 			t.Fatal("refused")
 		}
 		closedByServer(t, c, 10*time.Second) // 1.5 × 1 s
-		waitFor(t, 5*time.Second, "keep-alive counted", func() bool { return in.Stats().ListenerKeepAliveTimeouts == 1 })
+		testkit.WaitFor(t, 5*time.Second, "keep-alive counted", func() bool { return in.Stats().ListenerKeepAliveTimeouts == 1 })
 	})
 	if err := <-goodDone; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "stored", func() bool { return in.Stats().Appended == 200+3 })
+	testkit.WaitFor(t, 10*time.Second, "stored", func() bool { return in.Stats().Appended == 200+3 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +247,7 @@ func TestListenerWillClosesWriter(t *testing.T) {
 		t.Fatal("closed before the connection died")
 	}
 	c.Close() // no DISCONNECT
-	waitFor(t, 10*time.Second, "writer closed", func() bool { return in.Stats().WritersClosed == 1 })
+	testkit.WaitFor(t, 10*time.Second, "writer closed", func() bool { return in.Stats().WritersClosed == 1 })
 	marks.mu.Lock()
 	defer marks.mu.Unlock()
 	if marks.closes["telemetry/w"] != 1 || marks.closedAfter["telemetry/w"] != 3 {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // dialFrom opens a TCP connection to addr from the local IP src (any
@@ -40,7 +42,7 @@ func TestListenerKeepAliveZeroHasDeadline(t *testing.T) {
 		t.Fatalf("connack %d", code)
 	}
 	closedByServer(t, c, 5*time.Second)
-	waitFor(t, 5*time.Second, "the timeout counted", func() bool { return in.Stats().ListenerKeepAliveTimeouts == 1 })
+	testkit.WaitFor(t, 5*time.Second, "the timeout counted", func() bool { return in.Stats().ListenerKeepAliveTimeouts == 1 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func TestListenerIdleHostLocksNoOneOut(t *testing.T) {
 	cfg.MaxConnectionsPerSource = 6
 	cfg.MaxUnconnected = 4
 	cfg.ConnectTimeout = 10 * time.Second
-	logs := &syncWriter{w: &strings.Builder{}}
+	logs := &testkit.SyncBuffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	in, stop := startListener(t, cfg, s, st, nil)
 	addr := in.ListenAddr().String()
@@ -97,7 +99,7 @@ func TestListenerIdleHostLocksNoOneOut(t *testing.T) {
 	if p := strings.Join(in.Problems(time.Now()), "; "); !strings.Contains(p, "max_connections_per_source") && !strings.Contains(p, "max_unconnected") {
 		t.Fatalf("problems %q do not report the lock-out", p)
 	}
-	waitFor(t, 15*time.Second, "the lock-out logged", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the lock-out logged", func() bool {
 		l := logs.String()
 		return regexp.MustCompile(`listener_source_refused=[1-9]`).MatchString(l) &&
 			regexp.MustCompile(`listener_unconnected_evicted=[1-9]`).MatchString(l)

@@ -14,6 +14,7 @@ import (
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -249,7 +250,7 @@ func TestListenerStopAcksWhatIsStored(t *testing.T) {
 		p.Write(&buf)
 	}
 	c.Write(buf.Bytes())
-	waitFor(t, 10*time.Second, "appends under way", func() bool { return in.Stats().Appended > 50 })
+	testkit.WaitFor(t, 10*time.Second, "appends under way", func() bool { return in.Stats().Appended > 50 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

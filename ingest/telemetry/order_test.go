@@ -7,6 +7,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -62,7 +63,7 @@ func TestOrderKeptWhileTheBrokerQueues(t *testing.T) {
 	if err := <-simDone; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "all appended", func() bool { return in.Stats().Appended >= drones*n })
+	testkit.WaitFor(t, 60*time.Second, "all appended", func() bool { return in.Stats().Appended >= drones*n })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -73,7 +74,7 @@ func TestBadPayloadsStoredOrDroppedAsDocumented(t *testing.T) {
 	publish("drones/ret/telemetry", true, []byte(`{"seq":1}`))
 
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
+	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
 	ts := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	mavlink := []byte{0xFD, 0x09, 0x00, 0x00, 0x01, 0x01, 0x01, 0x00, 0x00, 0x00, 0, 0, 0, 0, 2, 3, 0x51, 4, 3, 0x1c, 0x7f}
 	type want struct {
@@ -101,7 +102,7 @@ func TestBadPayloadsStoredOrDroppedAsDocumented(t *testing.T) {
 	}
 	publish("legacy/thing", false, []byte("x"))
 	publish("drones/bad/status", false, []byte("maybe"))
-	waitFor(t, 10*time.Second, "all handled", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "all handled", func() bool {
 		g := in.Stats()
 		return g.Appended == 9 && g.UnknownTopic == 1 && g.StatusUnknown == 1
 	})
@@ -174,11 +175,11 @@ func TestStatusOfflineClosesWriter(t *testing.T) {
 	defer s.Close()
 	tr := newRecordingMarks()
 	in, stop := runIngester(t, testConfig(b.URL(), "agent-status"), s, st, tr)
-	waitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
+	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
 	if _, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: 2, Count: 50, Window: 4}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "graceful offline", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "graceful offline", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return tr.closes[WriterFor("drone-1")] > 0 && tr.closes[WriterFor("drone-2")] > 0
@@ -202,13 +203,13 @@ func TestStatusOfflineClosesWriter(t *testing.T) {
 	}
 	c.Publish("drones/lwt/telemetry", 1, false, fmt.Sprintf(`{"seq":1,"timestamp":%d}`, time.Now().UnixMilli())).Wait()
 	lwt := WriterFor("lwt")
-	waitFor(t, 10*time.Second, "lwt drone noted", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "lwt drone noted", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return len(tr.notes[lwt]) == 1
 	})
 	px.Cut()
-	waitFor(t, 10*time.Second, "last will closes the writer", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "last will closes the writer", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
 		return tr.closes[lwt] == 1

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // fillSlots publishes, from pub, one QoS 0 message to each of n new drone
@@ -38,7 +40,7 @@ func TestFullSlotsDoNotStallKnownDrones(t *testing.T) {
 	cfg.MaxDrones = 16
 	cfg.DroneIdleTimeout = time.Hour
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	good := publisher(t, b.URL())
 	send := func(seq int) {
 		tok := good.Publish("drones/good/telemetry", 1, false, fmt.Sprintf(`{"drone":"good","seq":%d}`, seq))
@@ -47,17 +49,17 @@ func TestFullSlotsDoNotStallKnownDrones(t *testing.T) {
 		}
 	}
 	send(1)
-	waitFor(t, 10*time.Second, "the good drone's first message stored", func() bool { return in.Stats().Appended == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the good drone's first message stored", func() bool { return in.Stats().Appended == 1 })
 	hostile := publisher(t, b.URL())
 	fillSlots(t, hostile, cfg.MaxDrones+50)
-	waitFor(t, 10*time.Second, "a new id refused", func() bool { return in.Stats().DronesOverLimit > 0 })
+	testkit.WaitFor(t, 10*time.Second, "a new id refused", func() bool { return in.Stats().DronesOverLimit > 0 })
 	if p := in.Problems(time.Now()); !strings.Contains(strings.Join(p, "; "), "max_drones") {
 		t.Fatalf("problems %q do not name the refusal", p)
 	}
 	for seq := 2; seq <= 20; seq++ {
 		send(seq)
 	}
-	waitFor(t, 10*time.Second, "the good drone stored while new ids are refused", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the good drone stored while new ids are refused", func() bool {
 		n := 0
 		for _, r := range readAll(t, st) {
 			if r.RoutingKey == "good" {
@@ -66,7 +68,7 @@ func TestFullSlotsDoNotStallKnownDrones(t *testing.T) {
 		}
 		return n == 20
 	})
-	waitFor(t, 10*time.Second, "every hostile message handled", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "every hostile message handled", func() bool {
 		g := in.Stats()
 		return g.Appended+g.DronesOverLimit == 20+uint64(cfg.MaxDrones+50)
 	})
@@ -152,15 +154,15 @@ func TestRetainedStatusTakesNoSlot(t *testing.T) {
 		}
 	}
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
-	waitFor(t, 10*time.Second, "the retained status skipped", func() bool { return in.Stats().RetainedSkipped >= uint64(3*cfg.MaxDrones) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "the retained status skipped", func() bool { return in.Stats().RetainedSkipped >= uint64(3*cfg.MaxDrones) })
 	for seq := 1; seq <= 5; seq++ {
 		tok := pub.Publish("drones/live/telemetry", 1, false, fmt.Sprintf(`{"drone":"live","seq":%d}`, seq))
 		if !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
 			t.Fatalf("publish: %v", tok.Error())
 		}
 	}
-	waitFor(t, 10*time.Second, "the live drone stored", func() bool { return in.Stats().Appended == 5 })
+	testkit.WaitFor(t, 10*time.Second, "the live drone stored", func() bool { return in.Stats().Appended == 5 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

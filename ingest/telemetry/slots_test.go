@@ -4,14 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
@@ -27,7 +26,7 @@ func TestDroneSlotsGivenBack(t *testing.T) {
 	cfg.MaxDrones = 4
 	cfg.DroneIdleTimeout = 300 * time.Millisecond
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	pub := publisher(t, b.URL())
 	send := func(drone string, seq int) {
 		tok := pub.Publish("drones/"+drone+"/telemetry", 1, false, fmt.Sprintf(`{"drone":%q,"seq":%d}`, drone, seq))
@@ -38,12 +37,12 @@ func TestDroneSlotsGivenBack(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		send(fmt.Sprintf("old-%d", i), 1)
 	}
-	waitFor(t, 10*time.Second, "the first drones stored", func() bool { return in.Stats().Appended == 4 })
+	testkit.WaitFor(t, 10*time.Second, "the first drones stored", func() bool { return in.Stats().Appended == 4 })
 	time.Sleep(2 * cfg.DroneIdleTimeout)
 	for seq := 1; seq <= 3; seq++ {
 		send("new-1", seq)
 	}
-	waitFor(t, 10*time.Second, "the new drone stored", func() bool { return in.Stats().Appended == 7 })
+	testkit.WaitFor(t, 10*time.Second, "the new drone stored", func() bool { return in.Stats().Appended == 7 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +72,13 @@ func TestRefusedDroneAckedFromBroker(t *testing.T) {
 	b := startBroker(t)
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
-	logs := &syncWriter{w: &strings.Builder{}}
+	logs := &testkit.SyncBuffer{}
 	cfg := testConfig(b.URL(), "agent-refused")
 	cfg.MaxDrones = 2
 	cfg.DroneIdleTimeout = time.Hour
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	pub := publisher(t, b.URL())
 	send := func(drone string) {
 		tok := pub.Publish("drones/"+drone+"/telemetry", 1, false, fmt.Sprintf(`{"drone":%q,"seq":1}`, drone))
@@ -89,13 +88,13 @@ func TestRefusedDroneAckedFromBroker(t *testing.T) {
 	}
 	send("a")
 	send("b")
-	waitFor(t, 10*time.Second, "a and b stored", func() bool { return in.Stats().Appended == 2 })
+	testkit.WaitFor(t, 10*time.Second, "a and b stored", func() bool { return in.Stats().Appended == 2 })
 	send("c")
-	waitFor(t, 10*time.Second, "c refused", func() bool { return in.Stats().DronesOverLimit > 0 })
+	testkit.WaitFor(t, 10*time.Second, "c refused", func() bool { return in.Stats().DronesOverLimit > 0 })
 	if len(in.Problems(time.Now())) == 0 {
 		t.Fatal("no problem reported while new drones are refused")
 	}
-	waitFor(t, 10*time.Second, "the refusal logged", func() bool { return strings.Contains(logs.String(), "drones_refused=1") })
+	testkit.WaitFor(t, 10*time.Second, "the refusal logged", func() bool { return strings.Contains(logs.String(), "drones_refused=1") })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +104,9 @@ func TestRefusedDroneAckedFromBroker(t *testing.T) {
 	// Acknowledged: the broker does not deliver it again.
 	cfg.Logger = nil
 	in2, stop2 := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in2.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in2.Subscribed()) })
 	send("d")
-	waitFor(t, 10*time.Second, "d stored", func() bool { return in2.Stats().Appended == 1 })
+	testkit.WaitFor(t, 10*time.Second, "d stored", func() bool { return in2.Stats().Appended == 1 })
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +128,7 @@ func TestLongDroneID(t *testing.T) {
 	}
 	cfg := testConfig(b.URL(), "agent-longid")
 	in, stop := runIngester(t, cfg, s, st, tr)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	pub := publisher(t, b.URL())
 	long := strings.Repeat("é", 150) // 300 bytes
 	// (Mosquitto drops a client that publishes control characters in a
@@ -145,7 +144,7 @@ func TestLongDroneID(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 10*time.Second, "all stored", func() bool { return in.Stats().Appended == 9 })
+	testkit.WaitFor(t, 10*time.Second, "all stored", func() bool { return in.Stats().Appended == 9 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -179,24 +178,6 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// syncWriter serialises writes to w (a logger's output read by the test).
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return fmt.Sprint(s.w)
-}
-
 // TestOfflineDroneGivesSlotBack: a drone that announces "offline" gives its
 // slot back at once, however short its silence.
 func TestOfflineDroneGivesSlotBack(t *testing.T) {
@@ -207,7 +188,7 @@ func TestOfflineDroneGivesSlotBack(t *testing.T) {
 	cfg.MaxDrones = 1
 	cfg.DroneIdleTimeout = time.Hour
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	pub := publisher(t, b.URL())
 	send := func(topic, payload string) {
 		tok := pub.Publish(topic, 1, false, payload)
@@ -217,11 +198,11 @@ func TestOfflineDroneGivesSlotBack(t *testing.T) {
 	}
 	send("drones/a/telemetry", `{"drone":"a","seq":1}`)
 	send("drones/a/status", "offline")
-	waitFor(t, 10*time.Second, "a stored and closed", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "a stored and closed", func() bool {
 		return in.Stats().Appended == 1 && in.Stats().WritersClosed == 1
 	})
 	send("drones/b/telemetry", `{"drone":"b","seq":1}`)
-	waitFor(t, 10*time.Second, "b stored", func() bool { return in.Stats().Appended == 2 })
+	testkit.WaitFor(t, 10*time.Second, "b stored", func() bool { return in.Stats().Appended == 2 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +227,7 @@ func TestRefusedDroneWrittenAsGapMarker(t *testing.T) {
 	cfg.MaxDrones = 2
 	cfg.DroneIdleTimeout = time.Hour
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	pub := publisher(t, b.URL())
 	send := func(drone string, seq int) {
 		tok := pub.Publish("drones/"+drone+"/telemetry", 1, false, fmt.Sprintf(`{"drone":%q,"seq":%d}`, drone, seq))
@@ -256,7 +237,7 @@ func TestRefusedDroneWrittenAsGapMarker(t *testing.T) {
 	}
 	send("a", 1)
 	send("b", 1)
-	waitFor(t, 10*time.Second, "a and b stored", func() bool { return in.Stats().Appended == 2 })
+	testkit.WaitFor(t, 10*time.Second, "a and b stored", func() bool { return in.Stats().Appended == 2 })
 	for seq := 1; seq <= 3; seq++ {
 		send("c", seq)
 	}
@@ -265,7 +246,7 @@ func TestRefusedDroneWrittenAsGapMarker(t *testing.T) {
 		send(fmt.Sprintf("new-%d", i), 1)
 	}
 	send("a", 2)
-	waitFor(t, 10*time.Second, "a's second message stored", func() bool { return in.Stats().Appended == 3 })
+	testkit.WaitFor(t, 10*time.Second, "a's second message stored", func() bool { return in.Stats().Appended == 3 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +322,7 @@ func TestRefusedQoS0HoldsNoAck(t *testing.T) {
 	cfg.MaxDrones = 1
 	cfg.DroneIdleTimeout = time.Hour
 	in, stop := runIngester(t, cfg, s, st, nil)
-	waitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
+	testkit.WaitFor(t, 10*time.Second, "subscribed", func() bool { return isClosed(in.Subscribed()) })
 	pub := publisher(t, b.URL())
 	send := func(drone string, qos byte, seq int) {
 		tok := pub.Publish("drones/"+drone+"/telemetry", qos, false, fmt.Sprintf(`{"drone":%q,"seq":%d}`, drone, seq))
@@ -350,15 +331,15 @@ func TestRefusedQoS0HoldsNoAck(t *testing.T) {
 		}
 	}
 	send("a", 1, 1)
-	waitFor(t, 10*time.Second, "a stored", func() bool { return in.Stats().Appended == 1 })
+	testkit.WaitFor(t, 10*time.Second, "a stored", func() bool { return in.Stats().Appended == 1 })
 	send("b", 0, 1) // refused: the first round, at once
-	waitFor(t, 10*time.Second, "b's marker", func() bool { return in.Stats().RefusedMarkers == 1 })
+	testkit.WaitFor(t, 10*time.Second, "b's marker", func() bool { return in.Stats().RefusedMarkers == 1 })
 	send("c", 0, 1) // refused: its marker waits for the next round, a minute away
-	waitFor(t, 10*time.Second, "c refused", func() bool { return in.Stats().DronesOverLimit == 2 })
+	testkit.WaitFor(t, 10*time.Second, "c refused", func() bool { return in.Stats().DronesOverLimit == 2 })
 	for seq := 2; seq <= 4; seq++ { // one at a time through the window of 1
 		send("a", 1, seq)
 	}
-	waitFor(t, 10*time.Second, "a's messages after c stored", func() bool { return in.Stats().Appended == 4 })
+	testkit.WaitFor(t, 10*time.Second, "a's messages after c stored", func() bool { return in.Stats().Appended == 4 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
