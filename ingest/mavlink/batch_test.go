@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -36,7 +37,7 @@ func TestBatchGroups(t *testing.T) {
 		}
 	}
 	commits := s.Stats().Commits
-	waitFor(t, 10*time.Second, "two full groups", func() bool { return in.Stats().Stored == 200 })
+	testkit.WaitFor(t, 10*time.Second, "two full groups", func() bool { return in.Stats().Stored == 200 })
 	time.Sleep(100 * time.Millisecond)
 	if n := in.Stats().Stored; n != 200 {
 		t.Fatalf("%d stored with a 5 s window and groups of 100: want 200 (the rest held)", n)
@@ -80,7 +81,7 @@ func TestBatchWindowEnds(t *testing.T) {
 	if _, err := udpSender(t, in.UDPAddr()).Write(b); err != nil { // one datagram: one batch
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the batch stored", func() bool { return in.Stats().Stored == 40 })
+	testkit.WaitFor(t, 10*time.Second, "the batch stored", func() bool { return in.Stats().Stored == 40 })
 	if n := s.Stats().Commits - commits; n != 1 {
 		t.Fatalf("one batch of 40 took %d commits", n)
 	}
@@ -123,15 +124,15 @@ func TestDiskFullGroupFlagged(t *testing.T) {
 		}
 	}
 	send(10)
-	waitFor(t, 10*time.Second, "stored", func() bool { return in.Stats().Stored == 20 })
+	testkit.WaitFor(t, 10*time.Second, "stored", func() bool { return in.Stats().Stored == 20 })
 	free.Store(0)
-	waitFor(t, 10*time.Second, "the store below its floor", s.BelowFloor)
+	testkit.WaitFor(t, 10*time.Second, "the store below its floor", s.BelowFloor)
 	send(5)
-	waitFor(t, 10*time.Second, "refused groups counted", func() bool { return in.Stats().DiskFullDrops == 10 })
+	testkit.WaitFor(t, 10*time.Second, "refused groups counted", func() bool { return in.Stats().DiskFullDrops == 10 })
 	free.Store(1 << 40)
-	waitFor(t, 10*time.Second, "the store above its floor", func() bool { return !s.BelowFloor() })
+	testkit.WaitFor(t, 10*time.Second, "the store above its floor", func() bool { return !s.BelowFloor() })
 	send(10)
-	waitFor(t, 10*time.Second, "stored", func() bool { return in.Stats().Stored == 40 })
+	testkit.WaitFor(t, 10*time.Second, "stored", func() bool { return in.Stats().Stored == 40 })
 	got := byDrone(t, st)
 	for d, id := range []string{"mavlink-1", "mavlink-2"} {
 		recs := got[id]
@@ -172,7 +173,7 @@ func TestUDPLossAtIntakeCounted(t *testing.T) {
 		sent++
 	}
 	sendOne()
-	waitFor(t, 10*time.Second, "the first frame stored", func() bool { return in.Stats().Stored == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the first frame stored", func() bool { return in.Stats().Stored == 1 })
 	in.mu.Lock() // the intake held up: the socket's buffer fills
 	for range 200 {
 		sendOne()
@@ -181,7 +182,7 @@ func TestUDPLossAtIntakeCounted(t *testing.T) {
 	in.mu.Unlock()
 	time.Sleep(200 * time.Millisecond)
 	sendOne() // carries the kernel's count, and ends the gap
-	waitFor(t, 10*time.Second, "the last frame stored", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the last frame stored", func() bool {
 		ds, _ := in.Stats().Drone(9)
 		return ds.Stored+ds.Lost == uint64(sent)
 	})

@@ -109,7 +109,7 @@ func TestGPSTimeHourBehind(t *testing.T) {
 		c.Write(wb.frame(t, &common.MessageSystemTime{TimeUnixUsec: uint64(now.UnixMicro()), TimeBootMs: boot}))
 		c.Write(wb.frame(t, &common.MessageGlobalPositionInt{TimeBootMs: boot}))
 		frames += 4
-		waitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == uint64(frames) })
+		testkit.WaitFor(t, 5*time.Second, "stored", func() bool { return in.Stats().Stored == uint64(frames) })
 		if w, err = tr.Local(); err != nil {
 			t.Fatal(err)
 		}

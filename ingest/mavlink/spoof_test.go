@@ -10,6 +10,7 @@ import (
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -42,7 +43,7 @@ func TestSpoofedGoodSysids(t *testing.T) {
 		}
 	}
 	send(0) // the good drones bind their system ids first
-	waitFor(t, 5*time.Second, "the good drones' first frames", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the good drones' first frames", func() bool {
 		d1, _ := in.Stats().Drone(1)
 		d2, _ := in.Stats().Drone(2)
 		return d1.Frames == 1 && d2.Frames == 1
@@ -74,7 +75,7 @@ func TestSpoofedGoodSysids(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	waitFor(t, 30*time.Second, "good drones stored", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "good drones stored", func() bool {
 		s := in.Stats()
 		d1, _ := s.Drone(1)
 		d2, _ := s.Drone(2)
@@ -125,14 +126,14 @@ func TestRebind(t *testing.T) {
 	}
 	drone := func() DroneStats { d, _ := in.Stats().Drone(5); return d }
 	send(a)
-	waitFor(t, 5*time.Second, "bound to a", func() bool { return drone().Frames == 1 })
+	testkit.WaitFor(t, 5*time.Second, "bound to a", func() bool { return drone().Frames == 1 })
 	send(b)
-	waitFor(t, 5*time.Second, "b spoofed", func() bool { return drone().Spoofed == 1 })
+	testkit.WaitFor(t, 5*time.Second, "b spoofed", func() bool { return drone().Spoofed == 1 })
 	time.Sleep(cfg.RebindAfter + 100*time.Millisecond) // a silent
 	send(b)
-	waitFor(t, 5*time.Second, "b takes over", func() bool { return drone().Rebinds == 1 && drone().Frames == 2 })
+	testkit.WaitFor(t, 5*time.Second, "b takes over", func() bool { return drone().Rebinds == 1 && drone().Frames == 2 })
 	send(a)
-	waitFor(t, 5*time.Second, "a now spoofed", func() bool { return drone().Spoofed == 2 })
+	testkit.WaitFor(t, 5*time.Second, "a now spoofed", func() bool { return drone().Spoofed == 2 })
 
 	c1, err := net.Dial("tcp", in.TCPAddr().String())
 	if err != nil {
@@ -141,9 +142,9 @@ func TestRebind(t *testing.T) {
 	w6 := newWriter(t, false, 6, 1, nil)
 	c1.Write(w6.frame(t, sampleMessages(0)[1]))
 	d6 := func() DroneStats { d, _ := in.Stats().Drone(6); return d }
-	waitFor(t, 5*time.Second, "bound to c1", func() bool { return d6().Frames == 1 })
+	testkit.WaitFor(t, 5*time.Second, "bound to c1", func() bool { return d6().Frames == 1 })
 	c1.Close() // the link redialled: the new connection takes over at once
-	waitFor(t, 5*time.Second, "c1 closed", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "c1 closed", func() bool {
 		in.mu.Lock()
 		defer in.mu.Unlock()
 		return in.slots.bySys[6].srcLast == 0
@@ -154,5 +155,5 @@ func TestRebind(t *testing.T) {
 	}
 	defer c2.Close()
 	c2.Write(w6.frame(t, sampleMessages(1)[1]))
-	waitFor(t, 5*time.Second, "c2 takes over", func() bool { return d6().Frames == 2 && d6().Rebinds == 1 && d6().Spoofed == 0 })
+	testkit.WaitFor(t, 5*time.Second, "c2 takes over", func() bool { return d6().Frames == 2 && d6().Rebinds == 1 && d6().Spoofed == 0 })
 }
