@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // rawBroker is a TCP peer that speaks just enough MQTT 3.1.1 to be the
@@ -195,7 +197,7 @@ func TestBrokerHugePublishSkipped(t *testing.T) {
 			if !equalIDs(got, want) {
 				t.Fatalf("PUBACKs %v, want %v (in order)", got, want)
 			}
-			waitFor(t, 5*time.Second, "the good message appended", func() bool { return in.Stats().Appended == 1 })
+			testkit.WaitFor(t, 5*time.Second, "the good message appended", func() bool { return in.Stats().Appended == 1 })
 			stats := in.Stats()
 			if stats.Oversize != 1 || stats.BrokerOversizeSkipped != 1 || stats.Received != 2 || stats.Connects != 1 || stats.ConnectionLost != 0 {
 				t.Fatalf("stats %+v: want 1 oversize skipped, 2 received, one connection", stats)
@@ -249,7 +251,7 @@ func TestBrokerHugeControlPacketClosed(t *testing.T) {
 		t.Fatalf("the agent allocated %.1f MiB for a claimed 200 MiB PINGRESP", float64(grew)/(1<<20))
 	}
 	b.accept(10 * time.Second) // paho reconnects
-	waitFor(t, 5*time.Second, "the loss counted", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the loss counted", func() bool {
 		st := in.Stats()
 		return st.BrokerTooLarge == 1 && st.ConnectionLost == 1 && st.Connects == 2
 	})
