@@ -14,6 +14,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // benchMsgs is the messages per drone of one benchmark pass (EDGE_BENCH_MSGS).
@@ -79,9 +80,7 @@ func storeConsumer(b testing.TB, url, client string) (*atomic.Uint64, func()) {
 			}
 		}
 	}()
-	for in.Stats().Connects == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.WaitFor(b, time.Minute, "the agent connected", func() bool { return in.Stats().Connects > 0 })
 	return &n, func() {
 		close(quit)
 		cancel()

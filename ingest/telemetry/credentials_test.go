@@ -134,7 +134,7 @@ func TestTLSClientCertAndPassword(t *testing.T) {
 	bad := cfg
 	bad.ClientID, bad.PasswordFile, bad.PasswordEnv = "agent-tls-bad", "", "EDGE_TEST_MQTT_PW"
 	in2, stop2 := runIngester(t, bad, s, st, nil)
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // a window of connect attempts: a refused one is no event to wait on
 	stop2()
 	if in2.Stats().Connects != 0 {
 		t.Fatal("connected with a wrong password")

@@ -34,7 +34,7 @@ func TestDiskFullPausesWithoutLoss(t *testing.T) {
 	<-in.Subscribed()
 
 	free.Store(1 << 20) // below the floor
-	time.Sleep(400 * time.Millisecond)
+	testkit.WaitFor(t, 5*time.Second, "the store measuring the disk below its floor", s.BelowFloor)
 	res, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: brk.URL(), Drones: 3, Count: 40, Rate: 200, NoStatus: true})
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= 2*drones*n })
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a window for stray redeliveries (no event to wait on): one stored would fail below
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= uint64(drones*n) })
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a window for stray redeliveries (no event to wait on): one stored would fail below
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +146,7 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 30*time.Second, "all appended", func() bool { return in.Stats().Appended >= drones*n })
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // a window for stray redeliveries (no event to wait on): one stored would fail below
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
