@@ -72,3 +72,50 @@ func TestOpenLeavesALiveStoresNextLog(t *testing.T) {
 		t.Fatalf("a refused second Open removed the open store's next log: %v", err)
 	}
 }
+
+// TestRemovedDuringCommitNotAcknowledged: a directory removed after the
+// committer's check but before the batch is durable (the race the check
+// alone leaves) fails the batch: not acknowledged (the sender keeps the
+// event) and not shown to readers (it never reaches the centre from this
+// store), since a restart can no longer find it — nor its dedup record.
+//
+// Failed before the completer checked the directory: "append acknowledged
+// at telemetry#0@1 into a removed directory".
+func TestRemovedDuringCommitNotAcknowledged(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	s, err := Open(dir, Options{MinFreeBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	st, err := s.CreateStream("telemetry", StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	removed := false
+	testHookCommitted = func() {
+		testHookCommitted = nil // once; the completer is the only caller
+		if err := os.RemoveAll(dir); err != nil {
+			t.Error(err)
+		}
+		removed = true
+	}
+	defer func() { testHookCommitted = nil }()
+	pos, err := st.Append(ctx, Event{RoutingKey: "d", Writer: "w"})
+	if !removed {
+		t.Fatal("the directory was not removed between the commit and its acknowledgement")
+	}
+	if err == nil {
+		t.Fatalf("append acknowledged at %v into a removed directory", pos)
+	}
+	if !errors.Is(err, ErrDirGone) {
+		t.Fatalf("append: %v, want ErrDirGone", err)
+	}
+	if n := st.Stats().Appended; n != 1 {
+		t.Fatalf("readers see %d events, want the 1 acknowledged before the removal", n)
+	}
+}

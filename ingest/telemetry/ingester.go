@@ -521,6 +521,7 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 	if d != nil {
 		h = dedup.HashMessage(it.topic, payload)
 	}
+	redelivered := false
 	if d != nil && m.Duplicate() {
 		if dup, deferred := d.Check(pid, h, it.ack); dup {
 			in.release(n)
@@ -530,11 +531,16 @@ func (in *Ingester) process(ctx context.Context, l *lane, it item) bool {
 			}
 			return true
 		}
+		redelivered = true
 	}
 	if !in.enterStore(n) {
 		return false // stopping: unacknowledged, its sender sends it again
 	}
 	ev := in.buildEvent(l, it.topic, payload, it.recv)
+	if redelivered {
+		markRedelivered(&ev, h)
+		in.c.redelivered.Add(1)
+	}
 	var adm watermark.Admission
 	if in.sink.Marks != nil {
 		adm = in.sink.Marks.Admit(l.writer, ev.EventTime, ev.IngestTime)

@@ -2,8 +2,10 @@ package telemetry
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 
+	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -11,6 +13,15 @@ import (
 const (
 	// HeaderTopic is the event header holding the MQTT topic.
 	HeaderTopic = "mqtt-topic"
+	// HeaderRedelivered marks a redelivery (DUP) that no dedup entry
+	// matched: its value is the message's dedup identity, the hex of
+	// sha256(topic 0x00 payload)[:16]. Such a message is stored, and it
+	// repeats an earlier event only when the entry went with the store
+	// that held it (a data directory removed or replaced between the
+	// append and the PUBACK). A consumer drops it when an earlier event of
+	// the same agent and drone has the same topic and payload
+	// (RedeliveryID); Stats.Redelivered counts them.
+	HeaderRedelivered = "mqtt-redelivered"
 	// ContentTypeJSON is the content type of JSON payloads.
 	ContentTypeJSON = "application/json"
 )
@@ -100,4 +111,21 @@ func maybeJSON(payload []byte) bool {
 		return true
 	}
 	return false
+}
+
+// RedeliveryID is the dedup identity of a message on topic with payload,
+// as HeaderRedelivered holds it: the hex of sha256(topic 0x00
+// payload)[:16]. A consumer computes it for the events before a marked
+// one to find the copy it repeats.
+func RedeliveryID(topic string, payload []byte) string {
+	h := dedup.HashMessage(topic, payload)
+	return hex.EncodeToString(h[:])
+}
+
+// markRedelivered adds HeaderRedelivered to ev. The topic headers are a
+// lane's shared slice: appended to a copy.
+func markRedelivered(ev *localstream.Event, h dedup.Hash) {
+	hs := make([]localstream.Header, len(ev.Headers), len(ev.Headers)+1)
+	copy(hs, ev.Headers)
+	ev.Headers = append(hs, localstream.Header{Key: HeaderRedelivered, Value: hex.EncodeToString(h[:])})
 }

@@ -27,7 +27,11 @@ type cutProxy struct {
 	Cuts, Killed, Refused atomic.Int64
 	// Stalls counts Stall calls; Held counts chunks held back by a stall.
 	Stalls, Held atomic.Int64
-	wg           sync.WaitGroup
+	// dropUp: bytes from the client to the target vanish (DropUp);
+	// Dropped counts the chunks.
+	dropUp  atomic.Bool
+	Dropped atomic.Int64
+	wg      sync.WaitGroup
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
@@ -74,6 +78,10 @@ func (p *cutProxy) accept() {
 			buf := make([]byte, 32<<10)
 			for {
 				n, err := src.Read(buf)
+				if n > 0 && src == c && p.dropUp.Load() {
+					p.Dropped.Add(1)
+					n = 0
+				}
 				if n > 0 {
 					if !p.pass(src) {
 						return // a stalled connection never delivers again
@@ -132,12 +140,18 @@ func (p *cutProxy) Stall() {
 	p.Stalls.Add(1)
 }
 
+// DropUp makes what the client sends vanish while what the target sends
+// still arrives: the agent receives messages and its acks never reach the
+// broker. Restore ends it.
+func (p *cutProxy) DropUp() { p.dropUp.Store(true) }
+
 // Restore accepts and forwards again. Connections that lived through a
 // stall are dropped (both ends have given up on them by then).
 func (p *cutProxy) Restore() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+	p.dropUp.Store(false)
 	if p.stalled {
 		for c := range p.conns {
 			c.Close()

@@ -10,6 +10,13 @@ type Stats struct {
 	Appended uint64 `json:"appended"`
 	// DuplicatesSkipped: redeliveries (DUP, same packet id and hash) acked without an append.
 	DuplicatesSkipped uint64 `json:"duplicates_skipped"`
+	// Redelivered: redeliveries (DUP) that no dedup entry matched, stored
+	// with header HeaderRedelivered. Each is the first stored copy of its
+	// message (the agent stopped before its append was durable) or, when
+	// the store that held the entry was lost (data directory removed or
+	// replaced), a repeat of an event the centre may have: only messages
+	// never acknowledged to their sender, marked for consumers to drop.
+	Redelivered uint64 `json:"redelivered"`
 	// Oversize: payloads above MaxPayload (or the store's event limit): dropped and acked.
 	Oversize uint64 `json:"oversize"`
 	// BrokerOversizeSkipped: PUBLISHes from the broker above MaxPayload +
@@ -147,7 +154,7 @@ type counters struct {
 	dronesOverLimit, laneFullWaits, connects, connectionLost         atomic.Uint64
 	subscribeErrors, markErrors, dedupLoaded, dedupCorrupt           atomic.Uint64
 	diskFullWaits, clockSkew, dronesReleased, droneIDsMapped         atomic.Uint64
-	dedupCollected, dedupErrors, budgetWaits                         atomic.Uint64
+	dedupCollected, dedupErrors, budgetWaits, redelivered            atomic.Uint64
 	brokerSkipped, brokerTooLarge                                    atomic.Uint64
 }
 
@@ -167,6 +174,7 @@ func (in *Ingester) Stats() Stats {
 		DedupCollected: c.dedupCollected.Load(), DedupErrors: c.dedupErrors.Load(),
 		DiskFullWaits: c.diskFullWaits.Load(), DronesReleased: c.dronesReleased.Load(),
 		DroneIDsMapped: c.droneIDsMapped.Load(), BudgetWaits: c.budgetWaits.Load(), BufferedBytes: in.budget.held.Load(),
+		Redelivered: c.redelivered.Load(),
 	}
 	if in.listener != nil {
 		l := in.listener.Stats()
