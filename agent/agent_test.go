@@ -287,6 +287,9 @@ func TestCentralAwayAtStart(t *testing.T) {
 	if tm := streamStatus(s, "telemetry"); tm.Stats.Appended == 0 || tm.Replication == nil || tm.Replication.Txns != 0 {
 		t.Fatalf("while the centre is away: %+v", tm)
 	}
+	if s.Errors["central"] == "" {
+		t.Fatalf("while the centre is away: /status errors %v, want errors.central", s.Errors)
+	}
 	srv, err := central.New(central.Config{Listen: centralAddr, DataDir: filepath.Join(dir, "central")})
 	if err != nil {
 		t.Fatal(err)
@@ -297,6 +300,7 @@ func TestCentralAwayAtStart(t *testing.T) {
 	defer srv.Close()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
+		s = Status{} // decoding into a used map would keep its keys
 		getJSON(t, "http://"+a.HTTPAddr()+"/status", &s)
 		tm := streamStatus(s, "telemetry")
 		if tm.Replication != nil && tm.Replication.Events >= sim.Published && tm.Replication.BacklogEvents == 0 {
@@ -306,5 +310,15 @@ func TestCentralAwayAtStart(t *testing.T) {
 			t.Fatalf("not replicated after the centre came up: %+v", tm.Replication)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	// The centre's errors are past: not in errors, the replication's last
+	// error says when it ended (issue 30.8: they stayed after the reconnect).
+	for k, e := range s.Errors {
+		if k == "central" || strings.HasPrefix(k, "sync/") {
+			t.Errorf("/status errors[%q] = %q after replicating again", k, e)
+		}
+	}
+	if r := streamStatus(s, "telemetry").Replication; r.LastError != "" && r.LastErrorEnded.IsZero() {
+		t.Errorf("replication's last error %q not marked as past (last_error_ended)", r.LastError)
 	}
 }

@@ -108,7 +108,7 @@ func (a *Agent) Status() Status {
 	repl := map[string]*replicate.StreamStats{}
 	for _, rs := range a.replStats() {
 		repl[rs.Stream] = &rs
-		if rs.LastError != "" {
+		if rs.LastError != "" && rs.LastErrorEnded.IsZero() { // a past one stays in replication only
 			s.Errors["sync/"+rs.Stream] = rs.LastError
 		}
 		if p := rs.Problem(now, replicationStall); p != "" {

@@ -182,6 +182,9 @@ type Replicator struct {
 	// failingSince is the first error after the last commit (zero: none).
 	// Guarded by mu.
 	failingSince time.Time
+	// errEnded is when a session first read the centre after lastErr
+	// (zero: lastErr is current, or none). Guarded by mu.
+	errEnded time.Time
 	// failWarned is when warnFailing last logged (Run's goroutine only).
 	failWarned time.Time
 	// lastLoss is the latest loss found (LostRange.String). Guarded by mu.
@@ -247,7 +250,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		}
 		class := classify(err)
 		r.mu.Lock()
-		r.lastErr = explainDisconnected(err)
+		r.lastErr, r.errEnded = explainDisconnected(err), time.Time{}
 		if r.failingSince.IsZero() {
 			r.failingSince = r.cfg.Now()
 		}
@@ -308,6 +311,9 @@ func (r *Replicator) session(ctx context.Context) error {
 	defer pf.close()
 	r.mu.Lock()
 	r.state = StateReplicating
+	if r.lastErr != nil && r.errEnded.IsZero() {
+		r.errEnded = r.cfg.Now() // the centre is read: the error is past
+	}
 	r.mu.Unlock()
 	// Pipeline: the next transaction's events are sent while the previous
 	// commit waits for its ack; its commit record goes out only after that

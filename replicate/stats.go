@@ -108,6 +108,9 @@ type StreamStats struct {
 	FailingSince time.Time `json:"failing_since,omitzero"`
 	// LastError is the latest error; Stopped holds the permanent one.
 	LastError string `json:"last_error,omitempty"`
+	// LastErrorEnded is when replication read the centre again after
+	// LastError: the error is past (zero while it is current).
+	LastErrorEnded time.Time `json:"last_error_ended,omitzero"`
 	Stopped   string `json:"stopped,omitempty"`
 }
 
@@ -115,7 +118,7 @@ type StreamStats struct {
 func (r *Replicator) Stats() StreamStats {
 	r.mu.Lock()
 	last, state, lastErr, stopErr, lastLoss := r.last, r.state, r.lastErr, r.stopErr, r.lastLoss
-	failingSince := r.failingSince
+	failingSince, errEnded := r.failingSince, r.errEnded
 	r.mu.Unlock()
 	s := StreamStats{
 		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
@@ -128,7 +131,7 @@ func (r *Replicator) Stats() StreamStats {
 		WatermarkLowerNs: last.Record.Watermark.LowerNs, WatermarkUpperNs: last.Record.Watermark.UpperNs,
 	}
 	if lastErr != nil {
-		s.LastError = lastErr.Error()
+		s.LastError, s.LastErrorEnded = lastErr.Error(), errEnded
 	}
 	if stopErr != nil {
 		s.Stopped = stopErr.Error()
