@@ -108,10 +108,10 @@ type StreamStats struct {
 	FailingSince time.Time `json:"failing_since,omitzero"`
 	// LastError is the latest error; Stopped holds the permanent one.
 	LastError string `json:"last_error,omitempty"`
+	Stopped   string `json:"stopped,omitempty"`
 	// LastErrorEnded is when replication read the centre again after
 	// LastError: the error is past (zero while it is current).
 	LastErrorEnded time.Time `json:"last_error_ended,omitzero"`
-	Stopped   string `json:"stopped,omitempty"`
 }
 
 // Stats returns the replicator's snapshot. Safe for concurrent use.
