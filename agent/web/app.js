@@ -265,7 +265,7 @@ function renderDrones(s, cur, rate) {
     cell(tr, "bytes", fmtBytes(d.bytes));
     const v = video[d.id];
     const m = mav[d.id];
-    const drops = (v ? (v.queue_drops || 0) + (v.lost || 0) + (v.frames_dropped || 0) : 0) + (m ? m.lost || 0 : 0);
+    const drops = (v ? (v.lost || 0) + (v.frames_dropped || 0) : 0) + (m ? m.lost || 0 : 0);
     cell(tr, "drops", fmtInt(drops), drops > 0 ? "warnText" : "");
     cell(tr, "vehicle", m ? vehicleText(m.vehicle) : "–");
     tb.appendChild(tr);

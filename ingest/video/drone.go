@@ -24,6 +24,11 @@ type drone struct {
 	now        func() time.Time
 	c          *droneCounters
 
+	// queueDropped is how many RTP packets the drone's queue dropped
+	// right before the datagram handed to rtp next (set by the drone's
+	// loop from item.dropped).
+	queueDropped int
+
 	sess    *session
 	chunker *chunker
 	raw     rawBatch
@@ -64,6 +69,8 @@ func newDrone(id string, cfg *Config, dc *DroneConfig, sink Appender, marks Mark
 
 // rtp handles one RTP datagram b (owned by the drone from now on).
 func (d *drone) rtp(ctx context.Context, b []byte, arrival time.Time) error {
+	dropped := d.queueDropped
+	d.queueDropped = 0
 	d.lastSeen = arrival
 	d.c.packets.Add(1)
 	d.c.bytes.Add(uint64(len(b)))
@@ -84,6 +91,7 @@ func (d *drone) rtp(ctx context.Context, b []byte, arrival time.Time) error {
 	if d.sess == nil || d.sess.ssrc != p.SSRC || d.sess.codec != codec {
 		d.startSession(p.SSRC, codec)
 	}
+	d.sess.reorder.afterDrops(dropped)
 	d.sess.reorder.push(p, arrival, d.deliver)
 	return d.appendPending(ctx)
 }

@@ -301,6 +301,7 @@ func (in *Ingest) runDrone(ctx context.Context, dr *droneRun) {
 		if it.rtcp {
 			return d.rtcpPacket(ctx, it.b, it.arrival)
 		}
+		d.queueDropped = it.dropped
 		return d.rtp(ctx, it.b, it.arrival)
 	}
 	for {

@@ -332,3 +332,85 @@ func TestQueueBytesBound(t *testing.T) {
 		t.Fatalf("queued peak %d bytes (bound %d), queue drops %d", peak, cfg.QueueBytes, st.QueueDrops)
 	}
 }
+
+// TestQueueDropsCountedLost (issue 30.8): packets a full drone queue drops
+// are lost video and counted as such: the drone's lost counts every
+// sequence number dropped, even when so many went that the next packet is
+// far ahead (it is not taken for a restart of the numbering).
+//
+// Failed before: "queue drops 1887, kernel drops 0, lost 0" (seq jumps 1).
+func TestQueueDropsCountedLost(t *testing.T) {
+	sink := &blockingSink{release: make(chan struct{})}
+	cfg := NewDefaultConfig()
+	cfg.RTCPListen = "mux"
+	cfg.QueueBytes = 1 << 20
+	cfg.Drones = []DroneConfig{{ID: "big", SSRC: 9}}
+	in, addr := startIngest(t, cfg, Sink{Stream: sink})
+	released := false
+	defer func() {
+		if !released {
+			close(sink.release)
+		}
+	}()
+	conn, err := net.Dial("udp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b := make([]byte, 8000)
+	b[0] = 0x80
+	binary.BigEndian.PutUint32(b[8:], 9)
+	// Raw packets first (payload type 100, stored in 64 KiB batches): the
+	// drone blocks in the stalled store with its first batch.
+	b[1] = 100
+	for seq := range 16 {
+		binary.BigEndian.PutUint16(b[2:], uint16(seq))
+		conn.Write(b)
+	}
+	waitFor(t, "the drone blocked in the store", 10*time.Second, func() bool { return in.Stats().PerDrone["big"].Packets >= 8 })
+	// Then H.264 (96; non-IDR slices): the queue fills and drops.
+	b[1], b[12] = 96, 0x41
+	const n = 2000
+	for seq := range n {
+		binary.BigEndian.PutUint16(b[2:], uint16(seq))
+		conn.Write(b)
+		if seq%50 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitFor(t, "datagrams read", 10*time.Second, func() bool {
+		st := in.Stats()
+		return st.Datagrams+st.KernelDrops >= 16+n
+	})
+	close(sink.release)
+	released = true
+	waitFor(t, "the queue drained", 10*time.Second, func() bool {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return in.router.queued.Load() == 0
+	})
+	// A few more in sequence after the drops: the drone sees how far ahead
+	// they are.
+	for seq := n; seq < n+16; seq++ {
+		binary.BigEndian.PutUint16(b[2:], uint16(seq))
+		conn.Write(b)
+	}
+	var st DroneStats
+	waitFor(t, "the packets after the drops", 10*time.Second, func() bool {
+		st = in.Stats().PerDrone["big"]
+		return st.Packets >= 16+n+16-st.QueueDrops-in.Stats().KernelDrops
+	})
+	time.Sleep(300 * time.Millisecond) // the reorder's wait for a gap
+	st = in.Stats().PerDrone["big"]
+	kernel := in.Stats().KernelDrops
+	t.Logf("queue drops %d, kernel drops %d, lost %d, seq jumps %d", st.QueueDrops, kernel, st.Lost, st.SeqJumps)
+	if st.QueueDrops == 0 {
+		t.Fatal("no queue drops: the fault did not happen")
+	}
+	if st.Lost < st.QueueDrops || st.Lost > st.QueueDrops+kernel {
+		t.Fatalf("queue drops %d, kernel drops %d, lost %d: want every dropped packet lost", st.QueueDrops, kernel, st.Lost)
+	}
+	if st.SeqJumps != 0 {
+		t.Fatalf("%d sequence jumps: the drops were taken for a restart", st.SeqJumps)
+	}
+}

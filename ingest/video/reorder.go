@@ -38,7 +38,14 @@ type reorder struct {
 	// delivered[s%window] = s+1 when s was delivered (0 = unknown), to tell
 	// duplicates from packets that came after their gap was given up.
 	delivered [reorderWindow]uint32
+	// dropped is how many packets the drone's queue dropped right before
+	// the one pushed next (afterDrops): a jump ahead they explain is a
+	// loss, not a restart of the numbering.
+	dropped int
 }
+
+// afterDrops says that the queue dropped n packets before the next push.
+func (r *reorder) afterDrops(n int) { r.dropped = n }
 
 type reorderSlot struct {
 	ok      bool
@@ -60,6 +67,8 @@ func newReorder(maxPackets int, maxWait time.Duration, c *droneCounters) *reorde
 // push adds one packet and delivers whatever is now in order.
 func (r *reorder) push(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 	s := p.SequenceNumber
+	dropped := r.dropped
+	r.dropped = 0
 	if !r.started {
 		r.started, r.warm, r.next, r.gapSince = true, true, s, arrival
 	}
@@ -79,6 +88,15 @@ func (r *reorder) push(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 		} else {
 			r.c.late.Add(1)
 		}
+	case (d < 0 || int(d) >= reorderWindow) && int(uint16(s-r.next)) <= dropped+maxMisorder:
+		// The queue dropped what lies between: lost, not a restart.
+		r.badSeq = -1
+		r.flushAll(out)
+		lost := int(uint16(s - r.next))
+		r.c.lost.Add(uint64(lost))
+		r.next = s
+		r.deliver(p, arrival, lost, out)
+		r.drain(out)
 	case d < 0 || int(d) >= reorderWindow:
 		if r.badSeq != int32(s) {
 			// One packet far off: wait for a second to confirm a restart.

@@ -27,6 +27,9 @@ type item struct {
 	// conn is the RTSP connection a pulled packet came in on (nil for
 	// pushed RTP): a drone that sees a new one starts a new session.
 	conn *sourceConn
+	// dropped is how many RTP packets of the drone its full queue dropped
+	// right before this one (its sequence numbers are lost).
+	dropped int
 }
 
 // own copies the datagram out of the reader's buffer, once.
@@ -49,6 +52,9 @@ type droneRun struct {
 	lastSeen time.Time
 	// evict is closed when the router gave the drone's slot to another.
 	evict chan struct{}
+	// drops are the RTP packets dropped since the last one queued
+	// (router lock): the next one carries them (item.dropped).
+	drops int
 }
 
 // binding is an SSRC bound to the source that started it (RFC 3550 §8.2:
@@ -364,15 +370,28 @@ func (r *router) enqueue(dr *droneRun, it item) {
 	n := int64(len(it.b))
 	if r.queued.Add(n) > int64(r.cfg.QueueBytes) {
 		r.queued.Add(-n)
-		dr.d.c.queueDrops.Add(1)
+		r.drop(dr, it)
 		return
 	}
 	it.own()
+	if !it.rtcp {
+		it.dropped, dr.drops = dr.drops, 0
+	}
 	select {
 	case dr.ch <- it:
 	default:
 		r.queued.Add(-n)
-		dr.d.c.queueDrops.Add(1)
+		dr.drops += it.dropped
+		r.drop(dr, it)
+	}
+}
+
+// drop counts a datagram the drone's full queue drops; an RTP one is
+// lost video, told to the drone with the next one queued. Router lock.
+func (r *router) drop(dr *droneRun, it item) {
+	dr.d.c.queueDrops.Add(1)
+	if !it.rtcp {
+		dr.drops++
 	}
 }
 
