@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 
@@ -37,6 +39,12 @@ type ExportStats struct {
 // Annex-B elementary stream (the chunks' payloads concatenated in order).
 // Without a keyframe at or before FromNs it starts at the first keyframe
 // after it.
+//
+// Without Agent, the drone's video must come from one agent: when chunks
+// of more than one agent fall in the export, it stops writing and returns
+// ErrSeveralAgents naming them all (w then holds a partial export, to be
+// discarded) — one drone id seen by several stations is several
+// recordings, not one clip.
 func ExportVideo(ctx context.Context, nc *nats.Conn, o ExportOptions, w io.Writer) (ExportStats, error) {
 	if o.Stream == "" {
 		o.Stream = "video"
@@ -51,8 +59,16 @@ func ExportVideo(ctx context.Context, nc *nats.Conn, o ExportOptions, w io.Write
 	var st ExportStats
 	var pending [][]byte // from the latest keyframe at or before FromNs
 	var pendingFirst int64
+	var pendingAgent string
+	var agents []string // the agents of the chunks in the export, in order
 	started := false
-	write := func(b []byte, t int64) error {
+	write := func(b []byte, t int64, agent string) error {
+		if !slices.Contains(agents, agent) {
+			agents = append(agents, agent)
+		}
+		if len(agents) > 1 {
+			return nil // only finding the agents now
+		}
 		if _, err := w.Write(b); err != nil {
 			return err
 		}
@@ -62,6 +78,14 @@ func ExportVideo(ctx context.Context, nc *nats.Conn, o ExportOptions, w io.Write
 		st.Chunks++
 		st.Bytes += int64(len(b))
 		st.LastNs = t
+		return nil
+	}
+	writePending := func() error {
+		for _, p := range pending {
+			if err := write(p, pendingFirst, pendingAgent); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 	for {
@@ -81,8 +105,8 @@ func ExportVideo(ctx context.Context, nc *nats.Conn, o ExportOptions, w io.Write
 		if !started {
 			if t <= o.FromNs {
 				if key {
-					pending, pendingFirst = [][]byte{rec.Payload}, t
-				} else if pending != nil {
+					pending, pendingFirst, pendingAgent = [][]byte{rec.Payload}, t, it.Agent
+				} else if pending != nil && it.Agent == pendingAgent {
 					pending = append(pending, rec.Payload)
 				}
 				continue
@@ -100,26 +124,27 @@ func ExportVideo(ctx context.Context, nc *nats.Conn, o ExportOptions, w io.Write
 			if pending == nil {
 				st.StartedAtKeyNs = t
 			}
-			for _, p := range pending {
-				if err := write(p, pendingFirst); err != nil {
-					return st, err
-				}
+			if err := writePending(); err != nil {
+				return st, err
 			}
 		}
 		if t > o.ToNs {
 			break
 		}
-		if err := write(rec.Payload, t); err != nil {
+		if err := write(rec.Payload, t, it.Agent); err != nil {
 			return st, err
 		}
 	}
 	if !started && pending != nil {
 		st.StartedAtKeyNs = pendingFirst
-		for _, p := range pending {
-			if err := write(p, pendingFirst); err != nil {
-				return st, err
-			}
+		if err := writePending(); err != nil {
+			return st, err
 		}
+	}
+	if len(agents) > 1 {
+		slices.Sort(agents)
+		return st, fmt.Errorf("%w: drone %s's video between %d and %d ns comes from agents %s: export one with --agent",
+			ErrSeveralAgents, o.Drone, o.FromNs, o.ToNs, strings.Join(agents, ", "))
 	}
 	return st, nil
 }

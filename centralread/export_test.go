@@ -2,7 +2,9 @@ package centralread
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +59,54 @@ func TestExportVideoStartsAtKeyframe(t *testing.T) {
 	}
 	if stats.StartedAtKeyNs != 1500 || stats.Chunks != 9 {
 		t.Fatalf("stats %+v", stats)
+	}
+}
+
+// TestExportVideoSeveralAgents (issue 30.8): without --agent, a drone's
+// video captured by two agents is refused with ErrSeveralAgents naming
+// both, not merged into one clip; with the agent named it exports that
+// agent's chunks only.
+//
+// Failed before: "export merged 2 agents: 40 chunks".
+func TestExportVideoSeveralAgents(t *testing.T) {
+	srv := startCentral(t, central.Config{})
+	nc := connect(t, srv.ClientURL())
+	ctx := testCtx(t, 30*time.Second)
+	own := map[string][][]byte{}
+	for _, agent := range []string{"agent-b", "agent-a"} {
+		st, err := openEmptyStore(t).CreateStream("video", localstream.StreamConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 20 {
+			ev := localstream.Event{RoutingKey: "d1", Writer: "video/d1", EventTime: int64(1000 + i*100), ContentType: "video/h264",
+				Payload: fmt.Appendf(nil, "\x00\x00\x00\x01%s-chunk-%d;", agent, i)}
+			if i%5 == 0 {
+				ev.Flags |= localstream.FlagKeyframe
+			}
+			if _, err := st.Append(ctx, ev); err != nil {
+				t.Fatal(err)
+			}
+			own[agent] = append(own[agent], ev.Payload)
+		}
+		rp := startReplica(t, nc, st, agent, replicate.ReplicatorConfig{Watermark: func(localstream.StreamCut) (watermark.Watermark, error) { return watermark.Watermark{}, nil }}, replicate.JetStreamOptions{})
+		testkit.WaitFor(t, 10*time.Second, "replication", func() bool { return rp.r.Stats().BacklogEvents == 0 && rp.r.Stats().Txns > 0 })
+		rp.close()
+	}
+	var out bytes.Buffer
+	st, err := ExportVideo(ctx, nc, ExportOptions{Drone: "d1", FromNs: 0, ToNs: 5000}, &out)
+	if err == nil {
+		t.Fatalf("export merged 2 agents: %d chunks", st.Chunks)
+	}
+	if !errors.Is(err, ErrSeveralAgents) || !strings.Contains(err.Error(), "agent-a, agent-b") {
+		t.Fatalf("export of two agents' drone: %v, want ErrSeveralAgents naming agent-a, agent-b", err)
+	}
+	t.Logf("without an agent: %v", err)
+	out.Reset()
+	if _, err := ExportVideo(ctx, nc, ExportOptions{Agent: "agent-a", Drone: "d1", FromNs: 0, ToNs: 5000}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if want := bytes.Join(own["agent-a"], nil); !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("export of agent-a:\n got %q\nwant %q", out.Bytes(), want)
 	}
 }

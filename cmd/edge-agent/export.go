@@ -26,7 +26,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("export video", stderr)
 	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")
 	stream := fs.String("stream", "video", "central video stream `NAME`")
-	agent := fs.String("agent", "", "only this agent `ID`")
+	agent := fs.String("agent", "", "only this agent `ID` (required when several agents captured the drone)")
 	drone := fs.String("drone", "", "drone `ID` (required)")
 	from := fs.String("from", "", "start `TIME` (RFC 3339 or Unix ns); the export starts at the keyframe at or before it")
 	to := fs.String("to", "", "end `TIME`")
@@ -62,6 +62,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		err = cerr
 	}
 	if err != nil {
+		os.Remove(*out) // a partial or merged clip is no export
 		return fmt.Errorf("export video: %w", err)
 	}
 	if st.Chunks == 0 {
