@@ -114,6 +114,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err := prepareWAL(dir); err != nil {
 		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
 	}
+	// Badger flushes the logs it finds to tables as it opens (flushspace.go).
+	if err := roomToFlush(dir); err != nil {
+		return nil, fmt.Errorf("localstream: open %s: %w (the logs of the last run wait for room)", dir, err)
+	}
 	db, err := badger.Open(bo)
 	if err != nil {
 		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
@@ -441,6 +445,10 @@ func (s *Store) Close() error {
 				s.db.Sync()
 			}
 			s.payloads.close()
+			if err := roomToFlush(s.Dir()); err != nil {
+				done <- s.closeWithoutFlush(err)
+				return
+			}
 			done <- s.db.Close()
 		}()
 		t := time.NewTimer(s.opts.CloseTimeout)
@@ -452,6 +460,19 @@ func (s *Store) Close() error {
 		}
 	})
 	return s.closeErr
+}
+
+// closeWithoutFlush ends the store without Badger's Close, which would
+// write the memtable to a table that the filesystem has no room for
+// (flushspace.go): the memtable's log is synced instead and replayed at
+// the next Open. Badger's goroutines and its directory lock stay until the
+// process exits. It returns why (wrapping ErrDiskFull).
+func (s *Store) closeWithoutFlush(why error) error {
+	if err := s.db.Sync(); err != nil {
+		return fmt.Errorf("localstream: close without flushing (%w): sync: %w", why, err)
+	}
+	s.log.Warn("localstream: closed without flushing the memtable: its log is replayed at the next open", "dir", s.Dir(), "err", why)
+	return fmt.Errorf("localstream: closed without flushing the memtable (its log is replayed at the next open): %w", why)
 }
 
 // ctrlReq runs fn in the committer goroutine, between two batches.

@@ -28,12 +28,9 @@ import (
 // ErrDiskFull, as below the free-space floor: nothing was written, and
 // it can be retried once space is back.
 //
-// What this does not cover: the tables that Badger writes when it flushes
-// a full memtable or compacts are written through mmap too. They are
-// written only after a memtable filled (every MemTableSize of writes),
-// and the free-space floor (Options.MinFreeBytes) is what leaves room for
-// them; another process that takes the last bytes during such a flush
-// can still make Badger fault.
+// The tables that Badger writes when it flushes a memtable are written
+// through mmap too: see flushspace.go for how the store leaves room for
+// them, and what it does not cover.
 
 // walAhead is how far past the estimated end of the next commit the
 // memtable log's blocks are kept allocated: room for the writes that do
@@ -146,6 +143,16 @@ func (w *walSpace) ensure(n int64) error {
 		}
 	}
 	w.written += n
+	// In the second half of the memtable a commit may fill it and start
+	// its flush to a table, written through mmap: only with room for it
+	// (flushspace.go). Nothing is written when refused.
+	if w.written >= w.size/4 {
+		if free, err := statfsFree(w.dir); err == nil && free < w.written+w.written/8 {
+			need := w.written + w.written/8
+			w.written -= n
+			return fmt.Errorf("%w: %d bytes free, the memtable's table will take up to %d", ErrDiskFull, free, need)
+		}
+	}
 	// Past the commit, walAhead more: the little that is not written
 	// through the committer. (Kept small: what is allocated past the
 	// writes is given back when the log is deleted after its flush, and
