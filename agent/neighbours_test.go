@@ -42,7 +42,9 @@ import (
 // (publish to durable in the local stream) and leave /healthz telling the truth
 // (the phase's reason while it lasts); over the run nothing the good
 // drones sent is lost, duplicated or reordered, every video frame is
-// stored and the live heap stays under neighbourLiveHeapBound.
+// stored, ffprobe decodes at least neighbourDecodeShare of them from the
+// stored chunks, and the live heap and the RSS stay under
+// neighbourLiveHeapBound and neighbourRSSBound.
 //
 // A phase is one entry of neighbourPhases: add a case by adding an entry
 // (issue 30 cases 3 and 7 go here). EDGE_NEIGHBOUR_PHASE sets a phase's
@@ -63,11 +65,16 @@ const neighbourDelayBound = time.Second
 // assembly each, Badger's memtable arenas (64 MiB each, at most two here)
 // and caches; measured ≈ 130 MiB. On main, four clients of 65,000-byte
 // messages filled the lanes (4,096 × 64 KiB) and the store's queue (8,192
-// more): the agent went from 24 MB to 830 MB. The RSS is logged, not
-// bounded: under a flood of 200 MB/s the test process allocates ~1 GB/s
-// (the senders' and the delay reader's copies included) and the GC's
-// slack, not what is held, sets it.
+// more): the agent went from 24 MB to 830 MB.
 const neighbourLiveHeapBound = 256 << 20
+
+// neighbourRSSBound bounds the test process's resident set over the run
+// (the agent, the senders and the readers): under a flood of 200 MB/s it
+// allocates ~1 GB/s, so the GC's slack sets it, not what is held — with
+// GOGC=100 at most twice the live heap — plus Badger's mapped memtable log
+// (2 × 64 MiB). Measured 224 MiB with a live heap of 131 MiB; on main
+// before issue 30 the agent alone reached 830 MB.
+const neighbourRSSBound = 2*neighbourLiveHeapBound + 128<<20
 
 // neighbourRig is what a phase gets: the running agent and its addresses.
 type neighbourRig struct {
@@ -335,9 +342,12 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 			tb.Errorf("phase %s: good telemetry p99 ingest delay %v above %v (the lead-in's %v + %v)", p, p99, lead+bound, lead, bound)
 		}
 	}
-	tb.Logf("live heap peak %d MiB (bound %d MiB), RSS peak %d MiB", livePeak>>20, neighbourLiveHeapBound>>20, rssPeak>>20)
+	tb.Logf("live heap peak %d MiB (bound %d MiB), RSS peak %d MiB (bound %d MiB)", livePeak>>20, neighbourLiveHeapBound>>20, rssPeak>>20, neighbourRSSBound>>20)
 	if livePeak > neighbourLiveHeapBound {
 		tb.Errorf("live heap peaked at %d MiB (bound %d MiB)", livePeak>>20, neighbourLiveHeapBound>>20)
+	}
+	if rssPeak > neighbourRSSBound {
+		tb.Errorf("RSS peaked at %d MiB (bound %d MiB)", rssPeak>>20, neighbourRSSBound>>20)
 	}
 	// The good drones' video as a player sees it: each drone's stored
 	// chunks, concatenated as `export video` writes them, decoded by
