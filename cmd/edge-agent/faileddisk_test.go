@@ -422,3 +422,84 @@ func waitCentre(t *testing.T, url, id string, res mqttsim.Result, repeats bool) 
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestRemovedDataDirAcksLost: the agent stores and replicates messages
+// whose PUBACKs never reach the broker (the link drops what the agent
+// sends), is killed, and its data directory is removed: the restarted
+// agent, on a new directory, gets those messages again (DUP) with no
+// dedup record for them. The centre then holds them twice — the one
+// repeat a lost directory can cause — and each second copy is marked as a
+// redelivery with the first copy's identity (telemetry.HeaderRedelivered)
+// and counted in /status; nothing is lost. This is TestRemovedDataDir's
+// rare case made certain.
+func TestRemovedDataDirAcksLost(t *testing.T) {
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Skipf("mosquitto: %v", err)
+	}
+	defer brk.Stop()
+	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := csrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer csrv.Close()
+	px := newLinkProxy(t, brk.Addr())
+	dir := t.TempDir()
+	r := &shutdownRig{t: t, id: "removed-dir-acks-lost", dir: filepath.Join(dir, "agent"), httpPort: freePort(t),
+		cfgPath: filepath.Join(dir, "agent.yaml"), broker: "tcp://" + px.addr(), central: csrv.ClientURL()}
+	r.writeConfig("", "")
+	cmd := r.start()
+	sim := make(chan mqttsim.Result, 1)
+	go func() {
+		res, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 200,
+			Count: 600, NoStatus: true, DronePrefix: "acks-lost-"})
+		if err != nil {
+			t.Error(err)
+		}
+		sim <- res
+	}()
+	var atDrop uint64
+	r.waitStatus("telemetry flowing", func(s agent.Status) bool {
+		if s.Telemetry == nil {
+			return false
+		}
+		atDrop = s.Telemetry.Appended
+		return atDrop > 100
+	})
+	px.dropUp.Store(true) // the agent's PUBACKs vanish from here on
+	r.waitStatus("stored, replicated and not acknowledged", func(s agent.Status) bool {
+		for _, st := range s.Streams {
+			if st.Name == "telemetry" && st.Replication != nil {
+				return s.Telemetry.Appended >= atDrop+50 && st.Replication.BacklogEvents == 0
+			}
+		}
+		return false
+	})
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err := os.RemoveAll(r.dir); err != nil {
+		t.Fatal(err)
+	}
+	res := <-sim
+	t.Logf("the drones published %d messages (acknowledged by the broker)", res.Published)
+	r.broker = brk.URL() // the link is back
+	r.writeConfig("", "")
+	cmd = r.start()
+	dups := waitCentre(t, csrv.ClientURL(), r.id, res, true)
+	if dups == 0 {
+		t.Fatal("no message twice at the centre: the fault did not happen")
+	}
+	s, err := r.status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Telemetry.Redelivered; got < uint64(dups) {
+		t.Errorf("/status telemetry.redelivered %d after %d repeats at the centre", got, dups)
+	}
+	t.Logf("after the restart: %d redeliveries stored marked, %d of them repeats of events the centre had", s.Telemetry.Redelivered, dups)
+	r.term(cmd, "after the restart")
+}

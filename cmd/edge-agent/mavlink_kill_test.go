@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -59,6 +60,9 @@ type linkProxy struct {
 	mu     gosync.Mutex
 	conns  []net.Conn
 	cuts   int
+	// dropUp: what the sender writes vanishes, what the target writes
+	// still arrives (acks that never reach the broker).
+	dropUp atomic.Bool
 }
 
 func newLinkProxy(t *testing.T, target string) *linkProxy {
@@ -82,7 +86,21 @@ func newLinkProxy(t *testing.T, target string) *linkProxy {
 			p.mu.Lock()
 			p.conns = append(p.conns, c, up)
 			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
+			go func() {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 && !p.dropUp.Load() {
+						if _, err := up.Write(buf[:n]); err != nil {
+							break
+						}
+					}
+					if err != nil {
+						break
+					}
+				}
+				up.Close()
+			}()
 			go func() { io.Copy(c, up); c.Close() }()
 		}
 	}()
