@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -29,17 +30,17 @@ func TestRedeliveryToNewStoreIsMarked(t *testing.T) {
 
 	s1, st1 := openStore(t, t.TempDir())
 	in1, stop1 := runIngester(t, cfg, s1, st1, nil)
-	waitFor(t, 10*time.Second, "connect", func() bool { return in1.Stats().Connects > 0 })
+	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in1.Stats().Connects > 0 })
 	const drones, n = 2, 400
 	simDone := make(chan error, 1)
 	go func() {
 		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Rate: 200, Window: 4, NoStatus: true})
 		simDone <- err
 	}()
-	waitFor(t, 10*time.Second, "flowing", func() bool { return in1.Stats().Appended > 100 })
+	testkit.WaitFor(t, 10*time.Second, "flowing", func() bool { return in1.Stats().Appended > 100 })
 	px.DropUp() // the agent's PUBACKs vanish from here on
 	atDrop := in1.Stats().Appended
-	waitFor(t, 10*time.Second, "stored and not acknowledged", func() bool { return in1.Stats().Appended >= atDrop+50 })
+	testkit.WaitFor(t, 10*time.Second, "stored and not acknowledged", func() bool { return in1.Stats().Appended >= atDrop+50 })
 	if err := stop1(); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestRedeliveryToNewStoreIsMarked(t *testing.T) {
 		}
 		return m
 	}
-	waitFor(t, 30*time.Second, "every message stored", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every message stored", func() bool {
 		got, old := have(readAll(t, st2)), have(first)
 		for d := 1; d <= drones; d++ {
 			for seq := 1; seq <= n; seq++ {

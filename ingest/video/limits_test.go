@@ -367,7 +367,7 @@ func TestQueueDropsCountedLost(t *testing.T) {
 		binary.BigEndian.PutUint16(b[2:], uint16(seq))
 		conn.Write(b)
 	}
-	waitFor(t, "the drone blocked in the store", 10*time.Second, func() bool { return in.Stats().PerDrone["big"].Packets >= 8 })
+	testkit.WaitFor(t, 10*time.Second, "the drone blocked in the store", func() bool { return in.Stats().PerDrone["big"].Packets >= 8 })
 	// Then H.264 (96; non-IDR slices): the queue fills and drops.
 	b[1], b[12] = 96, 0x41
 	const n = 2000
@@ -378,13 +378,13 @@ func TestQueueDropsCountedLost(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	waitFor(t, "datagrams read", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "datagrams read", func() bool {
 		st := in.Stats()
 		return st.Datagrams+st.KernelDrops >= 16+n
 	})
 	close(sink.release)
 	released = true
-	waitFor(t, "the queue drained", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the queue drained", func() bool {
 		in.mu.Lock()
 		defer in.mu.Unlock()
 		return in.router.queued.Load() == 0
@@ -396,7 +396,7 @@ func TestQueueDropsCountedLost(t *testing.T) {
 		conn.Write(b)
 	}
 	var st DroneStats
-	waitFor(t, "the packets after the drops", 10*time.Second, func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the packets after the drops", func() bool {
 		st = in.Stats().PerDrone["big"]
 		return st.Packets >= 16+n+16-st.QueueDrops-in.Stats().KernelDrops
 	})
