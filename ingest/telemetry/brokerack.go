@@ -28,8 +28,10 @@ import (
 // hand-offs were most of the path's wait: the broker bridge drained the
 // same Mosquitto faster (BENCHMARKS.md, issue 32).
 //
-// brokerConn sits between paho and the socket (tcp and TLS; over ws and
-// wss paho's own path is kept: onMessage, m.Ack). paho's reader goroutine
+// brokerConn sits between paho and the socket (tcp, TLS, ws and wss: the
+// websocket too, whose packets paho would otherwise read with
+// packets.ReadPacket, which allocates any remaining length the broker
+// claims, up to 256 MiB). paho's reader goroutine
 // calls its Read; Read reads whole packets from the socket: a PUBLISH of
 // QoS 0 or 1 is delivered there and then, on that goroutine, in the order
 // it came, and acknowledged on the connection it came on once durable;
@@ -259,7 +261,7 @@ func (m *brokerMessage) Ack()              {}
 // brokerAck is what one message from the broker is owed once durable.
 type brokerAck struct {
 	// conn is the connection the message came on; nil: ack through paho
-	// (m.Ack): a message paho delivered (websocket), or QoS 0.
+	// (m.Ack): a message paho delivered (QoS 2), or QoS 0.
 	conn *mqttwire.BufferedConn
 	m    paho.Message
 }
@@ -275,7 +277,7 @@ func sendBrokerAck(a brokerAck) {
 	_, _ = a.conn.Write(mqttwire.AppendPubAck(b[:0], mqttwire.PubAck{ID: a.m.MessageID(), QoS: 1}))
 }
 
-// dialBroker is the broker client's dialer (tcp and TLS): dialConn,
+// dialBroker is the broker client's dialer (tcp, TLS, ws, wss): dialConn,
 // wrapped in a brokerConn that delivers the PUBLISH packets itself.
 func (in *Ingester) dialBroker(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
 	c, err := dialConn(uri, o)

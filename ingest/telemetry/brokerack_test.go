@@ -4,36 +4,105 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"io"
 	"net"
+	"net/http"
 	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/gorilla/websocket"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
-// rawBroker is a TCP peer that speaks just enough MQTT 3.1.1 to be the
-// agent's broker: it answers CONNECT and SUBSCRIBE, PINGREQ, and sends
-// whatever bytes a test writes, so that a test can claim what no real
-// broker would.
+// rawBroker is a peer on a real socket (tcp, or a websocket: scheme
+// "ws") that speaks just enough MQTT 3.1.1 to be the agent's broker: it
+// answers CONNECT and SUBSCRIBE, PINGREQ, and sends whatever bytes a test
+// writes, so that a test can claim what no real broker would.
 type rawBroker struct {
-	t  *testing.T
-	ln net.Listener
+	t      *testing.T
+	scheme string
+	ln     net.Listener
+	// conns receives the agent's connections.
+	conns chan net.Conn
 }
 
-func newRawBroker(t *testing.T) *rawBroker {
+func newRawBroker(t *testing.T, scheme string) *rawBroker {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := &rawBroker{t: t, scheme: scheme, ln: ln, conns: make(chan net.Conn, 4)}
+	if scheme == "ws" {
+		up := websocket.Upgrader{Subprotocols: []string{"mqtt"}}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			c, err := up.Upgrade(w, r, nil)
+			if err != nil {
+				return
+			}
+			b.conns <- &wsNetConn{Conn: c}
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		return b
+	}
 	t.Cleanup(func() { ln.Close() })
-	return &rawBroker{t: t, ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.conns <- c
+		}
+	}()
+	return b
 }
 
-func (b *rawBroker) url() string { return "tcp://" + b.ln.Addr().String() }
+func (b *rawBroker) url() string { return b.scheme + "://" + b.ln.Addr().String() }
+
+// wsNetConn is a server's websocket as a byte stream (binary messages,
+// as MQTT over websockets sends).
+type wsNetConn struct {
+	*websocket.Conn
+	r io.Reader
+}
+
+func (c *wsNetConn) Read(p []byte) (int, error) {
+	for {
+		if c.r == nil {
+			_, r, err := c.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			c.r = r
+		}
+		n, err := c.r.Read(p)
+		if err == io.EOF {
+			c.r = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+func (c *wsNetConn) Write(p []byte) (int, error) {
+	if err := c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (c *wsNetConn) SetDeadline(t time.Time) error {
+	c.SetReadDeadline(t)
+	return c.SetWriteDeadline(t)
+}
 
 // rawSession is one agent connection, past its CONNECT and SUBSCRIBE.
 type rawSession struct {
@@ -49,10 +118,11 @@ type rawSession struct {
 // accept waits (up to timeout) for the agent to connect and subscribe.
 func (b *rawBroker) accept(timeout time.Duration) *rawSession {
 	b.t.Helper()
-	b.ln.(*net.TCPListener).SetDeadline(time.Now().Add(timeout))
-	c, err := b.ln.Accept()
-	if err != nil {
-		b.t.Fatalf("the agent did not connect: %v", err)
+	var c net.Conn
+	select {
+	case c = <-b.conns:
+	case <-time.After(timeout):
+		b.t.Fatalf("the agent did not connect in %s", timeout)
 	}
 	b.t.Cleanup(func() { c.Close() })
 	r := bufio.NewReader(c)
@@ -145,16 +215,17 @@ const maxHugeAlloc = 32 << 20
 // 200 MiB).
 func TestBrokerHugePublishSkipped(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		first byte
-		id    uint16
+		name, scheme string
+		first        byte
+		id           uint16
 	}{
-		{"qos1", 0x32, 7},
-		{"qos0", 0x30, 0},
-		{"qos1-dup-retained", 0x3b, 9},
+		{"qos1", "tcp", 0x32, 7},
+		{"qos0", "tcp", 0x30, 0},
+		{"qos1-dup-retained", "tcp", 0x3b, 9},
+		{"qos1-websocket", "ws", 0x32, 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newRawBroker(t)
+			b := newRawBroker(t, tc.scheme)
 			s, st := openStore(t, t.TempDir())
 			t.Cleanup(func() { s.Close() })
 			in, _ := runIngester(t, testConfig(b.url(), "huge"), s, st, nil)
@@ -228,7 +299,7 @@ func equalIDs(a, b []uint16) bool {
 // allocated, counted (broker_too_large), and the agent reconnects. Before
 // the bound, brokerConn allocated 200 MiB and waited for the body.
 func TestBrokerHugeControlPacketClosed(t *testing.T) {
-	b := newRawBroker(t)
+	b := newRawBroker(t, "tcp")
 	s, st := openStore(t, t.TempDir())
 	t.Cleanup(func() { s.Close() })
 	in, _ := runIngester(t, testConfig(b.url(), "huge-ctl"), s, st, nil)

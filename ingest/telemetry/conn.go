@@ -11,9 +11,9 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/mqttwire"
 )
 
-// dialBuffered opens tcp/mqtt and ssl/tls/mqtts connections for paho,
-// wrapped in a mqttwire.BufferedConn (fewer syscalls: it reads through a
-// buffer and coalesces writes). (ws/wss use paho's own dialer.)
+// dialBuffered opens tcp/mqtt, ssl/tls/mqtts and ws/wss connections for
+// paho, wrapped in a mqttwire.BufferedConn (fewer syscalls: it reads
+// through a buffer and coalesces writes).
 func dialBuffered(uri *url.URL, o paho.ClientOptions) (net.Conn, error) {
 	c, err := dialConn(uri, o)
 	if err != nil {
@@ -34,6 +34,14 @@ func dialConn(uri *url.URL, o paho.ClientOptions) (*mqttwire.BufferedConn, error
 		c, err = d.Dial("tcp", uri.Host)
 	case "ssl", "tls", "mqtts", "tcps":
 		c, err = tls.DialWithDialer(d, "tcp", uri.Host, o.TLSConfig)
+	case "ws", "wss": // as paho dials them (netconn.go), without the user info gorilla refuses
+		u := *uri
+		u.User = nil
+		var tc *tls.Config
+		if uri.Scheme == "wss" {
+			tc = o.TLSConfig
+		}
+		c, err = paho.NewWebsocket(u.String(), tc, o.ConnectTimeout, o.HTTPHeaders, o.WebsocketOptions)
 	default:
 		return nil, fmt.Errorf("%w: scheme %q", ErrConfig, uri.Scheme)
 	}

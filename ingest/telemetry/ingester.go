@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -315,9 +314,7 @@ func (in *Ingester) clientOptions() (*paho.ClientOptions, error) {
 			in.c.connectionLost.Add(1)
 			in.cfg.Logger.Warn("telemetry: connection lost", "broker", cfg.Broker, "err", err)
 		})
-	if !strings.HasPrefix(cfg.Broker, "ws") {
-		o.SetCustomOpenConnectionFn(in.dialBroker)
-	}
+	o.SetCustomOpenConnectionFn(in.dialBroker)
 	if cfg.Username != "" {
 		o.SetUsername(cfg.Username)
 	}
@@ -366,9 +363,9 @@ func (in *Ingester) onConnect(c paho.Client) {
 func (in *Ingester) Subscribed() <-chan struct{} { return in.subscribed }
 
 // onMessage runs on paho's single delivery goroutine, in delivery order,
-// for the messages paho reads itself: over a websocket, where brokerConn
-// does not read them (see brokerack.go), and a QoS 2 PUBLISH. They are
-// acked through paho (m.Ack).
+// for the messages paho reads itself: a QoS 2 PUBLISH (which the QoS 1
+// subscription never gets; see brokerack.go). They are acked through
+// paho (m.Ack).
 func (in *Ingester) onMessage(_ paho.Client, m paho.Message) {
 	if !in.reserve(msgBytes(m)) {
 		return // stopping: unacknowledged, the broker delivers it again
