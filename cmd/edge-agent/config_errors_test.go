@@ -73,6 +73,12 @@ func TestRunConfigErrors(t *testing.T) {
 			"listen: address x: missing port in address (want host:port)"},
 		{"video chunk size", "video: {chunk_max_bytes: -5}", nil, "video",
 			"chunk_max_bytes: -5 (want 64 KiB to 4 MiB)"},
+		{"rtsp source flag", "", []string{"--rtsp-source", "rtsp://cam/x"}, "--rtsp-source",
+			"want DRONE=URL (e.g. drone-1=rtsp://10.0.0.11:554/stream)"},
+		{"rtsp source url", "", []string{"--rtsp-source", "cam=http://u:Rt5pS3cret@cam/x"}, "video",
+			`sources[0].url: "http://xxxxx@cam/x" is not an RTSP URL (want rtsp://host[:port]/path or rtsps://…, with user:password@ before the host when the camera asks for them; percent-encode a password's reserved characters)`},
+		{"rtsp source ca file", "video: {sources: [{url: 'rtsps://cam/x', drone: d, ca_file: " + missing + "}]}", nil, "video",
+			"sources[0].ca_file: open " + missing + ": no such file or directory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

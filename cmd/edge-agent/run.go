@@ -45,7 +45,8 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 		"with {drone}, other + levels match anything; # only as the last level")
 	var rtspSources stringList
 	fs.Var(&rtspSources, "rtsp-source", "RTSP camera to pull video from, `DRONE=URL`, repeatable (overrides video.sources):\n"+
-		"drone-1=rtsp://user:password@10.0.0.11:554/stream (rtsps:// too; the password is never shown)")
+		"drone-1=rtsp://10.0.0.11:554/stream, with user:password@ before the host when the camera asks (rtsps:// too;\n"+
+		"the password is never shown)")
 	centralURL := fs.String("central", "", "central JetStream: nats://host:port[,...] or embedded (overrides central.url)")
 	layout := fs.Int("central-layout", 0, "central layout written: 2 (packed, the default), 1 (a message per event) (overrides central.layout)")
 	httpListen := fs.String("http-listen", "", "HTTP HOST:PORT for /metrics, /healthz, /status (overrides http.listen)")

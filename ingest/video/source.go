@@ -78,7 +78,7 @@ func (s *SourceConfig) validate(i int, ids map[string]bool) error {
 	}
 	u, err := url.Parse(s.URL)
 	if err != nil || (u.Scheme != "rtsp" && u.Scheme != "rtsps") || u.Host == "" {
-		return bad(".url", "%q is not an RTSP URL (want rtsp://[user:password@]host[:port]/path or rtsps://…; percent-encode a password's reserved characters)", maskUserinfo(s.URL))
+		return bad(".url", "%q is not an RTSP URL (want rtsp://host[:port]/path or rtsps://…, with user:password@ before the host when the camera asks for them; percent-encode a password's reserved characters)", maskUserinfo(s.URL))
 	}
 	s.u = u
 	if !droneIDRe.MatchString(s.Drone) {
