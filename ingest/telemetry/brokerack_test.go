@@ -228,7 +228,11 @@ func TestBrokerHugePublishSkipped(t *testing.T) {
 			b := newRawBroker(t, tc.scheme)
 			s, st := openStore(t, t.TempDir())
 			t.Cleanup(func() { s.Close() })
-			in, _ := runIngester(t, testConfig(b.url(), "huge"), s, st, nil)
+			cfg := testConfig(b.url(), "huge")
+			// paho's PINGRESP waits behind the 200 MiB: on a loaded
+			// machine its 2 s would cut the connection mid-skip.
+			cfg.KeepAlive = 30 * time.Second
+			in, _ := runIngester(t, cfg, s, st, nil)
 			sess := b.accept(10 * time.Second)
 			<-in.Subscribed()
 
