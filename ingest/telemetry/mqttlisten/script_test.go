@@ -57,6 +57,8 @@ import (
 //	connections n=N                                 wait until N connections are open
 //	stats                                           the non-zero counters (no gauge)
 //	problem                                         Problem within a minute ("" printed as none)
+//	closestore                                      close the sessions' store (its next use fails)
+//	failures                                        the errors the listener passed to Fail
 //	stop                                            StopReading
 //	closeall                                        CloseAll
 //
@@ -280,6 +282,21 @@ func (h *harness) run(cmd string) string {
 			return p
 		}
 		return "none"
+	case "closestore":
+		if err := h.store.Close(); err != nil {
+			t.Fatal(err)
+		}
+	case "failures":
+		h.p.mu.Lock()
+		defer h.p.mu.Unlock()
+		var out []string
+		for _, err := range h.p.failed {
+			out = append(out, "store error: "+err.Error())
+		}
+		if out == nil {
+			return "none"
+		}
+		return strings.Join(out, "\n")
 	case "stop":
 		h.l.StopReading()
 	case "closeall":
@@ -323,7 +340,7 @@ func (h *harness) stopListener() {
 		h.l.StopReading()
 	}
 	h.l.CloseAll()
-	if err := h.store.Close(); err != nil {
+	if err := h.store.Close(); err != nil { // a second Close returns the first's result
 		h.t.Errorf("close the store: %v", err)
 	}
 	h.l = nil
