@@ -9,6 +9,7 @@
 // this repository's (so the same gortsplib release builds, from the module
 // cache) and changes only those address literals to read the environment,
 // so that each test's server takes free ports and several run at once.
+// The binary is kept in the user's cache directory, keyed by its source.
 package rtsptest
 
 import (
@@ -16,6 +17,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -84,10 +86,6 @@ func Build(t testing.TB, example string) string {
 	if !strings.Contains(s, "\t\"os\"\n") {
 		s = strings.Replace(s, "import (\n", "import (\n\t\"os\"\n", 1)
 	}
-	dir, err := os.MkdirTemp("", "rtsptest-"+example+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	mod, err := os.ReadFile(gomod)
 	if err != nil {
 		t.Fatal(err)
@@ -97,11 +95,45 @@ func Build(t testing.TB, example string) string {
 	if !strings.HasPrefix(first, "module ") {
 		t.Fatalf("rtsptest: %s does not start with its module line", gomod)
 	}
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module rtsptestserver\n"+rest), 0o644)
-	os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
-	os.WriteFile(filepath.Join(dir, "main.go"), []byte(s), 0o644)
-	bin := filepath.Join(dir, example)
-	goOut(t, dir, "build", "-o", bin, ".")
+	// Built once per source (the example, go.mod, go.sum) into the user's
+	// cache: later runs reuse the binary, and nothing piles up in /tmp.
+	h := sha256.New()
+	for _, b := range [][]byte{[]byte(s), mod, sum} {
+		h.Write(b)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		cache = os.TempDir()
+	}
+	bin := filepath.Join(cache, "edge-agent-rtsptest", fmt.Sprintf("%s-%x", example, h.Sum(nil)[:8]))
+	if _, err := os.Stat(bin); err != nil {
+		dir, err := os.MkdirTemp("", "rtsptest-"+example+"-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module rtsptestserver\n"+rest), 0o644)
+		os.WriteFile(filepath.Join(dir, "go.sum"), sum, 0o644)
+		os.WriteFile(filepath.Join(dir, "main.go"), []byte(s), 0o644)
+		tmp := filepath.Join(dir, example)
+		goOut(t, dir, "build", "-o", tmp, ".")
+		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// A rename within the cache directory's filesystem is atomic:
+		// copy first (the temp dir may be on another filesystem).
+		b, err := os.ReadFile(tmp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := fmt.Sprintf("%s.%d", bin, os.Getpid())
+		if err := os.WriteFile(part, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(part, bin); err != nil {
+			t.Fatal(err)
+		}
+	}
 	built[example] = bin
 	return bin
 }
