@@ -266,6 +266,7 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 	}
 	r.base = act.Base
 	r.setLast(c)
+	r.setSending(act.Base, act.From)
 	r.decided = true
 	return act.From, nil
 }

@@ -125,6 +125,9 @@ func TestRestoredBackupContinues(t *testing.T) {
 	if s.Stopped != "" || s.EpochBase == 0 || len(rep.lost) != 1 || rep.lost[0].Reason != wire.LossLocalTail || s.LostRanges != 1 {
 		t.Fatalf("restored backup: stopped %q, epoch base %d, gaps %v (counter %d); want a new base and one local-tail-lost gap", s.Stopped, s.EpochBase, rep.lost, s.LostRanges)
 	}
+	if c := rep.commits[len(rep.commits)-1]; c.EpochBase != s.EpochBase {
+		t.Fatalf("the centre's last commit is under base %d, the replicator shows %d", c.EpochBase, s.EpochBase)
+	}
 	if lost != 5 {
 		t.Fatalf("%d events lost, want the 5 the later run never sent", lost)
 	}

@@ -189,6 +189,11 @@ type Replicator struct {
 	failWarned time.Time
 	// lastLoss is the latest loss found (LostRange.String). Guarded by mu.
 	lastLoss string
+	// sending is what this run sends under once it decided: Stats shows
+	// it rather than the chain's last record, which after a rebase is
+	// another run's (the old base, a cut beyond this store's tail) until
+	// the first commit under the new base is acked. Guarded by mu.
+	sending sendPoint
 
 	// Run-local chain state (only Run's goroutine, see chain.go).
 	instance   string
@@ -402,6 +407,21 @@ func (r *Replicator) session(ctx context.Context) error {
 	}
 }
 
+// sendPoint is the epoch base a run sends under and the local cut it
+// sends after: the resume point of its decision, then each commit's cut.
+type sendPoint struct {
+	base    uint32
+	cut     localstream.StreamCut
+	decided bool // set by the run's first decision
+}
+
+// setSending records the base and the local cut the run sends after.
+func (r *Replicator) setSending(base uint32, cut localstream.StreamCut) {
+	r.mu.Lock()
+	r.sending = sendPoint{base: base, cut: cut, decided: true}
+	r.mu.Unlock()
+}
+
 // inflight is a commit waiting for its ack.
 type inflight struct {
 	done   chan struct{}
@@ -539,6 +559,7 @@ func (r *Replicator) committed(fl *inflight) error {
 	r.events.Add(uint64(c.Record.Events))
 	r.bytes.Add(uint64(c.Record.Bytes))
 	r.setLast(c)
+	r.setSending(fl.meta.EpochBase, fl.cut)
 	r.lastCommit = r.cfg.Now()
 	r.mu.Lock()
 	r.failingSince = time.Time{}

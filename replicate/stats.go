@@ -82,13 +82,16 @@ type StreamStats struct {
 	WatermarkUpperNs int64 `json:"watermark_upper_ns"`
 	// EventTimeLag is now − committed watermark lower (0 when unknown).
 	EventTimeLag time.Duration `json:"event_time_lag_ns"`
-	// BacklogEvents is the number of local events after the committed cut;
-	// BacklogBytes their payload bytes (estimated from segment averages).
+	// BacklogEvents is the number of local events after the committed cut
+	// (this run's last commit, or the point its resume decision sends
+	// after); BacklogBytes their payload bytes (estimated from segment
+	// averages).
 	BacklogEvents uint64 `json:"backlog_events"`
 	BacklogBytes  uint64 `json:"backlog_bytes"`
 	// Store is the local store identity, Station the station's ("":
 	// unknown); EpochBase the base its positions are sent under (central
-	// segment id = local + EpochBase<<32).
+	// segment id = local + EpochBase<<32), from the resume decision on:
+	// a new base shows before the first commit under it lands.
 	Store     string `json:"store"`
 	Station   string `json:"station,omitempty"`
 	EpochBase uint32 `json:"epoch_base,omitempty"`
@@ -118,7 +121,7 @@ type StreamStats struct {
 func (r *Replicator) Stats() StreamStats {
 	r.mu.Lock()
 	last, state, lastErr, stopErr, lastLoss := r.last, r.state, r.lastErr, r.stopErr, r.lastLoss
-	failingSince, errEnded := r.failingSince, r.errEnded
+	failingSince, errEnded, sending := r.failingSince, r.errEnded, r.sending
 	r.mu.Unlock()
 	s := StreamStats{
 		Stream: r.st.Name(), Priority: *r.cfg.Priority, State: state,
@@ -141,6 +144,12 @@ func (r *Replicator) Stats() StreamStats {
 	}
 	topo := r.st.Topology()
 	cut, ok := r.localCut(last)
+	if sending.decided {
+		// The base and the cut of this run's decision or last commit:
+		// the chain's last record may be another run's under the old
+		// base (a rebase whose first commit is not acked yet).
+		cut, ok, s.EpochBase = sending.cut, true, sending.base
+	}
 	if !ok {
 		cut = r.st.HeadCut()
 	}
