@@ -72,14 +72,23 @@ func (p *Pressure) recordMarker(st *localstream.Stream, rec localstream.Record) 
 }
 
 // appendMarker appends a carried marker again. If the store refuses, the
-// marker is kept pending (queue: when fresh) and false returned.
+// marker is kept pending (queue: when fresh) and false returned. ctx
+// bounds the queueing only: once queued, the append's outcome is the
+// store's (as for localstream's own markers), since a marker whose
+// append lands after ctx ended is appended, and kept pending it would be
+// appended twice.
 func (p *Pressure) appendMarker(ctx context.Context, m pendingMarker, fresh bool) bool {
 	m.ev.IngestTime = p.cfg.Now().UnixNano()
 	opts := []localstream.AppendOption{localstream.BelowFloor()}
 	if m.key != "" {
 		opts = append(opts, localstream.WithMeta(m.key, nil))
 	}
-	if _, err := m.stream.Append(ctx, m.ev, opts...); err != nil {
+	done := make(chan error, 1)
+	err := m.stream.AppendAsync(ctx, m.ev, func(_ localstream.Position, err error) { done <- err }, opts...)
+	if err == nil {
+		err = <-done
+	}
+	if err != nil {
 		if fresh {
 			p.mu.Lock()
 			if len(p.pending) < p.cfg.MaxPendingMarkers {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -418,4 +419,60 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 func gapsOf(t *testing.T, st *localstream.Stream) []localstream.Gap {
 	_, gaps := payloads(t, st)
 	return gaps
+}
+
+// TestCarriedMarkerOnceWhenCheckCancelled: a check's ctx ends (Run
+// stopping) while a carried gap marker's append is queued, and the append
+// lands. The marker is appended, so it is not pending: a later check
+// appending it again would report its gap twice at the centre
+// (TestFullDiskCentreAway failed so, "gap marker twice at the centre",
+// when its stop fell inside such an append).
+func TestCarriedMarkerOnceWhenCheckCancelled(t *testing.T) {
+	// The committer reads the store's clock as it writes a batch: after
+	// the append was queued, before it is durable.
+	var cancelAtCommit atomic.Pointer[context.CancelFunc]
+	now := func() time.Time {
+		if c := cancelAtCommit.Swap(nil); c != nil {
+			(*c)()
+		}
+		return time.Now()
+	}
+	s := openStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1, Now: now})
+	v, err := s.CreateStream("video", localstream.StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disk := &fakeDisk{free: 0, total: 1000}
+	p, err := NewPressure(s, PressureConfig{RetainBelow: Threshold{Bytes: 500}, ShedBelow: Threshold{Bytes: 200}, ShedFraction: 1,
+		Policy: []ShedRule{{Stream: "video", AllowUnreplicated: true}}, DiskSpace: disk.space, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill(t, v, 10)
+	if _, err := p.Check(context.Background()); err != nil { // sheds all 40: 4 markers
+		t.Fatal(err)
+	}
+	marker := readAll(t, v)[0]
+	m := p.recordMarker(v, marker)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cancelAtCommit.Store(&cancel)
+	p.appendMarker(ctx, m, true)
+	if cancelAtCommit.Load() != nil || ctx.Err() == nil {
+		t.Fatal("the fault did not happen: ctx did not end while the append was queued")
+	}
+	p.retryMarkers(context.Background())
+	copies := 0
+	for _, r := range readAll(t, v) {
+		if string(r.Payload) == string(marker.Payload) && r.RoutingKey == marker.RoutingKey {
+			copies++
+		}
+	}
+	st := p.Stats()
+	if copies != 2 || st.PendingMarkers != 0 || st.Streams["video"].MarkersCarried != 1 {
+		t.Fatalf("marker %s: %d in the stream (want the original and one copy), %d pending, %d carried", marker.Position, copies, st.PendingMarkers, st.Streams["video"].MarkersCarried)
+	}
+	if kept, _ := s.ScanMeta(markerPrefix); len(kept) != 0 {
+		t.Fatalf("carried marker still recorded after its append: %v", kept)
+	}
 }
