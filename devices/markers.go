@@ -3,6 +3,7 @@ package devices
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -105,9 +106,18 @@ func (p *Pressure) appendMarker(ctx context.Context, m pendingMarker, fresh bool
 	return true
 }
 
-// retryMarkers appends the pending markers, in order, until the store
-// refuses one.
+// retryMarkers appends the gap markers of sheds that the store refused
+// (localstream's FinishSheds: a full disk has no room for the memtable's
+// table until the shed's space is reclaimed), then the pending carried
+// markers, in order, until the store refuses one.
 func (p *Pressure) retryMarkers(ctx context.Context) {
+	n, err := p.store.FinishSheds(ctx)
+	for name, k := range n {
+		p.count(name, func(s *StreamPressureStats) { s.GapMarkers += uint64(k) })
+	}
+	if err != nil && !errors.Is(err, localstream.ErrDiskFull) {
+		p.fail(fmt.Errorf("devices: finish sheds: %w", err))
+	}
 	for {
 		p.mu.Lock()
 		if len(p.pending) == 0 {

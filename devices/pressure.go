@@ -188,6 +188,9 @@ func (p *Pressure) Check(ctx context.Context) (State, error) {
 			errs = append(errs, err)
 			if shed {
 				errs = append(errs, p.gc(ctx))
+				// Markers the store refused for want of room go in
+				// now that the shed's space is reclaimed.
+				p.retryMarkers(ctx)
 			}
 		}
 	}

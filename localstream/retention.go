@@ -79,8 +79,12 @@ const ShedWriter = "localstream/shed"
 // is deleted, each is cleared in the same transaction as its append, and
 // Open finishes a shed that a crash interrupted. Gap markers are admitted
 // below Options.MinFreeBytes: they are small, and shedding is what frees
-// the space.
+// the space. A marker the store refuses all the same (no room for the
+// memtable's table, see flushspace.go) stays recorded: FinishSheds, or
+// the next Open, appends it.
 func (st *Stream) Shed(ctx context.Context, c StreamCut, reason string) (ShedResult, error) {
+	st.s.shedMu.Lock()
+	defer st.s.shedMu.Unlock()
 	id, hdr, res, err := st.prepareShed(c, reason)
 	if err != nil {
 		return res, err
@@ -175,9 +179,22 @@ func (st *Stream) appendMarkers(ctx context.Context, id string) ([]Position, err
 // recoverSheds finishes sheds interrupted by a crash: deletes again up to
 // their cut (idempotent) and appends their remaining gap markers.
 func (s *Store) recoverSheds() error {
+	_, err := s.FinishSheds(context.Background())
+	return err
+}
+
+// FinishSheds finishes the sheds whose gap markers were not all appended
+// (refused: the disk was full; or interrupted) as Open does after a
+// crash, so that a loss is reported without a restart once there is
+// room. It returns the markers appended, per stream. Safe for concurrent
+// use (sheds and FinishSheds run one at a time: a marker is appended once).
+func (s *Store) FinishSheds(ctx context.Context) (map[string]int, error) {
+	s.shedMu.Lock()
+	defer s.shedMu.Unlock()
+	out := map[string]int{}
 	hdrs, err := s.ScanMeta("localstream/shed/")
 	if err != nil {
-		return err
+		return out, err
 	}
 	for k, v := range hdrs {
 		if strings.Contains(k, "/k/") {
@@ -185,28 +202,30 @@ func (s *Store) recoverSheds() error {
 		}
 		var h shedHeader
 		if err := json.Unmarshal(v, &h); err != nil {
-			return fmt.Errorf("%w: shed record %s: %w", ErrCorruptRecord, k, err)
+			return out, fmt.Errorf("%w: shed record %s: %w", ErrCorruptRecord, k, err)
 		}
 		st, err := s.Stream(h.Stream)
 		if err != nil {
-			return err
+			return out, err
 		}
 		c, err := ParseStreamCut(h.Cut)
 		if err != nil {
-			return err
+			return out, err
 		}
 		if !h.Deleted {
 			// Interrupted before the deletion was complete.
 			if _, err := st.deleteBefore(c, &h); err != nil {
-				return err
+				return out, err
 			}
 		}
-		if _, err := st.appendMarkers(context.Background(), h.ID); err != nil {
-			return err
+		pos, err := st.appendMarkers(ctx, h.ID)
+		out[h.Stream] += len(pos)
+		if err != nil {
+			return out, err
 		}
 		s.log.Warn("localstream: finished an interrupted shed", "stream", h.Stream, "cut", h.Cut, "reason", h.Reason)
 	}
-	return nil
+	return out, nil
 }
 
 // summarize describes, per routing key, the events before c that are

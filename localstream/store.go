@@ -34,6 +34,8 @@ type Store struct {
 	// mu guards streams.
 	mu      sync.Mutex
 	streams map[string]*Stream
+	// shedMu runs sheds and FinishSheds one at a time.
+	shedMu sync.Mutex
 
 	// closeMu is held for reading while a request is enqueued and for
 	// writing by Close, so Close never closes queue under a sender.
