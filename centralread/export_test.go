@@ -19,8 +19,8 @@ import (
 // keyframe chunk at or before T1 and ends with the last chunk at or before
 // T2, bytes exactly the chunks' payloads in order.
 func TestExportVideoStartsAtKeyframe(t *testing.T) {
-	srv := startCentral(t, central.Config{})
-	store := openEmptyStore(t)
+	srv := testkit.StartCentral(t, central.Config{})
+	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
 	st, err := store.CreateStream("video", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

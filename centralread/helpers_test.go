@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"os"
 	"strconv"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -21,26 +19,6 @@ import (
 
 // The reader's tests write the centre with the real replicator; these
 // are the few rig pieces they need of the replicator's own tests.
-
-// startCentral starts an embedded JetStream server for one test.
-func startCentral(t testing.TB, cfg central.Config) *central.Server {
-	t.Helper()
-	if cfg.DataDir == "" {
-		cfg.DataDir = t.TempDir()
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:0"
-	}
-	s, err := central.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // connect connects the way the agent does, only to urls.
 func connect(t testing.TB, urls ...string) *nats.Conn {
@@ -74,16 +52,6 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-func openEmptyStore(t testing.TB) *localstream.Store {
-	t.Helper()
-	s, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
 }
 
 // replica is a replicator running for one stream.

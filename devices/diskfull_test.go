@@ -269,7 +269,7 @@ func runDiskFull(t *testing.T, centre replica) {
 	}
 	closed = true
 	opts.FreeSpace = nil // the filesystem is free again
-	reopened := openStore(t, storeDir, opts)
+	reopened := testkit.OpenStore(t, storeDir, opts)
 	for name, want := range map[string]int{"video": localV, "telemetry": localT} {
 		st, err := reopened.Stream(name)
 		if err != nil {

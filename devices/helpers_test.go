@@ -70,20 +70,6 @@ func (m *recMarks) Notes() []note {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// openStore opens a real store in dir, closed at cleanup.
-func openStore(t testing.TB, dir string, opts localstream.Options) *localstream.Store {
-	t.Helper()
-	if opts.Logger == nil {
-		opts.Logger = quietLogger()
-	}
-	s, err := localstream.Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // readAll reads a stream from its head to its tail.
 func readAll(t testing.TB, st *localstream.Stream) []localstream.Record {
 	t.Helper()

@@ -39,7 +39,7 @@ type pressureRig struct {
 
 func newPressureRig(t *testing.T, policy []ShedRule) *pressureRig {
 	t.Helper()
-	s := openStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1})
+	s := testkit.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1})
 	cfg := localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}}
 	v, err := s.CreateStream("video", cfg)
 	if err != nil {
@@ -376,7 +376,7 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s = openStore(t, dir, localstream.Options{Logger: quietLogger()}) // space is back
+	s = testkit.OpenStore(t, dir, localstream.Options{Logger: quietLogger()}) // space is back
 	v, _ = s.Stream("video")
 	markersBefore := len(gapsOf(t, v))
 	p, err = NewPressure(s, cfg)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -238,7 +239,7 @@ func TestObserve(t *testing.T) {
 	clk := newClock()
 	var free sync.Mutex
 	freeBytes := int64(1 << 40)
-	s := openStore(t, t.TempDir(), localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
+	s := testkit.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
 		free.Lock()
 		defer free.Unlock()
 		return freeBytes, nil

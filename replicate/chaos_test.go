@@ -105,7 +105,7 @@ func TestIdentityChaos(t *testing.T) {
 	}
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 29))
-	srv := startCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
+	srv := testkit.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	nc := connect(t, srv.ClientURL())
 	dir := filepath.Join(t.TempDir(), "store")

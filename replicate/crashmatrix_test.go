@@ -50,7 +50,7 @@ func TestCrashMatrix(t *testing.T) {
 // and after it, checks the outcome and returns how long replication took
 // to move again.
 func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	dir := filepath.Join(t.TempDir(), "store")
 	agent := "agent-" + f.name

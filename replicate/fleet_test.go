@@ -83,7 +83,7 @@ type fleetAgent struct {
 // a commit for longer than the stated bound.
 func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 	seedFor(t)
-	srv := startCentral(t, central.Config{MaxBatchInflightPerStream: 2})
+	srv := testkit.StartCentral(t, central.Config{MaxBatchInflightPerStream: 2})
 	const agents = 3
 	const bound = 3 * time.Second // generous: the machine is shared
 	var fleet []*fleetAgent
@@ -144,7 +144,7 @@ func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 // says so in Stats().Problem (/status, /healthz), and no longer once it
 // has committed them.
 func TestStallIsReported(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()

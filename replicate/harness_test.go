@@ -21,18 +21,6 @@ import (
 
 const testStream = "telemetry"
 
-// openEmptyStore opens a real Badger store without streams in a temporary
-// directory, closed when the test ends.
-func openEmptyStore(t testing.TB) *localstream.Store {
-	t.Helper()
-	s, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 // openStore opens a real Badger store with the test stream (two segments).
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()

@@ -10,29 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-
-	"github.com/edge-agent/edge-agent/central"
 )
-
-// startCentral starts an embedded JetStream server for one test.
-func startCentral(t testing.TB, cfg central.Config) *central.Server {
-	t.Helper()
-	if cfg.DataDir == "" {
-		cfg.DataDir = t.TempDir()
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:0"
-	}
-	s, err := central.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // connect connects the way the agent does, only to urls.
 func connect(t testing.TB, urls ...string) *nats.Conn {

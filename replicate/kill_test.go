@@ -93,7 +93,7 @@ func childAgent() int {
 func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	srv := startCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
+	srv := testkit.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
 	nc := connect(t, srv.ClientURL())
 	var abandoned atomic.Int64
 	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.>", func(*natsMsg) { abandoned.Add(1) })

@@ -98,7 +98,7 @@ func oversizedVideoEvent(app *appender) localstream.Event {
 // the same transaction, arrives exactly once; the stream never stops.
 func TestOversizedEventBecomesMarker(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := startCentral(t, central.Config{})
+		srv := testkit.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -127,7 +127,7 @@ func TestOversizedEventBecomesMarker(t *testing.T) {
 // the real key back.
 func TestLongRoutingKeyKeepsConnection(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := startCentral(t, central.Config{})
+		srv := testkit.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -172,7 +172,7 @@ func TestLongRoutingKeyKeepsConnection(t *testing.T) {
 // continues on it.
 func TestReplicatorReplacesClosedConnection(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := startCentral(t, central.Config{})
+		srv := testkit.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -203,7 +203,7 @@ func TestReplicatorReplacesClosedConnection(t *testing.T) {
 // "telemetry/d1 " stays a writer distinct from "telemetry/d1".
 func TestHeaderValuesRoundTripThroughServer(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := startCentral(t, central.Config{})
+		srv := testkit.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -229,7 +229,7 @@ func TestHeaderValuesRoundTripThroughServer(t *testing.T) {
 // defaults; the agent adapts and the stream never stops.
 func TestLoweredServerBatchLimits(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := startCentral(t, central.Config{MaxBatchSize: 40, MaxBatchInflightPerStream: 1})
+		srv := testkit.StartCentral(t, central.Config{MaxBatchSize: 40, MaxBatchInflightPerStream: 1})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -263,7 +263,7 @@ func TestLoweredServerBatchLimits(t *testing.T) {
 // (its first message dropped, its commit "incomplete"); the sink learns
 // to keep one open batch, and the first batch still commits.
 func TestSinkLearnsInflightLimit(t *testing.T) {
-	srv := startCentral(t, central.Config{MaxBatchInflightPerStream: 1})
+	srv := testkit.StartCentral(t, central.Config{MaxBatchInflightPerStream: 1})
 	s, err := NewJetStreamSink(connect(t, srv.ClientURL()), "agent-1", newInstance(), JetStreamOptions{Layout: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +309,7 @@ func TestSinkLearnsInflightLimit(t *testing.T) {
 // retryable error (the central stream sealed under it) and events waiting
 // is reported, with the error, by Stats().Problem — it is not silent.
 func TestFailingStreamIsAProblem(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()
 	nc := connect(t, srv.ClientURL())
@@ -352,7 +352,7 @@ func TestFailingStreamIsAProblem(t *testing.T) {
 // as a marker, exactly once; the stream never stops or sticks on one.
 func TestEventsAtTheMaxPayloadBoundary(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := startCentral(t, central.Config{MaxPayload: 256 << 10})
+		srv := testkit.StartCentral(t, central.Config{MaxPayload: 256 << 10})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())

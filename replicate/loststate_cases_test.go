@@ -53,7 +53,7 @@ func TestLostLocalTail(t *testing.T) {
 // the producer and the store identity.
 func replicatedThenStopped(t *testing.T, agent string) (*nats.Conn, string, *producer, string) {
 	t.Helper()
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	dir := t.TempDir()
 	p := newProducer()
@@ -108,7 +108,7 @@ func TestCentralLostTail(t *testing.T) {
 			name = "truncated"
 		}
 		t.Run(name, func(t *testing.T) {
-			srv := startCentral(t, central.Config{})
+			srv := testkit.StartCentral(t, central.Config{})
 			nc := connect(t, srv.ClientURL())
 			p := newProducer()
 			n := startNode(t, nc, t.TempDir(), "agent-ct", ReplicatorConfig{})
@@ -166,7 +166,7 @@ func TestCentralLostTail(t *testing.T) {
 // newcomer is refused with one error naming both identities and keeps
 // capturing; the incumbent is not disturbed.
 func TestTwinRefused(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p, q := newProducer(), newProducer()
 	a := startNode(t, nc, t.TempDir(), "agent-tw", ReplicatorConfig{})
@@ -209,7 +209,7 @@ func TestTwinRefused(t *testing.T) {
 // TestClonedStoreRefused (issue 11 case 4, cloned card): a copy of a
 // live store's directory (same identity) started elsewhere is refused.
 func TestClonedStoreRefused(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dirA := t.TempDir()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -16,9 +17,9 @@ import (
 // interval (small, frequent commits), and once idle the committed cut is
 // recorded locally without waiting for another commit.
 func TestCommitIntervalUnderBacklog(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
-	store := openEmptyStore(t)
+	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
 	st, err := store.CreateStream("telemetry", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

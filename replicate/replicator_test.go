@@ -61,7 +61,7 @@ func (rp *replica) close() error {
 func TestExactlyOnceThroughLinkFaults(t *testing.T) {
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()

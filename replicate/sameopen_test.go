@@ -18,7 +18,7 @@ import (
 // beyond the tail the store had at its Open, for a lost local tail:
 // it moved to a new epoch base and reported a loss that never happened.
 func TestSecondRunInTheSameOpenContinues(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	n := startNode(t, nc, t.TempDir(), "agent-same", ReplicatorConfig{CommitInterval: 20 * time.Millisecond})
 	p := newProducer()
@@ -45,7 +45,7 @@ func TestSecondRunInTheSameOpenContinues(t *testing.T) {
 // continues from what the first committed: no false lost tail, no event
 // twice at the centre.
 func TestSecondRunWhileAppending(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	cfg := ReplicatorConfig{CommitInterval: 20 * time.Millisecond}
 	n := startNode(t, nc, t.TempDir(), "agent-same2", cfg)

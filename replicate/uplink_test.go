@@ -47,8 +47,8 @@ func TestUplinkServesPriorityFirst(t *testing.T) {
 // large video backlog does not hold telemetry back: telemetry is fully
 // committed while video still has a backlog.
 func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
-	srv := startCentral(t, central.Config{})
-	store := openEmptyStore(t)
+	srv := testkit.StartCentral(t, central.Config{})
+	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
 	ctx := testCtx(t, 60*time.Second)
 	video, _ := store.CreateStream("video", localstream.StreamConfig{})
 	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})
@@ -121,8 +121,8 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 // event is its own Uplink.Wait, and the turn must not pass to video
 // between two of them while telemetry has more at hand.
 func TestReplicationTelemetryBacklogBeforeVideoBacklog(t *testing.T) {
-	srv := startCentral(t, central.Config{})
-	store := openEmptyStore(t)
+	srv := testkit.StartCentral(t, central.Config{})
+	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
 	ctx := testCtx(t, 120*time.Second)
 	video, _ := store.CreateStream("video", localstream.StreamConfig{})
 	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})

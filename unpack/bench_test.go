@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 )
@@ -78,7 +80,7 @@ func BenchmarkUnpackVsReplication(b *testing.B) {
 }
 
 func benchUnpack(b *testing.B, n, size int) {
-	srv := startCentral(b)
+	srv := testkit.StartCentral(b, central.Config{})
 	var repDur, unpDur, floorDur, repCPU, unpCPU, floorCPU time.Duration
 	for i := range b.N {
 		b.StopTimer()

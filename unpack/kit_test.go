@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -43,19 +42,6 @@ func rounds(def int) int {
 		return n
 	}
 	return def
-}
-
-func startCentral(t testing.TB) *central.Server {
-	t.Helper()
-	srv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	return srv
 }
 
 func connect(t testing.TB, urls ...string) *nats.Conn {

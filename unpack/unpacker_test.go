@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 )
@@ -19,7 +21,7 @@ import (
 // unpacker runs; the derived stream ends with every source event once,
 // in the source's order, per drone 1..n.
 func TestUnpackLiveAgents(t *testing.T) {
-	srv := startCentral(t)
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	agents := []*testAgent{newTestAgent(t, "gs.1", 3), newTestAgent(t, "gs-2", 2)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -98,7 +100,7 @@ func checkStarts(t *testing.T, nc *nats.Conn) {
 // packs; the unpacker reads its commit records, republishes nothing and
 // creates no derived stream.
 func TestLayoutOneNothingChanges(t *testing.T) {
-	srv := startCentral(t)
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	a := newTestAgent(t, "gs-1", 2)
 	for range 20 {
@@ -128,7 +130,7 @@ func TestLayoutOneNothingChanges(t *testing.T) {
 // fenced and stands by (counted), the stream is still every event once,
 // and when the active one stops, the standby takes over.
 func TestActiveStandbyPair(t *testing.T) {
-	srv := startCentral(t)
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	a := newTestAgent(t, "gs-1", 3)
 	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
@@ -170,7 +172,7 @@ func TestActiveStandbyPair(t *testing.T) {
 // from plain publishes) is turned to allow_batched, and the unpacker goes
 // on behind what it holds: every event once.
 func TestOldDerivedStreamGetsFastBatches(t *testing.T) {
-	srv := startCentral(t)
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	a := newTestAgent(t, "gs-1", 2)
 	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})

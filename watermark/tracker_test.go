@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -29,16 +30,8 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()
-	s, err := localstream.Open(dir, localstream.Options{MinFreeBytes: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.CreateStream("video", localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}})
-	if err != nil {
-		s.Close()
-		t.Fatal(err)
-	}
-	return s, st
+	return testkit.OpenStream(t, dir, localstream.Options{MinFreeBytes: -1}, "video",
+		localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}})
 }
 
 // ingest does what an ingest does per event: Late, append (flagged), Note.

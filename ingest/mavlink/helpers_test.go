@@ -18,23 +18,14 @@ import (
 	"github.com/bluenviron/gomavlib/v3/pkg/streamwriter"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
 // openStore opens a real Badger store and its telemetry stream.
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()
-	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.CreateStream("telemetry", localstream.StreamConfig{})
-	if err != nil {
-		s.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, st
+	return testkit.OpenStream(t, dir, localstream.Options{}, "telemetry", localstream.StreamConfig{})
 }
 
 // runIntake starts an intake; the returned function stops it and returns Run's error.

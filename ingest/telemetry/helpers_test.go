@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -35,16 +35,7 @@ func startBroker(t testing.TB) *broker.Broker {
 // openStore opens a real Badger store and its telemetry stream.
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()
-	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.CreateStream("telemetry", localstream.StreamConfig{})
-	if err != nil {
-		s.Close()
-		t.Fatal(err)
-	}
-	return s, st
+	return testkit.OpenStream(t, dir, localstream.Options{}, "telemetry", localstream.StreamConfig{})
 }
 
 // readAll returns every durable record of the stream, in reader order.
