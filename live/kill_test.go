@@ -19,18 +19,16 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
-// TestMain makes the test binary the station of the SIGKILL test when
-// EDGE_LIVE_CHILD is set.
+// TestMain makes the test binary the station of the SIGKILL test (child
+// role "station").
 func TestMain(m *testing.M) {
-	if os.Getenv("EDGE_LIVE_CHILD") == "1" {
-		os.Exit(childStation())
-	}
-	os.Exit(m.Run())
+	testkit.Main(m, map[string]func() int{"station": childStation})
 }
 
 // childStation is a ground station until SIGKILLed: 3 telemetry drones at
@@ -165,8 +163,7 @@ func TestKillsAndCutsDuringDrain(t *testing.T) {
 	acked := map[string][]int64{}
 	caughtUp := make(chan struct{}, 1)
 	start := func() *child {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), "EDGE_LIVE_CHILD=1", "EDGE_LIVE_DIR="+dir, "EDGE_LIVE_URL="+proxy.URL(),
+		cmd := testkit.ChildCommand("station", "EDGE_LIVE_DIR="+dir, "EDGE_LIVE_URL="+proxy.URL(),
 			"EDGE_LIVE_CAP="+strconv.Itoa(link))
 		stdout, _ := cmd.StdoutPipe()
 		cmd.Stderr = os.Stderr

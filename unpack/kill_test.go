@@ -17,17 +17,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
-// TestMain lets the test binary run as an unpacker process
-// (EDGE_UNPACK_CHILD=1), so that tests can SIGKILL it.
+// TestMain lets the test binary run as an unpacker process (child role
+// "unpacker"), so that tests can SIGKILL it.
 func TestMain(m *testing.M) {
-	if os.Getenv("EDGE_UNPACK_CHILD") == "1" {
-		os.Exit(childUnpacker())
-	}
-	os.Exit(m.Run())
+	testkit.Main(m, map[string]func() int{"unpacker": childUnpacker})
 }
 
 // childUnpacker runs the unpacker of the test stream on the URLs in
@@ -67,8 +65,7 @@ type child struct {
 
 func startChild(t *testing.T, urls []string, batch int) *child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "EDGE_UNPACK_CHILD=1", "EDGE_UNPACK_URLS="+strings.Join(urls, ","), "EDGE_UNPACK_BATCH="+strconv.Itoa(batch))
+	cmd := testkit.ChildCommand("unpacker", "EDGE_UNPACK_URLS="+strings.Join(urls, ","), "EDGE_UNPACK_BATCH="+strconv.Itoa(batch))
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -85,7 +82,7 @@ func (c *child) kill(t *testing.T) {
 	}
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	c.cmd.Wait()
-	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
+	if !testkit.KilledBySIGKILL(c.cmd) {
 		t.Fatalf("unpacker child was not killed: %v", c.cmd.ProcessState)
 	}
 }

@@ -19,16 +19,10 @@ import (
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
-// The crash test re-executes this test binary as the agent; TestMain
-// dispatches to childMain when EDGE_TELEMETRY_CHILD is set.
+// The crash test re-executes this test binary as the agent (child role
+// "agent"), the listener benchmark as its publishers ("publisher").
 func TestMain(m *testing.M) {
-	if os.Getenv("EDGE_TELEMETRY_CHILD") == "1" {
-		os.Exit(childMain())
-	}
-	if os.Getenv("EDGE_LISTEN_BENCH_PUB") == "1" {
-		os.Exit(benchPublisherMain())
-	}
-	os.Exit(m.Run())
+	testkit.Main(m, map[string]func() int{"agent": childMain, "publisher": benchPublisherMain})
 }
 
 // childStats is what the agent subprocess reports through its stats file.
@@ -100,8 +94,7 @@ type agentProc struct {
 func startAgent(t *testing.T, brokerURL, dir, client string, n int) *agentProc {
 	t.Helper()
 	statsPath := filepath.Join(t.TempDir(), fmt.Sprintf("stats-%d.json", n))
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "EDGE_TELEMETRY_CHILD=1", "EDGE_DIR="+dir, "EDGE_STATS="+statsPath,
+	cmd := testkit.ChildCommand("agent", "EDGE_DIR="+dir, "EDGE_STATS="+statsPath,
 		"EDGE_BROKER="+brokerURL, "EDGE_CLIENT="+client)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -183,7 +176,7 @@ func TestAgentKilledWhilePublishing(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-p.done
-		if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		if !testkit.KilledBySIGKILL(p.cmd) {
 			t.Fatalf("incarnation %d: not killed by SIGKILL: %v", i, p.err)
 		}
 		stored := cs.StoredAtStart + int(cs.Stats.Appended)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // benchEnv reads an int from the environment, else def.
@@ -28,7 +28,7 @@ func benchEnv(name string, def int) int {
 }
 
 // benchPublisherMain is the publishers' subprocess of BenchmarkListenIngest
-// (EDGE_LISTEN_BENCH_PUB=1): EDGE_PUB_CONNS connections to EDGE_PUB_URL,
+// (child role "publisher"): EDGE_PUB_CONNS connections to EDGE_PUB_URL,
 // EDGE_PUB_DRONES drones on each, EDGE_PUB_MSGS QoS 1 messages per drone,
 // 64 in flight per drone. It connects, prints "ready", waits for a line on
 // stdin, publishes, and exits 0 once every message is acked. In its own
@@ -123,8 +123,7 @@ type benchPass struct {
 func runBenchPass(b *testing.B, url, prefix string, in *Ingester, brokerPid int) benchPass {
 	conns, drones, msgs := benchEnv("EDGE_BENCH_CONNS", 4), benchEnv("EDGE_BENCH_DRONES", 2), benchMsgs()
 	total := uint64(conns * drones * msgs)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "EDGE_LISTEN_BENCH_PUB=1", "EDGE_PUB_URL="+url, "EDGE_PUB_PREFIX="+prefix,
+	cmd := testkit.ChildCommand("publisher", "EDGE_PUB_URL="+url, "EDGE_PUB_PREFIX="+prefix,
 		fmt.Sprintf("EDGE_PUB_CONNS=%d", conns), fmt.Sprintf("EDGE_PUB_DRONES=%d", drones), fmt.Sprintf("EDGE_PUB_MSGS=%d", msgs))
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()
