@@ -69,12 +69,12 @@ func TestExportVideoStartsAtKeyframe(t *testing.T) {
 //
 // Failed before: "export merged 2 agents: 40 chunks".
 func TestExportVideoSeveralAgents(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	ctx := testCtx(t, 30*time.Second)
 	own := map[string][][]byte{}
 	for _, agent := range []string{"agent-b", "agent-a"} {
-		st, err := openEmptyStore(t).CreateStream("video", localstream.StreamConfig{})
+		st, err := testkit.OpenStore(t, t.TempDir(), localstream.Options{}).CreateStream("video", localstream.StreamConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}
