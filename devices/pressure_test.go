@@ -437,7 +437,7 @@ func TestCarriedMarkerOnceWhenCheckCancelled(t *testing.T) {
 		}
 		return time.Now()
 	}
-	s := openStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1, Now: now})
+	s := testkit.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1, Now: now})
 	v, err := s.CreateStream("video", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

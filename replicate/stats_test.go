@@ -44,7 +44,7 @@ func TestStateText(t *testing.T) {
 // whenever it looked between the centre storing that first commit and
 // the replicator reading its ack.
 func TestStatsOfARebaseBeforeItsFirstCommit(t *testing.T) {
-	srv := startCentral(t, central.Config{})
+	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dir := filepath.Join(t.TempDir(), "store")
