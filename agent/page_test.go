@@ -89,8 +89,16 @@ func TestStatusPageInBrowser(t *testing.T) {
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
-	bctx, tcancel := context.WithTimeout(bctx, 60*time.Second)
+	// A fail-safe, not a figure: the browser part takes ~10 s; on two
+	// cores shared with other test binaries it took 45.
+	bctx, tcancel := context.WithTimeout(bctx, 3*time.Minute)
 	defer tcancel()
+	// Polls wait as long as bctx allows (chromedp's own default gives up
+	// after 30 s, whatever bctx says).
+	poll := func(pred string) error {
+		_, err := chromedp.Run(bctx, chromedp.Poll[bool](pred, chromedp.WithPollingTimeout(0)))
+		return err
+	}
 
 	type row map[string]string
 	type rendered struct {
@@ -132,7 +140,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#streams tbody tr[data-stream="telemetry"]`)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`window.edgePage.polls >= 3`)); err != nil {
+	if err := poll(`window.edgePage.polls >= 3`); err != nil {
 		t.Fatal(err)
 	}
 	page, err = chromedp.Run(bctx, chromedp.Evaluate[rendered](read))
@@ -207,13 +215,18 @@ func TestStatusPageInBrowser(t *testing.T) {
 
 	// The plots update: more points after more polls, every plot, while
 	// the drones fly again (rates and online drones in the screenshot).
+	// They fly until the page has been looked at: a drone that lands
+	// says "offline" (its status topic), and a page polling slower than
+	// a fixed flight (a loaded machine: 9 polls took more than the 6 s
+	// the drones flew) never saw all three online with 12 polls.
+	flying, land := context.WithCancel(ctx)
+	defer land()
 	live := make(chan error, 1)
 	go func() {
-		_, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 3, Rate: 20, Duration: 6 * time.Second})
+		_, err := mqttsim.Simulate(flying, mqttsim.Config{Broker: brk.URL(), Drones: 3, Rate: 20, Duration: 3 * time.Minute})
 		live <- err
 	}()
-	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](
-		`window.edgePage.polls >= 12 && document.querySelectorAll("#drones .pill.ok").length == 3`)); err != nil {
+	if err := poll(`window.edgePage.polls >= 12 && document.querySelectorAll("#drones .pill.ok").length == 3`); err != nil {
 		t.Fatal(err)
 	}
 	if page, err = chromedp.Run(bctx, chromedp.Evaluate[rendered](read)); err != nil {
@@ -223,6 +236,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	land()
 	for i := range first {
 		if page.Points[i] <= first[i] {
 			t.Errorf("plot %d did not grow: %d then %d points", i, first[i], page.Points[i])
