@@ -25,6 +25,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -221,7 +222,7 @@ live:
 		}
 		logf.Close()
 	})
-	waitFor(t, 30*time.Second, "the agent's /status", func() bool { _, err := getStatus(httpPort); return err == nil })
+	testkit.WaitFor(t, 30*time.Second, "the agent's /status", func() bool { _, err := getStatus(httpPort); return err == nil })
 
 	// The offline capture, replayed at full speed through the intakes.
 	jsonl := filepath.Join(dir, "telemetry.jsonl")
@@ -263,7 +264,7 @@ live:
 	// message, video's stops growing.
 	var lastVideo uint64
 	changed := time.Now()
-	waitFor(t, 2*time.Minute, "the capture stored", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the capture stored", func() bool {
 		s, err := getStatus(httpPort)
 		if err != nil {
 			return false
@@ -281,7 +282,7 @@ live:
 		capture, time.Since(start).Seconds(), telDrones*perDrone, telDrones, lastVideo, float64(videoBytes)/1e6, len(videoDrones), replays)
 	var captured uint64
 	if leaf != nil {
-		waitFor(t, 2*time.Minute, "the leaf's capture stored", func() bool { return bridge.tel.Load() >= int64(telDrones*perDrone) })
+		testkit.WaitFor(t, 2*time.Minute, "the leaf's capture stored", func() bool { return bridge.tel.Load() >= int64(telDrones*perDrone) })
 		select {
 		case <-leaf.leafJS.PublishAsyncComplete():
 		case <-ctx.Done():
@@ -360,7 +361,7 @@ live:
 		t.Errorf("agent: the backlog had drained by the live view: the scenario proves nothing")
 	}
 	var keyframes []Value
-	waitFor(t, 60*time.Second, "each video drone's keyframe at the centre", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "each video drone's keyframe at the centre", func() bool {
 		keyframes, _ = Read(ctx, reader, ReadOptions{Agent: "e2e", Stream: "video"})
 		return len(keyframes) == len(videoDrones)
 	})
@@ -372,7 +373,7 @@ live:
 
 	// The backlog drains: telemetry's committed watermark within 2 s of
 	// the clock and video's backlog empty.
-	waitFor(t, 10*time.Minute, "the backlog drained", func() bool {
+	testkit.WaitFor(t, 10*time.Minute, "the backlog drained", func() bool {
 		s, err := getStatus(httpPort)
 		if err != nil {
 			return false
@@ -388,7 +389,7 @@ live:
 	if err := <-simDone; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 2*time.Minute, "the telemetry backlog empty", func() bool {
+	testkit.WaitFor(t, 2*time.Minute, "the telemetry backlog empty", func() bool {
 		s, err := getStatus(httpPort)
 		te, _ := s.backlogOf("telemetry")
 		return err == nil && te == 0

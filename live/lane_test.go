@@ -10,19 +10,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
-
-// waitFor polls cond every 20 ms until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // TestLaneSendsLatestPerDrone: each drone's latest telemetry, and its
 // latest keyframe with video turned on, reach the centre with their ages;
@@ -55,7 +44,7 @@ func TestLaneSendsLatestPerDrone(t *testing.T) {
 	}
 	lastNs := base + 29*int64(100*time.Millisecond)
 	var vals []Value
-	waitFor(t, 5*time.Second, "the latest value of every drone at the centre", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "the latest value of every drone at the centre", func() bool {
 		var err error
 		vals, err = Read(ctx, s.reader, ReadOptions{Agent: "a1"})
 		if err != nil {
@@ -108,7 +97,7 @@ func TestLaneSendsLatestPerDrone(t *testing.T) {
 	}
 	// (The keyframe is covered once its chunk committed: the chunk's
 	// later frames moved the video watermark past it.)
-	waitFor(t, 10*time.Second, "the previews covered by the committed watermarks", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the previews covered by the committed watermarks", func() bool {
 		vals, err := Read(ctx, s.reader, ReadOptions{Agent: "a1"})
 		if err != nil || len(vals) != 4 {
 			return false
@@ -143,7 +132,7 @@ func TestCentreKeepsOneValueWithTTL(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	var sent uint64
-	waitFor(t, 5*time.Second, "several values a drone sent", func() bool {
+	testkit.WaitFor(t, 5*time.Second, "several values a drone sent", func() bool {
 		sent = s.lane.Stats().Streams[0].Sent
 		return sent >= 6
 	})
@@ -161,7 +150,7 @@ func TestCentreKeepsOneValueWithTTL(t *testing.T) {
 		t.Errorf("EDGELIVE holds %d messages after %d values of 2 drones (max per subject %d, TTLs %v)",
 			info.State.Msgs, sent, info.Config.MaxMsgsPerSubject, info.Config.AllowMsgTTL)
 	}
-	waitFor(t, 10*time.Second, "the values gone after their TTL of 1 s", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the values gone after their TTL of 1 s", func() bool {
 		vals, err := Read(ctx, s.reader, ReadOptions{Agent: "a1"})
 		return err == nil && len(vals) == 0
 	})

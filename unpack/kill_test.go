@@ -137,14 +137,14 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	batches := []int{0, 100}
 	children := []*child{startChild(t, urls, batches[0]), startChild(t, urls, batches[1])}
 	derived := DerivedStreamName(testStream)
-	waitFor(t, 60*time.Second, "the derived stream to grow", func() bool { return derivedLast(nc, testStream) > 50 })
+	testkit.WaitFor(t, 60*time.Second, "the derived stream to grow", func() bool { return derivedLast(nc, testStream) > 50 })
 
 	n := rounds(4)
 	var kills, leaderKills int
 	for round := range n {
 		// Kill while the derived stream moves.
 		before := derivedLast(nc, testStream)
-		waitFor(t, 60*time.Second, "the derived stream to move", func() bool { return derivedLast(nc, testStream) > before })
+		testkit.WaitFor(t, 60*time.Second, "the derived stream to move", func() bool { return derivedLast(nc, testStream) > before })
 		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 		for i, c := range children {
 			if i == 0 || rng.IntN(2) == 0 {
@@ -160,7 +160,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 		}
 		if round%2 == 1 {
 			leader := -1
-			waitFor(t, 30*time.Second, "a derived stream leader", func() bool {
+			testkit.WaitFor(t, 30*time.Second, "a derived stream leader", func() bool {
 				for i, nd := range nodes {
 					if nd.Running() && nd.IsStreamLeader(derived) {
 						leader = i
@@ -172,7 +172,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 			nodes[leader].Shutdown()
 			leaderKills++
 			after := derivedLast(nc, testStream)
-			waitFor(t, 60*time.Second, "the derived stream to move under a new leader", func() bool { return derivedLast(nc, testStream) > after })
+			testkit.WaitFor(t, 60*time.Second, "the derived stream to move under a new leader", func() bool { return derivedLast(nc, testStream) > after })
 			if err := nodes[leader].Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -189,7 +189,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	}
 	waitCurrent(t, nc, wire.StreamName(testStream))
 	src := uint64(len(waitSource(t, nc, testStream, total(agents...))))
-	waitFor(t, 90*time.Second, "the unpackers to catch up", func() bool { return derivedLast(nc, testStream) >= src })
+	testkit.WaitFor(t, 90*time.Second, "the unpackers to catch up", func() bool { return derivedLast(nc, testStream) >= src })
 	waitCurrent(t, nc, derived)
 	for _, c := range children {
 		c.kill(t)
@@ -213,7 +213,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 func waitCurrent(t *testing.T, nc *nats.Conn, name string) {
 	t.Helper()
 	js, _ := jetstream.New(nc)
-	waitFor(t, 60*time.Second, name+" replicas current", func() bool {
+	testkit.WaitFor(t, 60*time.Second, name+" replicas current", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		st, err := js.Stream(ctx, name)

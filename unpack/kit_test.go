@@ -54,17 +54,6 @@ func connect(t testing.TB, urls ...string) *nats.Conn {
 	return nc
 }
 
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // droneMsg is the payload the test agents append.
 type droneMsg struct {
 	Drone string `json:"drone"`

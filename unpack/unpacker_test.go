@@ -47,7 +47,7 @@ func TestUnpackLiveAgents(t *testing.T) {
 		want[a.id] = a.counts()
 	}
 	src := len(waitSource(t, nc, testStream, total(agents...)))
-	waitFor(t, 30*time.Second, "the unpacker to catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
+	testkit.WaitFor(t, 30*time.Second, "the unpacker to catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
 	n := verifyDerived(t, nc, testStream, want)
 	st := u.Stats()
 	t.Logf("%d events; stats %+v", n, st)
@@ -111,7 +111,7 @@ func TestLayoutOneNothingChanges(t *testing.T) {
 	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{Layout: 1})
 	a.waitReplicated(t, r, 30*time.Second)
 	u, stop := startUnpacker(t, nc, Options{})
-	waitFor(t, 30*time.Second, "the unpacker to read the commit records", func() bool { return u.Stats().SourceSeq > 0 })
+	testkit.WaitFor(t, 30*time.Second, "the unpacker to read the commit records", func() bool { return u.Stats().SourceSeq > 0 })
 	time.Sleep(200 * time.Millisecond)
 	if err := stop(); err != nil {
 		t.Fatal(err)
@@ -141,9 +141,9 @@ func TestActiveStandbyPair(t *testing.T) {
 	u1, stop1 := startUnpacker(t, connect(t, srv.ClientURL()), opts)
 	// The second starts once the first writes: it reads a cursor and
 	// publishes while the first does (not fenced by the stream's creation).
-	waitFor(t, 30*time.Second, "the first to write", func() bool { return derivedLast(nc, testStream) > 0 })
+	testkit.WaitFor(t, 30*time.Second, "the first to write", func() bool { return derivedLast(nc, testStream) > 0 })
 	u2, stop2 := startUnpacker(t, connect(t, srv.ClientURL()), opts)
-	waitFor(t, 30*time.Second, "one of the pair fenced", func() bool { return u1.Stats().Fenced+u2.Stats().Fenced > 0 })
+	testkit.WaitFor(t, 30*time.Second, "one of the pair fenced", func() bool { return u1.Stats().Fenced+u2.Stats().Fenced > 0 })
 	// Stop whichever is active now; the other must finish the work.
 	active, stopActive, other := u1, stop1, u2
 	if u1.Stats().State == StateStandby {
@@ -159,7 +159,7 @@ func TestActiveStandbyPair(t *testing.T) {
 	}
 	a.waitReplicated(t, r, 30*time.Second)
 	src := len(waitSource(t, nc, testStream, total(a)))
-	waitFor(t, 30*time.Second, "the standby to take over and catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
+	testkit.WaitFor(t, 30*time.Second, "the standby to take over and catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
 	n := verifyDerived(t, nc, testStream, map[string]map[string]int{a.id: a.counts()})
 	t.Logf("%d events; stopped %+v; took over %+v", n, active.Stats(), other.Stats())
 	if other.Stats().Events == 0 {
@@ -186,7 +186,7 @@ func TestOldDerivedStreamGetsFastBatches(t *testing.T) {
 	}
 	// The old unpacker: plain publishes.
 	_, stopOld := startUnpacker(t, connect(t, srv.ClientURL()), Options{BatchSize: 1})
-	waitFor(t, 30*time.Second, "the old unpacker to write", func() bool { return derivedLast(nc, testStream) > 20 })
+	testkit.WaitFor(t, 30*time.Second, "the old unpacker to write", func() bool { return derivedLast(nc, testStream) > 20 })
 	if err := stopOld(); err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestOldDerivedStreamGetsFastBatches(t *testing.T) {
 	}
 	a.waitReplicated(t, r, 30*time.Second)
 	src := len(waitSource(t, nc, testStream, total(a)))
-	waitFor(t, 30*time.Second, "the unpacker to catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
+	testkit.WaitFor(t, 30*time.Second, "the unpacker to catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
 	verifyDerived(t, nc, testStream, map[string]map[string]int{a.id: a.counts()})
 	st, err := js.Stream(context.Background(), DerivedStreamName(testStream))
 	if err != nil {
