@@ -20,10 +20,20 @@ import (
 // redacted replaces a secret wherever the agent shows text.
 const redacted = "xxxxx"
 
-// minSecretLen: shorter literal secrets are not searched for on their own
-// (a one-letter password would blank every such letter); in a URL's
-// userinfo (`:pw@`, `//token@`) they are, whatever their length.
-const minSecretLen = 4
+// minSecretLen decides where a secret is looked for. A secret of at least
+// this many bytes is replaced wherever it appears, in every escaped form
+// (it no longer collides with ordinary words: a password "wrong" replaced
+// literally turned the status key video/source/wrong-pw into
+// video/source/xxxxx-pw, and a one-letter password would blank that
+// letter in every line). A shorter one is replaced only where it stands
+// as a secret: as a URL's userinfo password or token (`:pw@`, `//pw@`,
+// in every escaped form), whatever its length — the URL userinfo pattern
+// (RedactURLs) covers any URL besides. The cost of the rule: a short
+// password that some output shows outside a URL (none of the agent's
+// does: no password has a flag or a field of its own in any output), or
+// a piece shorter than this of a password a list parser cut at ',' or
+// '/', is not found; a password of 8 bytes or more is found everywhere.
+const minSecretLen = 8
 
 // userinfoRE finds the userinfo of a URL inside any text: scheme://userinfo@.
 // It is greedy up to the last '@' before the host, so that a password
@@ -143,13 +153,11 @@ var escapes = []func(string) string{
 }
 
 // AddSecret makes the redactor replace s (trimmed), and its escaped
-// forms, wherever they appear. Secrets shorter than 4 bytes are ignored.
+// forms: wherever they appear when at least minSecretLen bytes long, else
+// where they stand as a URL's userinfo.
 func (r *Redactor) AddSecret(s string) {
 	s = strings.TrimSpace(s)
-	if len(s) < minSecretLen {
-		return
-	}
-	r.add(s, false)
+	r.add(s, len(s) < minSecretLen)
 }
 
 // AddURLs makes the redactor replace the password or token of every URL

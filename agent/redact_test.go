@@ -266,3 +266,44 @@ func TestRedactorTrickyPasswords(t *testing.T) {
 		t.Errorf("unknown URL: %q", got)
 	}
 }
+
+// TestRedactorShortSecrets: a password shorter than minSecretLen is never
+// shown where it stands as a URL's password (as written, escaped, quoted,
+// in JSON), whatever its length — one letter included — and text that
+// merely holds its letters is left intact: the status key of a drone
+// named after the word, a log line full of the letter. A long password
+// is still replaced wherever it appears.
+func TestRedactorShortSecrets(t *testing.T) {
+	for _, pw := range []string{"a", "wrong", "w@r:g", "ab,c"} {
+		r := NewRedactor()
+		r.AddURLs("rtsp://cam:" + pw + "@10.0.0.11:554/stream")
+		r.AddSecret(pw) // as a password file would hold it
+		u := "rtsp://cam:" + pw + "@10.0.0.11:554/stream"
+		for _, text := range []string{
+			u + " failing since 2026-12-02T05:57:43Z",
+			"parse " + strconv.Quote(u) + ": invalid",
+			jsonEscaped(`err="parse ` + strconv.Quote(u) + `"`),
+			"rtsp://cam:" + url.QueryEscape(pw) + "@10.0.0.11",
+			"rtsp://cam:" + url.UserPassword("cam", pw).String()[4:] + "@10.0.0.11",
+		} {
+			got := r.String(text)
+			if !strings.Contains(got, "cam:xxxxx@") {
+				t.Errorf("password %q: %q -> %q", pw, text, got)
+			}
+		}
+		for _, text := range []string{
+			"video/source/wrong-pw",
+			"a drone streams again: all packets arrived, a wrong guess, w@r:g ab,c",
+			`{"errors":{"video/source/wrong-pw":"rtsp://cam:xxxxx@10.0.0.11:554/stream failing"}}`,
+		} {
+			if got := r.String(text); got != text {
+				t.Errorf("password %q mangled ordinary text: %q -> %q", pw, text, got)
+			}
+		}
+	}
+	r := NewRedactor()
+	r.AddURLs("rtsp://cam:longenough@10.0.0.11/stream")
+	if got := r.String("the word longenough, quoted \"longenough\""); strings.Contains(got, "longenough") {
+		t.Errorf("a long password is not replaced everywhere: %q", got)
+	}
+}
