@@ -34,6 +34,8 @@ type chunker struct {
 	maxFrames int
 	maxDur    int64
 	cur       *Chunk
+	// rtp holds the RTP time of each frame of cur (for redate).
+	rtp []uint32
 	// started is the arrival of the current chunk's first frame (for tick).
 	started time.Time
 	// disc: the next chunk starts after a discontinuity.
@@ -86,6 +88,7 @@ func (c *chunker) add(f *frame, ssrc uint32, pts int64, estimated bool, emit fun
 		c.started = f.arrival
 	}
 	c.cur.Frames = append(c.cur.Frames, FrameInfo{PTS: pts, Size: len(f.data), Key: f.key})
+	c.rtp = append(c.rtp, f.rtpTime)
 	c.cur.Payload = append(c.cur.Payload, f.data...)
 }
 
@@ -101,7 +104,7 @@ func (c *chunker) tick(now time.Time, emit func(*Chunk)) {
 func (c *chunker) flush(emit func(*Chunk)) {
 	if c.cur != nil {
 		cur := c.cur
-		c.cur = nil
+		c.cur, c.rtp = nil, c.rtp[:0]
 		c.last = len(cur.Payload)
 		emit(cur)
 	}
@@ -118,8 +121,25 @@ func (c *chunker) afterLost() (dropped int, waitKey bool) {
 	}
 	if c.cur != nil {
 		dropped = len(c.cur.Frames)
-		c.cur = nil
+		c.cur, c.rtp = nil, c.rtp[:0]
 	}
 	c.disc = true
 	return dropped, true
+}
+
+// redate gives the frames of the chunk being built the times of a sender
+// report's mapping (pts of their RTP times) and clears its estimated
+// flag, when it holds exactly the n frames of ssrc's session, all
+// estimated: nothing the estimate dated has left the agent. It reports
+// whether it did.
+func (c *chunker) redate(ssrc uint32, n int, pts func(rtpTS uint32) int64) bool {
+	cur := c.cur
+	if cur == nil || !cur.Estimated || cur.SSRC != ssrc || len(cur.Frames) != n {
+		return false
+	}
+	for i := range cur.Frames {
+		cur.Frames[i].PTS = pts(c.rtp[i])
+	}
+	cur.Estimated = false
+	return true
 }

@@ -54,6 +54,8 @@ type session struct {
 	reorder *reorder
 	asm     *assembler
 	clock   *clock
+	// dated counts the frames the session's clock dated (see redate).
+	dated int
 }
 
 func newDrone(id string, cfg *Config, dc *DroneConfig, sink Appender, marks Marks, now func() time.Time, c *droneCounters) *drone {
@@ -182,6 +184,7 @@ func (d *drone) onFrame(f *frame) {
 		d.c.keyframesNoParams.Add(1)
 	}
 	pts, est, jump := d.sess.clock.pts(f.rtpTime, f.arrival)
+	d.sess.dated++
 	if jump {
 		d.c.clockJumps.Add(1)
 		d.chunker.discontinuity(d.emit)
@@ -216,9 +219,23 @@ func (d *drone) senderReport(sr *rtcp.SenderReport, arrival time.Time) {
 		d.pendingSR = sr
 		return
 	}
-	jump, skewed := d.sess.clock.onSR(sr.NTPTime, sr.RTPTime, arrival)
+	clk := d.sess.clock
+	first := !clk.haveSR
+	jump, skewed := clk.onSR(sr.NTPTime, sr.RTPTime, arrival)
 	if skewed {
 		d.c.srSkewed.Add(1)
+	}
+	// The session's first report, when every frame dated so far from
+	// arrival times is still in the chunk being built: RTP and RTCP come
+	// in on separate sockets (and goroutines), so a report sent before
+	// the first frame can reach the drone after it was dated. Those
+	// frames take the report's times, the chunk is not estimated, and
+	// the estimate it replaced is no jump: nothing it dated has left.
+	if first && !skewed && d.chunker.redate(d.sess.ssrc, d.sess.dated, func(ts uint32) int64 {
+		ns, _, _ := clk.pts(ts, time.Time{})
+		return ns
+	}) {
+		jump = false
 	}
 	if jump {
 		d.c.clockJumps.Add(1)

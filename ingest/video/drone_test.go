@@ -2,6 +2,7 @@ package video
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replay"
 )
 
 // nalPayloadBytes sums the NAL bytes of an Annex-B frame (start codes excluded)
@@ -156,4 +158,55 @@ func appendInt(b []byte, i int) []byte {
 		b = appendInt(b, i/10)
 	}
 	return append(b, byte('0'+i%10))
+}
+
+// TestLateFirstReportRedatesChunk: the capture's first sender report
+// reaches the drone after its first frames were dated (RTP and RTCP come
+// in on separate sockets, so a report sent first can be read second) but
+// before their chunk is complete: those frames take the report's times,
+// as if it had come first — no chunk estimated, no clock jump — and the
+// frames after keep them.
+func TestLateFirstReportRedatesChunk(t *testing.T) {
+	c := loadCapture(t, "h264", CodecH264)
+	sr := -1
+	for i, p := range c.pkts {
+		if p.Kind == replay.RTCP {
+			sr = i
+			break
+		}
+	}
+	if sr < 0 || sr > firstRTP(c.pkts) {
+		t.Fatalf("the capture's first report is packet %d, its first RTP %d", sr, firstRTP(c.pkts))
+	}
+	var pkts []replay.Packet
+	pkts = append(pkts, c.pkts[:sr]...)
+	// After the third frame's first packet: two frames are dated.
+	frames, at := 0, -1
+	var ts uint32
+	for i := sr + 1; i < len(c.pkts) && at < 0; i++ {
+		p := c.pkts[i]
+		if p.Kind != replay.RTP {
+			continue
+		}
+		if t := binary.BigEndian.Uint32(p.Payload[4:8]); frames == 0 || t != ts {
+			frames, ts = frames+1, t
+			if frames == 3 {
+				at = i
+			}
+		}
+	}
+	pkts = append(pkts, c.pkts[sr+1:at+1]...)
+	late := c.pkts[sr]
+	late.Time = c.pkts[at].Time
+	pkts = append(pkts, late)
+	pkts = append(pkts, c.pkts[at+1:]...)
+
+	cfg := testConfig()
+	sink := &recordSink{}
+	d := newDrone("d1", &cfg, nil, sink, nil, time.Now, nil)
+	feed(t, d, pkts)
+	if st := d.c.snapshot(); st.ClockJumps != 0 {
+		t.Fatalf("%d clock jumps", st.ClockJumps)
+	}
+	checkFrames(t, c, decodeAll(t, sink.snapshot()), expectedPTS(c.pkts))
 }
