@@ -20,12 +20,18 @@ import (
 // port) into a recordSink until the returned stop is called.
 func rtspIngest(t *testing.T, sources ...SourceConfig) (*Ingest, *recordSink, func()) {
 	t.Helper()
+	return rtspIngestLog(t, os.Stderr, slog.LevelWarn, sources...)
+}
+
+// rtspIngestLog is rtspIngest logging to w from level.
+func rtspIngestLog(t *testing.T, w io.Writer, level slog.Level, sources ...SourceConfig) (*Ingest, *recordSink, func()) {
+	t.Helper()
 	cfg := NewDefaultConfig()
 	cfg.Listen, cfg.RTCPListen = "127.0.0.1:0", "mux"
 	cfg.Sources = sources
 	cfg.SourceReconnectMin, cfg.SourceReconnectMax = 50*time.Millisecond, 200*time.Millisecond
 	cfg.SourceTimeout = 2 * time.Second
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 	sink := &recordSink{}
 	in, err := New(cfg, Sink{Stream: sink, Marks: &recordMarks{}})
 	if err != nil {

@@ -9,6 +9,7 @@
 // this repository's (so the same gortsplib release builds, from the module
 // cache) and changes only those address literals to read the environment,
 // so that each test's server takes free ports and several run at once.
+// AuthBasic is one edit more (see it): server-auth offering basic only.
 // The binary is kept in the user's cache directory, keyed by its source.
 package rtsptest
 
@@ -45,6 +46,13 @@ const (
 	// Secure serves RTSPS only, with server.crt and server.key from its
 	// working directory (Start writes them, signed by a CA of its own).
 	Secure = "server-secure"
+	// AuthBasic is the Auth example offering basic authentication only:
+	// its source with one line more, the gortsplib.Server field
+	// AuthMethods set to []auth.VerifyMethod{auth.VerifyMethodBasic}
+	// (and the import of pkg/auth) — the example offers basic and digest,
+	// and a client that can answers digest, so basic alone is exercised
+	// only so.
+	AuthBasic = "server-auth-basic"
 )
 
 // The credentials the Auth example asks of readers and publishers.
@@ -68,11 +76,23 @@ func Build(t testing.TB, example string) string {
 	}
 	gomod := goOut(t, "", "env", "GOMOD")
 	modDir := goOut(t, "", "list", "-m", "-f", "{{.Dir}}", "github.com/bluenviron/gortsplib/v4")
-	src, err := os.ReadFile(filepath.Join(modDir, "examples", example, "main.go"))
+	dir := example
+	if example == AuthBasic {
+		dir = Auth
+	}
+	src, err := os.ReadFile(filepath.Join(modDir, "examples", dir, "main.go"))
 	if err != nil {
 		t.Fatalf("rtsptest: %v", err)
 	}
 	s := string(src)
+	if example == AuthBasic {
+		const field = "\t\tHandler:           h,\n"
+		if !strings.Contains(s, field) {
+			t.Fatalf("rtsptest: %s: the server's Handler field is not where it was", example)
+		}
+		s = strings.Replace(s, field, field+"\t\tAuthMethods:       []auth.VerifyMethod{auth.VerifyMethodBasic},\n", 1)
+		s = strings.Replace(s, "import (\n", "import (\n\t\"github.com/bluenviron/gortsplib/v4/pkg/auth\"\n", 1)
+	}
 	for lit, env := range map[string]string{
 		`":8554"`: "RTSP_ADDRESS", `":8322"`: "RTSP_ADDRESS",
 		`":8000"`: "UDP_RTP_ADDRESS", `":8001"`: "UDP_RTCP_ADDRESS",
