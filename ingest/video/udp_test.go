@@ -263,9 +263,13 @@ func TestUDPGarbage(t *testing.T) {
 					for j := 0; j < n; j++ {
 						buf[j] = byte(rng.Uint32())
 					}
-				case 1: // wrong version
+				case 1: // wrong version: 0, 1 or 3 — not 2, RTP's: with
+					// the header an earlier case left in buf that is RTP of
+					// an earlier SSRC, and EDGE_SEED=1796197098797535926
+					// made two in sequence, which pass probation as a real
+					// sender's would
 					n = 12 + rng.IntN(1200)
-					buf[0] = byte(rng.IntN(3)) << 6
+					buf[0] = []byte{0, 1, 3}[rng.IntN(3)] << 6
 				case 2: // truncated header
 					n = 1 + rng.IntN(11)
 					buf[0], buf[1] = 0x80, 96
