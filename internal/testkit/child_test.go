@@ -56,3 +56,16 @@ func TestWaitForAndSyncBuffer(t *testing.T) {
 	}()
 	WaitFor(t, 10*time.Second, "100 writes", func() bool { return len(b.String()) == 100 })
 }
+
+func TestUntil(t *testing.T) {
+	if !Until(time.Second, func() bool { return true }) {
+		t.Fatal("a condition that holds is reported as not holding")
+	}
+	start := time.Now()
+	if Until(50*time.Millisecond, func() bool { return false }) {
+		t.Fatal("a condition that never holds is reported as holding")
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Fatalf("gave up after %s, before the 50ms given", waited)
+	}
+}

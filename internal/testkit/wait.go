@@ -9,11 +9,21 @@ import (
 // t, naming what it waited for.
 func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Until(d, cond) {
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+	}
+}
+
+// Until polls cond every 5 ms until it holds or d has passed, and reports
+// whether it held: for a test whose failure message shows the state it
+// last saw, or that goes on to assert on that state itself.
+func Until(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }
