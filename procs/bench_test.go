@@ -52,7 +52,7 @@ func pipeline(burst int, period, dur time.Duration, work func(stage int, m []byt
 		}
 		if period > 0 {
 			next = next.Add(period)
-			time.Sleep(time.Until(next))
+			time.Sleep(time.Until(next)) // paces the offered load: the benchmark's intent
 		}
 	}
 	close(chans[0])

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // driven is a Controller fed a chosen load through Observe, with
@@ -155,15 +157,13 @@ func TestRunAdjustsTheRuntime(t *testing.T) {
 	go func() { done <- c.Run(ctx) }()
 	waitFor := func(procs int, what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.GOMAXPROCS(0) != procs {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: GOMAXPROCS %d after 10 s, want %d (stats %+v)", what, runtime.GOMAXPROCS(0), procs, c.Stats())
-			}
-			time.Sleep(5 * time.Millisecond)
+		if !testkit.Until(10*time.Second, func() bool { return runtime.GOMAXPROCS(0) == procs }) {
+			t.Fatalf("%s: GOMAXPROCS %d after 10 s, want %d (stats %+v)", what, runtime.GOMAXPROCS(0), procs, c.Stats())
 		}
 	}
 	waitFor(1, "started")
+	// A window of idle Holds, not a wait: nothing happens in it that could
+	// be waited on — the check is that the controller does not raise.
 	time.Sleep(500 * time.Millisecond)
 	if n := runtime.GOMAXPROCS(0); n != 1 {
 		t.Fatalf("idle: GOMAXPROCS %d, want 1 (stats %+v)", n, c.Stats())

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // syscallLoad runs n goroutines that each overwrite the first 4 KiB of
@@ -58,20 +60,16 @@ func TestSyscallLoadGetsItsPs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); runtime.GOMAXPROCS(0) != 1; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("idle: GOMAXPROCS %d after 10 s, want 1", runtime.GOMAXPROCS(0))
-		}
+	if !testkit.Until(10*time.Second, func() bool { return runtime.GOMAXPROCS(0) == 1 }) {
+		t.Fatalf("idle: GOMAXPROCS %d after 10 s, want 1", runtime.GOMAXPROCS(0))
 	}
 
 	var stop atomic.Bool
 	wait := syscallLoad(t, t.TempDir(), 2, &stop)
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.GOMAXPROCS(0) != 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	start := time.Now()
+	testkit.Until(10*time.Second, func() bool { return runtime.GOMAXPROCS(0) == 2 }) // asserted below, after the load's own check
 	procs, stats := runtime.GOMAXPROCS(0), c.Stats()
-	t.Logf("after %v: GOMAXPROCS %d, stats %+v", 10*time.Second-time.Until(deadline), procs, stats)
+	t.Logf("after %v: GOMAXPROCS %d, stats %+v", time.Since(start), procs, stats)
 	stop.Store(true)
 	writes := wait()
 	if writes < 1000 {
