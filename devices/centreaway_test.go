@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -89,14 +90,8 @@ func (r *floodRig) flood(t testing.TB, seed uint64, episodes int) floodResult {
 	// A fail-safe, not a figure: the episodes take ~10 s alone; on two
 	// cores shared with other test binaries one run needed more than 60 s.
 	const patience = 180 * time.Second
-	deadline := time.Now().Add(patience)
-	for len(res.Episodes) < episodes {
-		if time.Now().After(deadline) {
-			stopLoad.Store(true)
-			<-loadDone
-			t.Fatalf("after %s: %d episodes below the floor ended (%v), store %+v, pressure %+v",
-				patience, len(res.Episodes), below, r.store.Stats(), r.pressure.Stats())
-		}
+	// Sampled every 5 ms until the episodes have ended.
+	if !testkit.Until(patience, func() bool {
 		switch bf := r.store.BelowFloor(); {
 		case bf && below.IsZero():
 			below = time.Now()
@@ -109,7 +104,12 @@ func (r *floodRig) flood(t testing.TB, seed uint64, episodes int) floodResult {
 				load.mu.Unlock()
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		return len(res.Episodes) >= episodes
+	}) {
+		stopLoad.Store(true)
+		<-loadDone
+		t.Fatalf("after %s: %d episodes below the floor ended (%v), store %+v, pressure %+v",
+			patience, len(res.Episodes), below, r.store.Stats(), r.pressure.Stats())
 	}
 	stopLoad.Store(true)
 	<-loadDone

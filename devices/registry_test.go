@@ -293,16 +293,12 @@ func TestObserve(t *testing.T) {
 	free.Lock()
 	freeBytes = 0
 	free.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := sync.Append(ctx, ev)
-		if errors.Is(err, localstream.ErrDiskFull) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("store never reported disk full (last err %v)", err)
-		}
-		time.Sleep(20 * time.Millisecond) // the store re-measures free space every 250ms
+	var lastErr error
+	if !testkit.Until(5*time.Second, func() bool { // the store re-measures free space every 250ms
+		_, lastErr = sync.Append(ctx, ev)
+		return errors.Is(lastErr, localstream.ErrDiskFull)
+	}) {
+		t.Fatalf("store never reported disk full (last err %v)", lastErr)
 	}
 	if err := async.AppendAsync(ctx, vid, func(localstream.Position, error) {}); !errors.Is(err, localstream.ErrDiskFull) {
 		t.Fatalf("async append on a full disk: %v", err)

@@ -35,12 +35,8 @@ func TestSamplerWritesHealthEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- sm.Run(ctx) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for sm.Stats().Samples < 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d samples: %+v", sm.Stats().Samples, sm.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testkit.Until(10*time.Second, func() bool { return sm.Stats().Samples >= 4 }) {
+		t.Fatalf("only %d samples: %+v", sm.Stats().Samples, sm.Stats())
 	}
 	cancel()
 	if err := <-done; err != nil {
