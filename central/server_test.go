@@ -105,7 +105,7 @@ func TestLocalClusterR3(t *testing.T) {
 		if err == nil || ctx.Err() != nil {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // retried until the cluster has a meta leader; testkit imports central
 	}
 	if err != nil {
 		t.Fatal(err)

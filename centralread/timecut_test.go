@@ -168,7 +168,7 @@ func TestTimeCutProperty(t *testing.T) {
 						a.ingest(t, *d, r)
 					}
 				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // a step of the run: event times and watermarks follow the wall clock
 			}
 			// The drones land: their streams then follow the clock.
 			for _, d := range ds {
@@ -187,9 +187,13 @@ func TestTimeCutProperty(t *testing.T) {
 	if !w.at.After(time.Unix(0, waitT)) {
 		t.Fatalf("waiting cut returned at %s, before T %s", w.at, time.Unix(0, waitT))
 	}
-	// Let the last watermarks reach the centre, then stop replicating so
-	// that what is read below is all there is.
-	time.Sleep(500 * time.Millisecond)
+	// Let the last watermarks reach the centre (a cut at the run's end is
+	// then complete: every stream's watermark passed it), then stop
+	// replicating so that what is read below is all there is.
+	testkit.WaitFor(t, 30*time.Second, "the last watermarks at the centre", func() bool {
+		c, err := CutAt(testCtx(t, 30*time.Second), nc, end.UnixNano(), TimeCutOptions{})
+		return err == nil && c.Complete
+	})
 	for _, a := range agents {
 		a.stop()
 	}
