@@ -82,7 +82,8 @@ func TestBufferedBytesBounded(t *testing.T) {
 			}
 		})
 	}
-	// Flat out until the intake stops reading: received stays put.
+	// Flat out until the intake stops reading: received stays put for a
+	// 100 ms sample (a quiet interval, so a sleep between the samples).
 	var last uint64
 	for i := 0; i < 100; i++ {
 		time.Sleep(100 * time.Millisecond)

@@ -70,7 +70,7 @@ func childMain() int {
 			if os.WriteFile(tmp, b, 0o644) == nil {
 				os.Rename(tmp, statsPath)
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // the child's reporting period
 		}
 	}()
 	if err := in.Run(ctx); err != nil {
@@ -167,7 +167,7 @@ func TestAgentKilledWhilePublishing(t *testing.T) {
 			cs, ok := p.read()
 			return ok && (cs.Stats.Appended > 0 || cs.StoredAtStart >= total)
 		})
-		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rng.IntN(400)) * time.Millisecond) // the kill comes at a random point of the run
 		cs, _ := p.read()
 		if !p.alive() {
 			t.Fatalf("incarnation %d died before the kill", i)

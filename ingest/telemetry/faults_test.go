@@ -87,10 +87,10 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 	cuts := rounds(2)
 	for i := 0; i < cuts; i++ {
 		testkit.WaitFor(t, 15*time.Second, "agent connected", func() bool { return in.Stats().Connects == uint64(i+1) })
-		time.Sleep(time.Duration(150+rng.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(150+rng.IntN(300)) * time.Millisecond) // the cut comes at a random point of the flow
 		before := in.Stats()
 		px.Cut()
-		time.Sleep(time.Duration(300+rng.IntN(500)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(500)) * time.Millisecond) // the outage lasts this long
 		during := in.Stats()
 		px.Restore()
 		t.Logf("cut %d: appended %d -> %d during the cut", i, before.Appended, during.Appended)
@@ -139,7 +139,7 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 	stalledAt := in.Stats()
 	testkit.WaitFor(t, 15*time.Second, "keep-alive notices the dead link", func() bool { return in.Stats().ConnectionLost > 0 })
 	during := in.Stats()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the link stays dark past the loss: the outage is the test
 	px.Restore()
 	t.Logf("dark link: appended %d at the stall, %d when the loss was noticed; chunks held %d", stalledAt.Appended, during.Appended, px.Held.Load())
 	if err := <-simDone; err != nil {

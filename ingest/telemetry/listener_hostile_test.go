@@ -177,7 +177,7 @@ func TestListenerHostileClients(t *testing.T) {
 		if rawConnect(t, c, "no-keepalive", true, 0, nil) != packets.Accepted {
 			t.Fatal("refused")
 		}
-		time.Sleep(3 * cfg.ConnectTimeout)
+		time.Sleep(3 * cfg.ConnectTimeout) // a deadline that must not fire elapses in the real listener: no event to wait on
 		if err := packets.NewControlPacket(packets.Pingreq).Write(c); err != nil {
 			t.Fatal(err)
 		}

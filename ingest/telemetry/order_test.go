@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,11 +47,16 @@ func TestOrderKeptWhileTheBrokerQueues(t *testing.T) {
 	subscribeOnce(t, b.URL(), cfg.ClientID, "drones/+/telemetry/#")
 	const drones, n = 4, 1500
 	simDone := make(chan error, 1)
+	var queued atomic.Int64
 	go func() {
-		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Window: 8, NoStatus: true})
+		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Window: 8, NoStatus: true,
+			OnPublished: func(string, string, uint64, []byte) { queued.Add(1) }})
 		simDone <- err
 	}()
-	time.Sleep(200 * time.Millisecond) // a backlog queues while the agent is away
+	// A backlog of five broker windows queues while the agent is away; the
+	// drones go on publishing while it drains.
+	testkit.WaitFor(t, 30*time.Second, "a backlog queued", func() bool { return queued.Load() >= 5*20 })
+	t.Logf("%d messages queued when the agent starts", queued.Load())
 	in, err := New(cfg, Sink{Stream: slowAppender{st, 300 * time.Microsecond}, Meta: s})
 	if err != nil {
 		t.Fatal(err)

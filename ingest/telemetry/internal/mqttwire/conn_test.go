@@ -108,7 +108,7 @@ func TestServerConnCloseKeepsLastAcks(t *testing.T) {
 			if _, err := c.Write(a); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(20 * time.Microsecond)
+			time.Sleep(20 * time.Microsecond) // spaces the writes into separate segments: the test's intent
 		}
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
