@@ -2,6 +2,7 @@ package unpack
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -142,10 +143,10 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	n := rounds(4)
 	var kills, leaderKills int
 	for round := range n {
-		// Kill while the derived stream moves.
-		before := derivedLast(nc, testStream)
-		testkit.WaitFor(t, 60*time.Second, "the derived stream to move", func() bool { return derivedLast(nc, testStream) > before })
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		// Kill while the derived stream moves, after a random number of
+		// its messages.
+		before, k := derivedLast(nc, testStream), uint64(1+rng.IntN(300))
+		testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("the derived stream to move by %d", k), func() bool { return derivedLast(nc, testStream) >= before+k })
 		for i, c := range children {
 			if i == 0 || rng.IntN(2) == 0 {
 				c.kill(t)

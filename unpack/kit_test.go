@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/centralread"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
@@ -197,18 +198,17 @@ func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []wire.CentralEven
 // early now and then.
 func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []wire.CentralEvent {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		src := sourceEvents(t, nc, stream)
-		if len(src) == total {
-			return src
+	var src []wire.CentralEvent
+	short := -1
+	testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("the source to hold the %d events the agents appended", total), func() bool {
+		src = sourceEvents(t, nc, stream)
+		if len(src) != total && len(src) != short {
+			short = len(src)
+			t.Logf("a read of the source returned %d events of %d", len(src), total)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the source holds %d events, the agents appended %d", len(src), total)
-		}
-		t.Logf("a read of the source returned %d events of %d", len(src), total)
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(src) == total
+	})
+	return src
 }
 
 // derivedEvents reads the whole derived stream in order (with each

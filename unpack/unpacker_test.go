@@ -15,6 +15,7 @@ import (
 	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
 // TestUnpackLiveAgents: two agents replicate (layout 2) while an
@@ -34,7 +35,8 @@ func TestUnpackLiveAgents(t *testing.T) {
 		go func() { done <- a.run(ctx, 2*time.Millisecond) }()
 	}
 	u, _ := startUnpacker(t, nc, Options{})
-	time.Sleep(1500 * time.Millisecond)
+	// The unpacker republishes while the agents append.
+	testkit.WaitFor(t, 60*time.Second, "1,000 events unpacked while the agents append", func() bool { return derivedLast(nc, testStream) >= 1000 })
 	cancel()
 	want := map[string]map[string]int{}
 	for i, a := range agents {
@@ -111,12 +113,18 @@ func TestLayoutOneNothingChanges(t *testing.T) {
 	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{Layout: 1})
 	a.waitReplicated(t, r, 30*time.Second)
 	u, stop := startUnpacker(t, nc, Options{})
-	testkit.WaitFor(t, 30*time.Second, "the unpacker to read the commit records", func() bool { return u.Stats().SourceSeq > 0 })
-	time.Sleep(200 * time.Millisecond)
+	// The replicator's last message is a commit record: the unpacker has
+	// read every one when it has read that.
+	js, _ := jetstream.New(nc)
+	src, err := js.Stream(context.Background(), wire.StreamName(testStream))
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := src.CachedInfo().State.LastSeq
+	testkit.WaitFor(t, 30*time.Second, "the unpacker to read every commit record", func() bool { return u.Stats().SourceSeq >= last })
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	js, _ := jetstream.New(nc)
 	if _, err := js.Stream(context.Background(), DerivedStreamName(testStream)); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("derived stream for a layout-1 stream: %v", err)
 	}
@@ -149,10 +157,11 @@ func TestActiveStandbyPair(t *testing.T) {
 	if u1.Stats().State == StateStandby {
 		active, stopActive, other = u2, stop2, u1
 	}
+	took := other.Stats().Events
 	if err := stopActive(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testkit.WaitFor(t, 30*time.Second, "the standby to take over while the agent appends", func() bool { return other.Stats().Events > took })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -191,7 +200,7 @@ func TestOldDerivedStreamGetsFastBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	u, _ := startUnpacker(t, connect(t, srv.ClientURL()), Options{})
-	time.Sleep(300 * time.Millisecond)
+	testkit.WaitFor(t, 30*time.Second, "the new unpacker to write behind the old one while the agent appends", func() bool { return u.Stats().Events > 0 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
