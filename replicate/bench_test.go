@@ -262,7 +262,7 @@ func BenchmarkRecoveryAfterLinkCut(b *testing.B) {
 	for range b.N {
 		for range 3 {
 			px.setDown(true)
-			time.Sleep(2 * time.Second)
+			time.Sleep(2 * time.Second) // the outage measured, not a wait
 			for len(commits) > 0 {
 				<-commits
 			}

@@ -28,7 +28,7 @@ func produceLogged(st *localstream.Stream, tag string, mu *sync.Mutex, out *bufi
 	p := newProducer()
 	p.tag = tag
 	for {
-		time.Sleep(3 * time.Millisecond)
+		time.Sleep(3 * time.Millisecond) // the producer's pace
 		if err := p.one(st); err != nil {
 			continue
 		}
@@ -130,7 +130,7 @@ func TestIdentityChaos(t *testing.T) {
 		if i%5 == 2 {
 			twin = startChaosChild(t, p, filepath.Join(t.TempDir(), "twin"), srv.ClientURL(), "station-twin", fmt.Sprintf("t%d", i))
 		}
-		if rng.IntN(3) == 0 {
+		if rng.IntN(3) == 0 { // a link cut of 0.2-1.7 s at a random moment: the fault
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
 			px.setDown(true)
 			time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
@@ -143,7 +143,7 @@ func TestIdentityChaos(t *testing.T) {
 			}
 			return c.acked.Load() > 0
 		})
-		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond) // SIGKILL at a random point
 		if !c.kill(t) {
 			t.Fatalf("round %d: the station's agent ended before SIGKILL: %s", i, c.stderr.String())
 		}

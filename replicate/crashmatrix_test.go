@@ -47,8 +47,9 @@ func TestCrashMatrix(t *testing.T) {
 }
 
 // runCrash runs one fault with telemetry flowing for about flowFor before
-// and after it, checks the outcome and returns how long replication took
-// to move again.
+// and after it (as many events as the producer's pace makes in flowFor,
+// however long they take), checks the outcome and returns how long
+// replication took to move again.
 func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 	srv := testkit.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
@@ -69,10 +70,12 @@ func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 	cur.Store(n.st)
 	ctx, cancel := context.WithCancel(context.Background())
 	flowDone := make(chan struct{})
-	go func() { defer close(flowDone); p.flow(ctx, &cur, 5*time.Millisecond) }()
+	const pace = 5 * time.Millisecond
+	go func() { defer close(flowDone); p.flow(ctx, &cur, pace) }()
 	defer func() { cancel(); <-flowDone }()
+	flow := int(flowFor / pace)
 
-	time.Sleep(flowFor)
+	p.waitAcked(t, flow, "before the fault")
 	backup := filepath.Join(t.TempDir(), "central-backup")
 	if f.centralTail {
 		testkit.WaitFor(t, 20*time.Second, "commits before the backup", func() bool { return n.rp.r.Stats().Events > 0 })
@@ -81,11 +84,11 @@ func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 		if err := srv.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(flowFor) // the centre moves past the backup
+		p.waitAcked(t, flow, "the centre moves past the backup")
 		before := n.rp.r.Stats().Txns
 		testkit.WaitFor(t, 20*time.Second, "commits after the backup", func() bool { return n.rp.r.Stats().Txns > before+2 })
 	}
-	time.Sleep(flowFor)
+	p.waitAcked(t, flow, "before the fault")
 
 	// The fault.
 	restartNode := f.wipe || f.tail > 0
@@ -133,7 +136,7 @@ func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
 		}
 	}
 	mu.Unlock()
-	time.Sleep(flowFor)
+	p.waitAcked(t, flow, "after the fault")
 	cur.Store(nil)
 	cancel()
 	<-flowDone

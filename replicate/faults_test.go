@@ -36,7 +36,7 @@ func TestExactlyOnceAcrossServerRestarts(t *testing.T) {
 	for range n {
 		before := rp.r.Stats().Txns
 		testkit.WaitFor(t, 20*time.Second, "a commit before the restart", func() bool { return rp.r.Stats().Txns > before })
-		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(150)) * time.Millisecond) // the restart at a random point
 		if err := srv.Restart(); err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +220,7 @@ func TestOutageLongerThanDuplicateWindow(t *testing.T) {
 	px.dropAfterCommit.Store(true)
 	testkit.WaitFor(t, 10*time.Second, "a dropped ack", func() bool { return px.droppedAcks.Load() == 1 })
 	px.setDown(true)
-	time.Sleep(3 * window)
+	time.Sleep(3 * window) // an outage beyond the duplicate window: the fault
 	px.setDown(false)
 	before := rp.r.Stats().Txns
 	testkit.WaitFor(t, 10*time.Second, "commits after the outage", func() bool { return rp.r.Stats().Txns > before+2 })

@@ -165,6 +165,8 @@ func runFleet(t testing.TB, fc fleetConfig) fleetResult {
 	var cutAt, upAt time.Time
 	var cut []*fleetStation
 	if fc.faults {
+		// The faults' schedule: the leader killed at 1/4 of the run, a third
+		// of the stations cut off at 1/2 for fc.cut, the leader back at 3/4.
 		time.Sleep(fc.run / 4)
 		leader := -1
 		testkit.WaitFor(t, 30*time.Second, "a stream leader", func() bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/centralread"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -187,18 +188,18 @@ func localEvents(t testing.TB, st *localstream.Stream) map[localstream.Position]
 func waitCaughtUp(t testing.TB, nc *nats.Conn, st *localstream.Stream, agent string, d time.Duration) Committed {
 	t.Helper()
 	tail := st.TailCut()
-	deadline := time.Now().Add(d)
 	var c Committed
 	var err error
-	for time.Now().Before(deadline) {
+	if testkit.Until(d, func() bool {
 		c, err = lastCommitted(context.Background(), nc, testStream, agent, 2*time.Second)
-		if err == nil && c.Seq > 0 {
-			cut, _ := c.Record.StreamCut()
-			if le, _ := st.Topology().LessEq(tail, cut); le {
-				return c
-			}
+		if err != nil || c.Seq == 0 {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		cut, _ := c.Record.StreamCut()
+		le, _ := st.Topology().LessEq(tail, cut)
+		return le
+	}) {
+		return c
 	}
 	t.Fatalf("central did not catch up with the local tail %s in %s: last %+v (%v)", tail, d, c.Record.CutText, err)
 	return c

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // connect connects the way the agent does, only to urls.
@@ -20,10 +22,8 @@ func connect(t testing.TB, urls ...string) *nats.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	deadline := time.Now().Add(10 * time.Second)
-	for !nc.IsConnected() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Not connected within 10 s: the caller's first request says why.
+	testkit.Until(10*time.Second, nc.IsConnected)
 	return nc
 }
 

@@ -52,10 +52,12 @@ func TestIncumbentOutageNotTakenOver(t *testing.T) {
 	sb0.Close()
 	b := startNode(t, ncB, dirB, "agent-out", twinStation(ReplicatorConfig{}))
 	defer b.stop(t)
-	// Longer than any watch of the chain: 5 s of silence.
+	// Longer than any watch of the chain: 5 s of silence (the fault
+	// itself, not a wait).
 	time.Sleep(5 * time.Second)
+	before := a.rp.r.Stats().Txns
 	px.setDown(false)
-	time.Sleep(time.Second)
+	testkit.WaitFor(t, 30*time.Second, "the incumbent's commits after its outage", func() bool { return a.rp.r.Stats().Txns > before })
 	cancel()
 	<-flowDone
 	if px.cuts.Load() == 0 {

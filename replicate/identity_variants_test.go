@@ -37,10 +37,7 @@ func TestTwinFirstDuringOutage(t *testing.T) {
 	q.add(t, b.st, 30)
 	waitAllAt(t, ncB, b, "agent-first", q, 20*time.Second)
 	px.setDown(false)
-	deadline := time.Now().Add(20 * time.Second)
-	for a.rp.r.Stats().Stopped == "" && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Until(20*time.Second, func() bool { return a.rp.r.Stats().Stopped != "" })
 	sa := a.rp.r.Stats()
 	if sa.Stopped == "" || !strings.Contains(sa.Stopped, a.store.ID()) || !strings.Contains(sa.Stopped, b.store.ID()) {
 		t.Fatalf("the late station was not refused naming both identities: stopped %q, txns %d, error %q", sa.Stopped, sa.Txns, sa.LastError)
@@ -90,10 +87,7 @@ func TestBackupRestoredTwice(t *testing.T) {
 		p.add(t, n.st, 20)
 		// A restored store's positions are below the chain's cut until
 		// its first commit under the new base: waitAllAt needs one.
-		deadline := time.Now().Add(20 * time.Second)
-		for n.rp.r.Stats().Txns == 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testkit.Until(20*time.Second, func() bool { return n.rp.r.Stats().Txns > 0 })
 		waitAllAt(t, nc, n, "agent-bk2", p, 20*time.Second)
 		s := n.rp.r.Stats()
 		if s.Stopped != "" {

@@ -31,19 +31,19 @@ func forLayouts(t *testing.T, f func(t *testing.T, layout int)) {
 func waitReplicated(t testing.TB, nc *nats.Conn, st *localstream.Stream, rp *replica, agent string, d time.Duration) {
 	t.Helper()
 	tail := st.TailCut()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	if testkit.Until(d, func() bool {
 		if s := rp.r.Stats(); s.State == StateStopped {
 			t.Fatalf("stream stopped: %s", s.Stopped)
 		}
 		c, err := lastCommitted(context.Background(), nc, st.Name(), agent, 2*time.Second)
-		if err == nil && c.Seq > 0 {
-			cut, _ := c.Record.StreamCut()
-			if le, _ := st.Topology().LessEq(tail, cut); le {
-				return
-			}
+		if err != nil || c.Seq == 0 {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		cut, _ := c.Record.StreamCut()
+		le, _ := st.Topology().LessEq(tail, cut)
+		return le
+	}) {
+		return
 	}
 	s := rp.r.Stats()
 	t.Fatalf("central did not reach the local tail %s in %s: state %s, last error %q, committed %s", tail, d, s.State, s.LastError, s.CommittedCut)

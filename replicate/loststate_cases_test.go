@@ -181,11 +181,14 @@ func TestTwinRefused(t *testing.T) {
 	sb0.Close()
 	b := startNode(t, nc, dirB, "agent-tw", twinStation(ReplicatorConfig{}))
 	defer b.stop(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) && b.rp.r.Stats().Stopped == "" {
+	// The incumbent goes on appending while the newcomer decides.
+	testkit.Until(20*time.Second, func() bool {
+		if b.rp.r.Stats().Stopped != "" {
+			return true
+		}
 		p.add(t, a.st, 1)
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false
+	})
 	sb, sa := b.rp.r.Stats(), a.rp.r.Stats()
 	if sb.Stopped == "" || !strings.Contains(sb.Stopped, a.store.ID()) || !strings.Contains(sb.Stopped, b.store.ID()) {
 		t.Fatalf("newcomer not refused with both identities: stopped %q, last error %q", sb.Stopped, sb.LastError)

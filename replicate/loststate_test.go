@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/centralread"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -94,6 +95,20 @@ func (p *producer) flow(ctx context.Context, cur *atomic.Pointer[localstream.Str
 			}
 		}
 	}
+}
+
+// waitAcked waits until k events more than now are acknowledged: a flow
+// of k events however loaded the machine is, where a fixed sleep may see
+// few.
+func (p *producer) waitAcked(t testing.TB, k int, what string) {
+	t.Helper()
+	acked := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.acked)
+	}
+	before := acked()
+	testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("%d more events acknowledged (%s)", k, what), func() bool { return acked() >= before+k })
 }
 
 // truncateLocalTail deletes the last entries of every segment of stream
@@ -328,17 +343,16 @@ func (n *node) stop(t testing.TB) {
 func waitAllAt(t testing.TB, nc *nats.Conn, n *node, agent string, p *producer, d time.Duration) {
 	t.Helper()
 	tail := n.st.TailCut()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	if testkit.Until(d, func() bool {
 		c, err := lastCommitted(context.Background(), nc, testStream, agent, 2*time.Second)
-		if err == nil {
-			if cut, ok := n.rp.r.localCut(c); ok {
-				if le, _ := n.st.Topology().LessEq(tail, cut); le {
-					return
-				}
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		cut, ok := n.rp.r.localCut(c)
+		le, _ := n.st.Topology().LessEq(tail, cut)
+		return ok && le
+	}) {
+		return
 	}
 	s := n.rp.r.Stats()
 	t.Fatalf("replication did not reach the local tail %s in %s: state %s, last cut %s, error %q, stopped %q", tail, d, s.State, s.CommittedCut, s.LastError, s.Stopped)

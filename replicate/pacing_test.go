@@ -44,16 +44,13 @@ func TestCommitIntervalUnderBacklog(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(rctx) }()
 	tail := st.TailCut()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, ok, _ := st.CommittedCut("central")
-		if ok && c.Equal(tail) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("local committed cut %v never reached the tail %v (%d commits)", c, tail, commits.Load())
-		}
-		time.Sleep(50 * time.Millisecond)
+	var c localstream.StreamCut
+	if !testkit.Until(30*time.Second, func() bool {
+		var ok bool
+		c, ok, _ = st.CommittedCut("central")
+		return ok && c.Equal(tail)
+	}) {
+		t.Fatalf("local committed cut %v never reached the tail %v (%d commits)", c, tail, commits.Load())
 	}
 	cancel()
 	<-done

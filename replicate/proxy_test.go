@@ -114,7 +114,7 @@ func (p *faultProxy) pipe(src, dst net.Conn, clientToServer bool) {
 				}
 				if d := p.ackDelay.Load(); d > 0 {
 					p.delayedAcks.Add(1)
-					time.Sleep(time.Duration(d))
+					time.Sleep(time.Duration(d)) // the injected delay
 				}
 			}
 			if _, werr := dst.Write(chunk); werr != nil {

@@ -97,7 +97,7 @@ func TestExactlyOnceThroughLinkFaults(t *testing.T) {
 			testkit.WaitFor(t, 20*time.Second, "a commit ack delayed", func() bool { return px.delayedAcks.Load() > before })
 			px.ackDelay.Store(0)
 		}
-		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond) // a random pause between faults
 	}
 	cancel()
 	if err := <-appDone; err != nil {

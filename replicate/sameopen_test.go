@@ -57,15 +57,15 @@ func TestSecondRunWhileAppending(t *testing.T) {
 	flowDone := make(chan struct{})
 	go func() { defer close(flowDone); p.flow(ctx, &cur, 2*time.Millisecond) }()
 	for run := range 3 {
-		time.Sleep(300 * time.Millisecond)
+		p.waitAcked(t, 150, "appends during the run")
 		before := n.rp.r.Stats().Txns
 		testkit.WaitFor(t, 20*time.Second, "commits of this run", func() bool { return n.rp.r.Stats().Txns > before+2 })
 		n.rp.close()
-		time.Sleep(50 * time.Millisecond) // appends go on between the runs
+		p.waitAcked(t, 25, "appends between the runs")
 		n.rp = startReplica(t, nc, n.st, "agent-same2", cfg, JetStreamOptions{})
 		t.Logf("run %d replaced", run)
 	}
-	time.Sleep(300 * time.Millisecond)
+	p.waitAcked(t, 150, "appends during the last run")
 	cancel()
 	<-flowDone
 	waitAllAt(t, nc, n, "agent-same2", p, 30*time.Second)

@@ -159,7 +159,7 @@ func testSinkMidBatchCut(t *testing.T, layout int) {
 	var err error
 	for i := 0; i < 50 && err == nil; i++ {
 		err = tx.Add(ctx, rec(0, uint64(i), "h", int64(i)))
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // the batch spans writes, for a cut in its middle
 	}
 	if err == nil {
 		_, err = tx.Commit(ctx, Committed{}, cutAt("health", 50), watermark.Watermark{}, wire.CommitMeta{})
@@ -167,14 +167,11 @@ func testSinkMidBatchCut(t *testing.T, layout int) {
 	if err == nil || px.midBatchCuts.Load() != 1 {
 		t.Fatalf("commit after a mid-batch cut: err=%v cuts=%d", err, px.midBatchCuts.Load())
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	var c Committed
-	for {
-		if c, err = s.LastCommitted(ctx, "health"); err == nil || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testkit.Until(10*time.Second, func() bool {
+		c, err = s.LastCommitted(ctx, "health")
+		return err == nil
+	})
 	if err != nil || c.Seq != 0 {
 		t.Fatalf("after the cut: %+v %v", c, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
@@ -14,7 +15,13 @@ import (
 // TestUplinkServesPriorityFirst: while a low-priority stream draws a large
 // amount, a high-priority request that arrives later is served before the
 // rest of it (grants are per chunk).
+// The uplink is timer-driven logic: it runs in a synctest bubble, on the
+// bubble's clock.
 func TestUplinkServesPriorityFirst(t *testing.T) {
+	synctest.Test(t, testUplinkServesPriorityFirst)
+}
+
+func testUplinkServesPriorityFirst(t *testing.T) {
 	u := NewUplink(200 << 10) // 200 KiB/s, chunks of 4 KiB
 	ctx := testCtx(t, 30*time.Second)
 	var order []string
@@ -23,7 +30,7 @@ func TestUplinkServesPriorityFirst(t *testing.T) {
 		u.Wait(ctx, 2, 400<<10) // ~2 s of video
 		done <- "video"
 	}()
-	time.Sleep(100 * time.Millisecond)
+	synctest.Wait() // the video holds the uplink, waiting for its next chunk's tokens
 	go func() {
 		u.Wait(ctx, 0, 1000)
 		done <- "telemetry"

@@ -89,19 +89,18 @@ func videoDrain(b *testing.B, url, agent string, capBps int64, chunks int, off b
 	cpu0, start := cpuTime(), time.Now()
 	go func() { done <- rep.Run(rctx) }()
 	defer func() { stop(); <-done }()
-	for {
-		drained := false
+	deadline, _ := ctx.Deadline()
+	if !testkit.Until(time.Until(deadline), func() bool {
 		for _, s := range rep.Stats() {
-			drained = drained || (s.Stream == "video" && s.Events == uint64(chunks) && s.BacklogEvents == 0)
+			if s.Stream == "video" && s.Events == uint64(chunks) && s.BacklogEvents == 0 {
+				return true
+			}
 		}
-		if drained {
-			return time.Since(start), cpuTime() - cpu0
-		}
-		if ctx.Err() != nil {
-			b.Fatal("the video backlog never drained")
-		}
-		time.Sleep(5 * time.Millisecond)
+		return false
+	}) {
+		b.Fatal("the video backlog never drained")
 	}
+	return time.Since(start), cpuTime() - cpu0
 }
 
 // cpuTime is the process's user and system CPU time so far.
