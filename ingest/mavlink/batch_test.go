@@ -37,8 +37,13 @@ func TestBatchGroups(t *testing.T) {
 		}
 	}
 	commits := s.Stats().Commits
-	testkit.WaitFor(t, 10*time.Second, "two full groups", func() bool { return in.Stats().Stored == 200 })
-	time.Sleep(100 * time.Millisecond)
+	// The store counts a commit after its callbacks ran: both are awaited.
+	testkit.WaitFor(t, 10*time.Second, "two full groups", func() bool { return in.Stats().Stored == 200 && s.Stats().Commits > commits })
+	testkit.WaitFor(t, 10*time.Second, "the last 50 taken", func() bool {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return len(in.batch.evs) == 50
+	})
 	if n := in.Stats().Stored; n != 200 {
 		t.Fatalf("%d stored with a 5 s window and groups of 100: want 200 (the rest held)", n)
 	}
@@ -178,9 +183,10 @@ func TestUDPLossAtIntakeCounted(t *testing.T) {
 	for range 200 {
 		sendOne()
 	}
-	time.Sleep(50 * time.Millisecond)
+	addr := in.UDPAddr().(*net.UDPAddr)
+	testkit.WaitFor(t, 10*time.Second, "the kernel dropping datagrams", func() bool { _, drops := testkit.UDPQueue(t, addr); return drops > 0 })
 	in.mu.Unlock()
-	time.Sleep(200 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "the socket's buffer read", func() bool { queued, _ := testkit.UDPQueue(t, addr); return queued == 0 })
 	sendOne() // carries the kernel's count, and ends the gap
 	testkit.WaitFor(t, 10*time.Second, "the last frame stored", func() bool {
 		ds, _ := in.Stats().Drone(9)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,17 +16,18 @@ import (
 	"github.com/bluenviron/gomavlib/v3"
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
-// TestMain lets the test binary be the bench's sender (EDGE_MAVLINK_SEND),
-// in its own process so that a pass's CPU is the receiver's alone.
+// TestMain lets the test binary be the bench's sender (roles "sim" and
+// "flood"), in its own process so that a pass's CPU is the receiver's alone.
 func TestMain(m *testing.M) {
-	if mode := os.Getenv("EDGE_MAVLINK_SEND"); mode != "" {
-		os.Exit(benchSenderMain(mode, os.Getenv("EDGE_MAVLINK_TO")))
+	sender := func(mode string) func() int {
+		return func() int { return benchSenderMain(mode, os.Getenv("EDGE_MAVLINK_TO")) }
 	}
-	os.Exit(m.Run())
+	testkit.Main(m, map[string]func() int{"sim": sender("sim"), "flood": sender("flood")})
 }
 
 func benchEnv(name string, def int) int {
@@ -89,8 +89,7 @@ type benchPass struct {
 
 // runSender runs the sender subprocess and returns how many frames it sent.
 func runSender(b testing.TB, mode, to string) (int, time.Duration) {
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), "EDGE_MAVLINK_SEND="+mode, "EDGE_MAVLINK_TO="+to)
+	cmd := testkit.ChildCommand(mode, "EDGE_MAVLINK_TO="+to)
 	cmd.Stderr = os.Stderr
 	start := time.Now()
 	out, err := cmd.Output()
@@ -114,7 +113,7 @@ func settle(want int, count func() int) {
 		} else if time.Since(since) > 500*time.Millisecond {
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the poll of a wait on the count
 	}
 }
 

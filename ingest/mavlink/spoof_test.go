@@ -72,7 +72,7 @@ func TestSpoofedGoodSysids(t *testing.T) {
 	for i := 1; i < n; i++ {
 		send(i)
 		if i%100 == 0 {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // paced: the attack runs all along
 		}
 	}
 	testkit.WaitFor(t, 30*time.Second, "good drones stored", func() bool {
@@ -84,7 +84,22 @@ func TestSpoofedGoodSysids(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // the attack goes on a little
 	close(stop)
 	wg.Wait()
-	time.Sleep(2 * cfg.BatchWindow) // the last batch
+	// Every spoofed datagram read, and every frame taken durable: a
+	// spoofed frame let through would be in the store now.
+	udp := in.UDPAddr().(*net.UDPAddr)
+	testkit.WaitFor(t, 10*time.Second, "the socket read, the last batch durable", func() bool {
+		if queued, _ := testkit.UDPQueue(t, udp); queued > 0 {
+			return false
+		}
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		for _, d := range in.slots.bySys {
+			if d != nil && d.pending.Load() > 0 {
+				return false
+			}
+		}
+		return len(in.batch.evs) == 0
+	})
 	got := byDrone(t, st)
 	for drone, fs := range sent {
 		if len(got[drone]) != len(fs) {
@@ -129,7 +144,7 @@ func TestRebind(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "bound to a", func() bool { return drone().Frames == 1 })
 	send(b)
 	testkit.WaitFor(t, 5*time.Second, "b spoofed", func() bool { return drone().Spoofed == 1 })
-	time.Sleep(cfg.RebindAfter + 100*time.Millisecond) // a silent
+	time.Sleep(cfg.RebindAfter + 100*time.Millisecond) // the test's silence of a: longer than rebind_after
 	send(b)
 	testkit.WaitFor(t, 5*time.Second, "b takes over", func() bool { return drone().Rebinds == 1 && drone().Frames == 2 })
 	send(a)
