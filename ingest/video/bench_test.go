@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -21,24 +20,24 @@ import (
 	"golang.org/x/net/ipv4"
 
 	"github.com/edge-agent/edge-agent/ingest/udpsock"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
 
 // The benchmark's sender runs in a child process (this test binary re-run
-// with EDGE_VIDEO_BENCH_SENDER set), so the CPU measured in the benchmark
-// process is the receiving side's only.
+// in role "sender", its spec in EDGE_VIDEO_BENCH_SENDER), so the CPU
+// measured in the benchmark process is the receiving side's only.
 const senderEnv = "EDGE_VIDEO_BENCH_SENDER"
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(senderEnv); spec != "" {
-		if err := benchSender(spec); err != nil {
+	testkit.Main(m, map[string]func() int{"sender": func() int {
+		if err := benchSender(os.Getenv(senderEnv)); err != nil {
 			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			return 1
 		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return 0
+	}})
 }
 
 // senderSpec is what the child process is asked to send.
@@ -108,7 +107,7 @@ func benchSender(spec string) error {
 				p.c.Close()
 			}
 		}()
-		time.Sleep(s.Warmup)
+		time.Sleep(s.Warmup) // the sources play before the first packet (the parent checks they all do)
 	} else {
 		conn, err := net.Dial("udp4", s.To)
 		if err != nil {
@@ -198,7 +197,7 @@ func benchSender(spec string) error {
 		}
 		flush()
 		if speed > 0 {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // paced at the spec's rate
 		}
 	}
 	res.Elapsed = time.Since(start)
@@ -257,8 +256,7 @@ func rewrite(b []byte, kind replay.Kind, ssrc uint32, loop, nRTP int, tsSpan uin
 // runSender starts the child sender and returns its result.
 func runSender(b *testing.B, spec senderSpec) senderResult {
 	js, _ := json.Marshal(spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), senderEnv+"="+string(js))
+	cmd := testkit.ChildCommand("sender", senderEnv+"="+string(js))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -283,6 +281,13 @@ func benchDuration() time.Duration {
 		return time.Duration(n) * time.Second
 	}
 	return 4 * time.Second
+}
+
+// settledStats are the ingest's stats once its datagram and packet counts
+// held still for 200 ms (at most 10 s): what is still on its way is read.
+func settledStats(in *Ingest) (s Stats) {
+	testkit.Settle(200*time.Millisecond, 10*time.Second, func() uint64 { s = in.Stats(); return s.Packets + s.Datagrams })
+	return s
 }
 
 // report sets the benchmark's metrics for one measurement.
@@ -351,7 +356,7 @@ func benchOnce(b *testing.B, mode string, spec senderSpec) {
 		spec.To = conn.LocalAddr().String()
 		c0 := cpuTime()
 		res := runSender(b, spec)
-		time.Sleep(200 * time.Millisecond)
+		testkit.Settle(200*time.Millisecond, 10*time.Second, got.Load) // the tail read
 		cpu := cpuTime() - c0
 		conn.Close()
 		<-done
@@ -382,15 +387,7 @@ func benchOnce(b *testing.B, mode string, spec senderSpec) {
 	res := runSender(b, spec)
 	// Let the drones work off their queues: loss is what never reaches
 	// them (kernel and queue drops), not what is still queued.
-	s := in.Stats()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-		x := in.Stats()
-		if x.Packets == s.Packets && x.Datagrams == s.Datagrams {
-			break
-		}
-		s = x
-	}
+	s := settledStats(in)
 	cpu := cpuTime() - c0
 	cancel()
 	<-done

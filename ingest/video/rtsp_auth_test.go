@@ -1,69 +1,27 @@
 package video
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writes and reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // recordingProxy forwards TCP connections from a free loopback port to
 // target and records what the clients sent.
-func recordingProxy(t *testing.T, target string) (addr string, sent *lockedBuffer) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	sent = &lockedBuffer{}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			go func() {
-				defer s.Close()
-				io.Copy(io.MultiWriter(s, sent), c)
-			}()
-			go func() {
-				defer c.Close()
-				io.Copy(c, s)
-			}()
+func recordingProxy(t *testing.T, target string) (addr string, sent *testkit.SyncBuffer) {
+	sent = &testkit.SyncBuffer{}
+	p := testkit.NewProxy(t, target, testkit.ProxyHooks{Chunk: func(up bool, b []byte) ([]byte, bool) {
+		if up {
+			sent.Write(b)
 		}
-	}()
-	return ln.Addr().String(), sent
+		return b, false
+	}})
+	return p.Addr(), sent
 }
 
 // TestRTSPBasicAuth: a real RTSP server that offers basic authentication
@@ -79,7 +37,7 @@ func TestRTSPBasicAuth(t *testing.T) {
 	host = strings.TrimSuffix(host, "/")
 	proxy, sent := recordingProxy(t, host)
 	const wrong = "N0tTheRightPw"
-	var logs lockedBuffer
+	var logs testkit.SyncBuffer
 	in, sink, stop := rtspIngestLog(t, &logs, slog.LevelDebug,
 		SourceConfig{URL: "rtsp://" + rtsptest.ReadUser + ":" + rtsptest.ReadPass + "@" + proxy + "/cam", Drone: "basic", Transport: "tcp"},
 		SourceConfig{URL: srv.URL(rtsptest.ReadUser+":"+wrong, "cam"), Drone: "basic-wrong"})
@@ -87,16 +45,17 @@ func TestRTSPBasicAuth(t *testing.T) {
 	srv.WaitCount("RECORD request", 1, 10*time.Second)
 	waitSource(t, in, "basic", SourceStreaming, 10*time.Second)
 	st := waitSource(t, in, "basic-wrong", SourceFailing, 5*time.Second)
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(st.LastError, "401"); st = in.Stats().Sources[1] {
-		if time.Now().After(deadline) {
-			t.Fatalf("basic-wrong: %q", st.LastError)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Until(5*time.Second, func() bool { st = in.Stats().Sources[1]; return strings.Contains(st.LastError, "401") }) {
+		t.Fatalf("basic-wrong: %q", st.LastError)
 	}
 	if !strings.Contains(st.LastError, "check the user and password") {
 		t.Errorf("basic-wrong: %q does not say what to fix", st.LastError)
 	}
-	time.Sleep(time.Second)
+	// A chunk of the good source stored, and the wrong password tried
+	// (and logged) again, before the state and the logs are searched.
+	testkit.WaitFor(t, 10*time.Second, "a chunk from basic, basic-wrong retried", func() bool {
+		return len(byDrone(sink.snapshot())["basic"]) > 0 && in.Stats().Sources[1].Attempts >= 3
+	})
 	stats := fmt.Sprintf("%+v", in.Stats().Sources)
 	stop()
 	wire := sent.String()

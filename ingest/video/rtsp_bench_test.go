@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -87,31 +88,22 @@ func benchRTSPOnce(b *testing.B, urls []string) float64 {
 	go func() {
 		sent <- runSender(b, senderSpec{RTSP: urls, Mbps: 4, Duration: benchDuration(), Warmup: 2 * time.Second})
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		playing := 0
+	playing := 0
+	if !testkit.Until(20*time.Second, func() bool {
+		playing = 0
 		for _, s := range in.Stats().Sources {
 			if s.State == SourceStreaming {
 				playing++
 			}
 		}
-		if playing == len(urls) {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d sources playing after 20 s", playing, len(urls))
-		}
+		return playing == len(urls)
+	}) {
+		b.Fatalf("%d of %d sources playing after 20 s", playing, len(urls))
 	}
 	c0 := cpuTime()
 	res := <-sent
-	s := in.Stats()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-		x := in.Stats()
-		if x.Packets == s.Packets {
-			break
-		}
-		s = x
-	}
+	var s Stats
+	testkit.Settle(200*time.Millisecond, 10*time.Second, func() uint64 { s = in.Stats(); return s.Packets })
 	cpu := cpuTime() - c0
 	cancel()
 	<-done
@@ -147,15 +139,7 @@ func benchPushedOnce(b *testing.B, n int) float64 {
 	<-in.Ready()
 	c0 := cpuTime()
 	res := runSender(b, senderSpec{To: in.Addr().String(), Streams: n, Mbps: 4, Duration: benchDuration()})
-	s := in.Stats()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(200 * time.Millisecond)
-		x := in.Stats()
-		if x.Packets == s.Packets && x.Datagrams == s.Datagrams {
-			break
-		}
-		s = x
-	}
+	s := settledStats(in)
 	cpu := cpuTime() - c0
 	cancel()
 	<-done

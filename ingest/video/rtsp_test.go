@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -64,18 +65,27 @@ func rtspIngestLog(t *testing.T, w io.Writer, level slog.Level, sources ...Sourc
 // waitSource waits until the source of drone is in state.
 func waitSource(t *testing.T, in *Ingest, drone string, state SourceState, within time.Duration) SourceStatus {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var got SourceStatus
+	if !testkit.Until(within, func() bool {
 		for _, s := range in.Stats().Sources {
 			if s.Drone == drone && s.State == state {
-				return s
+				got = s
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("source %s not %v within %v: %+v", drone, state, within, in.Stats().Sources)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("source %s not %v within %v: %+v", drone, state, within, in.Stats().Sources)
 	}
+	return got
+}
+
+// sourcesRTP is the RTP packets all the ingest's sources received.
+func sourcesRTP(in *Ingest) (n uint64) {
+	for _, s := range in.Stats().Sources {
+		n += s.RTP
+	}
+	return n
 }
 
 // checkPulled checks a pulled drone's chunks: frames in PTS order, each
@@ -154,7 +164,9 @@ func TestRTSPSourcePullsH264AndH265(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The publishers ended: the frames still on their way arrive (the
+	// sources' packet counts hold still).
+	testkit.Settle(200*time.Millisecond, 10*time.Second, func() uint64 { return sourcesRTP(in) })
 	stop()
 	evs := byDrone(sink.snapshot())
 	for drone, codec := range map[string]Codec{"cam-264": CodecH264, "cam-265": CodecH265} {
@@ -185,10 +197,14 @@ func TestRTSPServerRestarts(t *testing.T) {
 
 	// The pushed drone: a real capture at half speed (12 s) from its own port.
 	c := loadCapture(t, "h264", CodecH264)
-	pushed := make(chan error, 1)
+	type sent struct {
+		replay.Summary
+		err error
+	}
+	pushed := make(chan sent, 1)
 	go func() {
-		_, err := replay.Send(context.Background(), testdata("h264.pcap"), in.Addr().String(), replay.Options{Speed: 0.5, SSRC: 0x77, Mux: true})
-		pushed <- err
+		sum, err := replay.Send(context.Background(), testdata("h264.pcap"), in.Addr().String(), replay.Options{Speed: 0.5, SSRC: 0x77, Mux: true})
+		pushed <- sent{sum, err}
 	}()
 
 	const gop = 10
@@ -196,11 +212,8 @@ func TestRTSPServerRestarts(t *testing.T) {
 	waitSource(t, in, "cam", SourceStreaming, 10*time.Second)
 	const kills = 3
 	for k := 1; k <= kills; k++ {
-		for deadline := time.Now().Add(10 * time.Second); in.Stats().PerDrone["cam"].FramesOut < uint64(30*k); {
-			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: no frames stored", k)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testkit.Until(10*time.Second, func() bool { return in.Stats().PerDrone["cam"].FramesOut >= uint64(30*k) }) {
+			t.Fatalf("kill %d: no frames stored", k)
 		}
 		srv.Kill()
 		pub.Kill()
@@ -215,11 +228,14 @@ func TestRTSPServerRestarts(t *testing.T) {
 			t.Fatalf("kill %d: %d reconnects", k, st.Reconnects)
 		}
 	}
-	time.Sleep(time.Second)
-	if err := <-pushed; err != nil {
-		t.Fatal(err)
+	// Frames after the last reconnect, and the pushed drone's every
+	// packet read (the assertions below say what is missing if not).
+	testkit.Until(10*time.Second, func() bool { return in.Stats().PerDrone["cam"].FramesOut >= uint64(30*(kills+1)) })
+	sum := <-pushed
+	if sum.err != nil {
+		t.Fatal(sum.err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	testkit.Until(10*time.Second, func() bool { return in.Stats().PerDrone["ssrc-00000077"].Packets >= uint64(sum.RTP) })
 	stop()
 	stats := in.Stats()
 	evs := byDrone(sink.snapshot())
@@ -270,11 +286,8 @@ func TestRTSPWrongCredentialsAndSilentServer(t *testing.T) {
 	rtsptest.Publish(t, plain.URL("", "cam"), rtsptest.H264, 100000, 25, 10)
 	auth.WaitCount("RECORD request", 1, 10*time.Second)
 	st := waitSource(t, in, "wrong-pw", SourceFailing, 5*time.Second)
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(st.LastError, "401"); st = in.Stats().Sources[0] {
-		if time.Now().After(deadline) {
-			t.Fatalf("wrong-pw: %q", st.LastError)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testkit.Until(5*time.Second, func() bool { st = in.Stats().Sources[0]; return strings.Contains(st.LastError, "401") }) {
+		t.Fatalf("wrong-pw: %q", st.LastError)
 	}
 	if !strings.Contains(st.LastError, "check the user and password") {
 		t.Errorf("wrong-pw: %q does not say what to fix", st.LastError)
@@ -287,7 +300,12 @@ func TestRTSPWrongCredentialsAndSilentServer(t *testing.T) {
 	// The same server plays with the right password (digest: the
 	// example offers basic and digest, gortsplib's client answers digest).
 	waitSource(t, in, "right-pw", SourceStreaming, 5*time.Second)
-	time.Sleep(time.Second)
+	// Chunks from the playing sources, and the failing ones tried again
+	// with the password, before the state is searched for it.
+	testkit.WaitFor(t, 10*time.Second, "chunks from good and right-pw, wrong-pw and silent retried", func() bool {
+		evs, ss := byDrone(sink.snapshot()), in.Stats().Sources
+		return len(evs["good"]) > 0 && len(evs["right-pw"]) > 0 && ss[0].Attempts >= 3 && ss[1].Attempts >= 2
+	})
 	for _, s := range in.Stats().Sources {
 		if strings.Contains(fmt.Sprint(s), secret) {
 			t.Errorf("the password is shown: %+v", s)
@@ -313,7 +331,7 @@ func TestRTSPTransportFallbackAndTLS(t *testing.T) {
 	in, sink, stop := rtspIngest(t, SourceConfig{URL: noUDP.URL("", "cam"), Drone: "fallback"})
 	rtsptest.Publish(t, noUDP.URL("", "cam"), rtsptest.H264, 50, 25, 10)
 	st := waitSource(t, in, "fallback", SourceStreaming, 10*time.Second)
-	time.Sleep(500 * time.Millisecond)
+	testkit.WaitFor(t, 10*time.Second, "a chunk from fallback", func() bool { return len(sink.snapshot()) > 0 })
 	stop()
 	if st = in.Stats().Sources[0]; st.Transport != "TCP" || st.TransportSwitches == 0 {
 		t.Errorf("fallback: transport %q after %d switches", st.Transport, st.TransportSwitches)
@@ -330,7 +348,10 @@ func TestRTSPTransportFallbackAndTLS(t *testing.T) {
 	rtsptest.Publish(t, sec.URL("", "cam"), rtsptest.H264, 100000, 25, 10)
 	waitSource(t, in, "tls", SourceStreaming, 10*time.Second)
 	waitSource(t, in, "tls-tcp", SourceStreaming, 10*time.Second)
-	time.Sleep(time.Second)
+	testkit.WaitFor(t, 10*time.Second, "chunks from tls and tls-tcp, no-ca refused", func() bool {
+		evs := byDrone(sink.snapshot())
+		return len(evs["tls"]) > 0 && len(evs["tls-tcp"]) > 0 && strings.Contains(in.Stats().Sources[2].LastError, "unknown authority")
+	})
 	stop()
 	evs := byDrone(sink.snapshot())
 	for _, d := range []string{"tls", "tls-tcp"} {

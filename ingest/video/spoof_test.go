@@ -213,7 +213,7 @@ func TestUDPRebindAfterSilence(t *testing.T) {
 		t.Fatal(err)
 	}
 	testkit.WaitFor(t, 10*time.Second, "first half", func() bool { return in.Stats().Datagrams >= uint64(half) })
-	time.Sleep(cfg.RebindAfter + 100*time.Millisecond)
+	time.Sleep(cfg.RebindAfter + 100*time.Millisecond) // the test's silence: longer than rebind_after
 	sum, err := replay.SendPackets(context.Background(), c.pkts[half:], c.port, addr, replay.Options{Speed: 0, Mux: true})
 	if err != nil {
 		t.Fatal(err)

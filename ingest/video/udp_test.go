@@ -290,7 +290,7 @@ func TestUDPGarbage(t *testing.T) {
 					sent++
 				}
 			}
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // paced: garbage all along the stream, not a flood
 		}
 	}()
 	sum, err := replay.SendPackets(context.Background(), c.pkts, c.port, addr, replay.Options{Speed: 2, Mux: true})
