@@ -5,11 +5,9 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
@@ -108,26 +106,4 @@ func udpSender(t testing.TB, addr net.Addr) *net.UDPConn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
-}
-
-// seedFor returns the test's random seed: EDGE_SEED if set, else the clock.
-func seedFor(t testing.TB) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("EDGE_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("seed=%d (rerun with EDGE_SEED=%d)", seed, seed)
-	return seed
-}
-
-// rounds returns EDGE_ROUNDS or def.
-func rounds(def int) int {
-	if v, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && v > 0 {
-		return v
-	}
-	return def
 }

@@ -22,7 +22,7 @@ import (
 // are stored complete, byte for byte, in order; every drop is counted;
 // the discovered drones stay within MaxDrones and the heap bounded.
 func TestHostileInput(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seedFor(t), 1))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 1))
 	_, st := openStore(t, t.TempDir())
 	cfg := localConfig()
 	cfg.Drones = map[uint8]string{1: "good-1", 2: "good-2"}
@@ -106,7 +106,7 @@ func TestHostileInput(t *testing.T) {
 	})
 
 	w1, w2 := newWriter(t, false, 1, 1, nil), newWriter(t, true, 2, 1, nil)
-	n := rounds(1) * 2000
+	n := testkit.Rounds(1) * 2000
 	sent := map[string][][]byte{}
 	for i := range n {
 		for drone, w := range map[string]*gomavlibWriter{"good-1": w1, "good-2": w2} {

@@ -12,29 +12,48 @@ import (
 	"github.com/edge-agent/edge-agent/watermark"
 )
 
+// skewRig is an intake on a fake clock with drones a (system 1) and b
+// (system 2) whose gomavlib writers send over one TCP connection, and the
+// real watermark tracker of its stream.
+type skewRig struct {
+	in     *Intake
+	st     *localstream.Stream
+	tr     *watermark.Tracker
+	clk    *fakeClock
+	c      net.Conn
+	wa, wb *gomavlibWriter
+}
+
+// newSkewRig starts the rig with the tracker's opts (its clock set here).
+func newSkewRig(t *testing.T, opts watermark.Options) *skewRig {
+	s, st := openStore(t, t.TempDir())
+	r := &skewRig{st: st, clk: &fakeClock{now: time.Unix(1_800_000_000, 0)}}
+	opts.Now = r.clk.Now
+	var err error
+	if r.tr, err = watermark.NewTracker(st, s, opts); err != nil {
+		t.Fatal(err)
+	}
+	cfg := localConfig()
+	cfg.Now = r.clk.Now
+	cfg.BatchWindow = 20 * time.Millisecond // a step waits for its batch
+	cfg.Drones = map[uint8]string{1: "a", 2: "b"}
+	r.in, _ = runIntake(t, cfg, st, r.tr)
+	if r.c, err = net.Dial("tcp", r.in.TCPAddr().String()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.c.Close() })
+	r.wa, r.wb = newWriter(t, false, 1, 1, nil), newWriter(t, false, 2, 1, nil)
+	return r
+}
+
 // TestGPSTimeHourOff: drone A's GPS time is an hour ahead, drone B's is
 // right. A keeps its time but is flagged clock-skew (counted per drone);
 // B is never late, and no watermark is ahead of the receiving clock plus
 // the allowed skew (the real watermark tracker of the telemetry stream).
 func TestGPSTimeHourOff(t *testing.T) {
-	s, st := openStore(t, t.TempDir())
-	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
 	const skew = 10 * time.Second
-	tr, err := watermark.NewTracker(st, s, watermark.Options{Now: clk.Now, MaxClockSkew: skew})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := localConfig()
-	cfg.Now = clk.Now
-	cfg.BatchWindow = 20 * time.Millisecond // a step waits for its batch
-	cfg.Drones = map[uint8]string{1: "a", 2: "b"}
-	in, _ := runIntake(t, cfg, st, tr)
-	c, err := net.Dial("tcp", in.TCPAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	wa, wb := newWriter(t, false, 1, 1, nil), newWriter(t, false, 2, 1, nil)
+	r := newSkewRig(t, watermark.Options{MaxClockSkew: skew})
+	in, st, tr, clk, c, wa, wb := r.in, r.st, r.tr, r.clk, r.c, r.wa, r.wb
 	frames := 0
 	for i := range 60 {
 		now := clk.Now()
@@ -82,25 +101,11 @@ func TestGPSTimeHourOff(t *testing.T) {
 // B's is right. A's events are flagged clock-skew and do not hold the
 // watermark back: it follows B, and B is never late.
 func TestGPSTimeHourBehind(t *testing.T) {
-	s, st := openStore(t, t.TempDir())
-	clk := &fakeClock{now: time.Unix(1_800_000_000, 0)}
-	tr, err := watermark.NewTracker(st, s, watermark.Options{Now: clk.Now, MaxClockSkew: 10 * time.Second, MaxClockBehind: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := localConfig()
-	cfg.Now = clk.Now
-	cfg.BatchWindow = 20 * time.Millisecond // a step waits for its batch
-	cfg.Drones = map[uint8]string{1: "a", 2: "b"}
-	in, _ := runIntake(t, cfg, st, tr)
-	c, err := net.Dial("tcp", in.TCPAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	wa, wb := newWriter(t, false, 1, 1, nil), newWriter(t, false, 2, 1, nil)
+	r := newSkewRig(t, watermark.Options{MaxClockSkew: 10 * time.Second, MaxClockBehind: 10 * time.Minute})
+	in, st, tr, clk, c, wa, wb := r.in, r.st, r.tr, r.clk, r.c, r.wa, r.wb
 	frames := 0
 	var w watermark.Watermark
+	var err error
 	for i := range 40 {
 		now := clk.Now()
 		boot := uint32(10_000 + i*100)

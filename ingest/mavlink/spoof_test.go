@@ -21,7 +21,7 @@ import (
 // dropped, and each good drone's stream holds exactly its frames, byte
 // for byte, in order, without a discontinuity the attacker made.
 func TestSpoofedGoodSysids(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seedFor(t), 7))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 7))
 	_, st := openStore(t, t.TempDir())
 	cfg := localConfig()
 	cfg.Drones = map[uint8]string{1: "good-1", 2: "good-2"}
@@ -68,7 +68,7 @@ func TestSpoofedGoodSysids(t *testing.T) {
 			spoofed++
 		}
 	})
-	n := rounds(1) * 2000
+	n := testkit.Rounds(1) * 2000
 	for i := 1; i < n; i++ {
 		send(i)
 		if i%100 == 0 {

@@ -1,7 +1,6 @@
 package video
 
 import (
-	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/edge-agent/edge-agent/ingest/udpsock"
 	"github.com/edge-agent/edge-agent/internal/testkit"
-	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
 
@@ -363,25 +361,11 @@ func benchOnce(b *testing.B, mode string, spec senderSpec) {
 		report(b, res, got.Load(), cpu)
 		return
 	}
-	store, err := localstream.Open(b.TempDir(), localstream.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store, st := benchStore(b)
 	defer store.Close()
-	st, err := store.CreateStream("video", localstream.StreamConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
 	cfg := NewDefaultConfig()
 	cfg.Listen, cfg.RTCPListen, cfg.MaxDrones = "127.0.0.1:0", "mux", 128
-	in, err := New(cfg, Sink{Stream: st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	<-in.Ready()
+	in, stop := runBenchIngest(b, cfg, st)
 	spec.To = in.Addr().String()
 	c0 := cpuTime()
 	res := runSender(b, spec)
@@ -389,8 +373,7 @@ func benchOnce(b *testing.B, mode string, spec senderSpec) {
 	// them (kernel and queue drops), not what is still queued.
 	s := settledStats(in)
 	cpu := cpuTime() - c0
-	cancel()
-	<-done
+	stop()
 	report(b, res, s.Packets+s.RTCP, cpu)
 	b.ReportMetric(float64(s.Chunks)/res.Elapsed.Seconds(), "chunks/s")
 	b.ReportMetric(float64(s.FramesOut)/res.Elapsed.Seconds(), "frames/s")

@@ -4,33 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
-
-// seed returns the fault seed, from EDGE_SEED when set, and logs it.
-func seed(t *testing.T) uint64 {
-	s := uint64(time.Now().UnixNano())
-	if v := os.Getenv("EDGE_SEED"); v != "" {
-		s, _ = strconv.ParseUint(v, 10, 64)
-	}
-	t.Logf("seed=%d (EDGE_SEED to repeat)", s)
-	return s
-}
-
-// rounds is how many random fault rounds to run (EDGE_ROUNDS, default 3).
-func rounds() int {
-	if n, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && n > 0 {
-		return n
-	}
-	return 3
-}
 
 // cleanRun runs the capture without faults and returns its frames by RTP
 // timestamp (the reference every faulty run is compared with).
@@ -82,7 +63,7 @@ func TestLoss(t *testing.T) {
 			c := loadCapture(t, name, codec)
 			clean, byPTS := cleanRun(t, c)
 			fidx := frameIndex(c.pkts)
-			rng := rand.New(rand.NewPCG(seed(t), 1))
+			rng := rand.New(rand.NewPCG(testkit.Seed(t), 1))
 			// The first and the last RTP packets are never dropped: a loss
 			// before the first packet of a session or after its last cannot
 			// be seen by anyone (the capture starts and ends with RTCP).
@@ -93,7 +74,7 @@ func TestLoss(t *testing.T) {
 					lastRTP = i
 				}
 			}
-			for round := 0; round < rounds(); round++ {
+			for round := 0; round < testkit.Rounds(3); round++ {
 				var pkts []replay.Packet
 				dropped := map[int]bool{}
 				for i, p := range c.pkts {
@@ -190,8 +171,8 @@ func near(a, b int64) bool { return a-b <= 1000 && b-a <= 1000 }
 func TestReorderAndDuplicates(t *testing.T) {
 	c := loadCapture(t, "h264", CodecH264)
 	clean, _ := cleanRun(t, c)
-	rng := rand.New(rand.NewPCG(seed(t), 2))
-	for round := 0; round < rounds(); round++ {
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 2))
+	for round := 0; round < testkit.Rounds(3); round++ {
 		pkts := append([]replay.Packet(nil), c.pkts...)
 		swaps, dups := 0, 0
 		for i := 1; i+4 < len(pkts); i++ {
@@ -252,7 +233,7 @@ func TestSSRCChange(t *testing.T) {
 	c := loadCapture(t, "h264", CodecH264)
 	clean, _ := cleanRun(t, c)
 	fidx := frameIndex(c.pkts)
-	rng := rand.New(rand.NewPCG(seed(t), 3))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 3))
 	at := len(c.pkts)/4 + rng.IntN(len(c.pkts)/2)
 	for c.pkts[at].Kind != replay.RTP {
 		at++
@@ -328,7 +309,7 @@ func TestMalformedPayloads(t *testing.T) {
 			codec := map[string]Codec{"h264": CodecH264, "h265": CodecH265}[name]
 			c := loadCapture(t, name, codec)
 			clean, byPTS := cleanRun(t, c)
-			rng := rand.New(rand.NewPCG(seed(t), 5))
+			rng := rand.New(rand.NewPCG(testkit.Seed(t), 5))
 			pkts := make([]replay.Packet, len(c.pkts))
 			corrupted := 0
 			for i, p := range c.pkts {

@@ -51,15 +51,20 @@ func BenchmarkRTSPSources(b *testing.B) {
 
 // benchStore opens a Store with a video stream in a temp dir.
 func benchStore(b *testing.B) (*localstream.Store, *localstream.Stream) {
-	store, err := localstream.Open(b.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
+	return testkit.OpenStream(b, b.TempDir(), localstream.Options{}, "video", localstream.StreamConfig{})
+}
+
+// runBenchIngest runs an Ingest of cfg into st until stop is called.
+func runBenchIngest(b *testing.B, cfg Config, st *localstream.Stream) (in *Ingest, stop func()) {
+	in, err := New(cfg, Sink{Stream: st})
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := store.CreateStream("video", localstream.StreamConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return store, st
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- in.Run(ctx) }()
+	<-in.Ready()
+	return in, func() { cancel(); <-done }
 }
 
 // benchRTSPOnce pulls the sources at urls for one measurement and
@@ -74,14 +79,7 @@ func benchRTSPOnce(b *testing.B, urls []string) float64 {
 	for i, u := range urls {
 		cfg.Sources = append(cfg.Sources, SourceConfig{URL: u, Drone: fmt.Sprintf("cam-%d", i), Transport: "tcp"})
 	}
-	in, err := New(cfg, Sink{Stream: st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	<-in.Ready()
+	in, stop := runBenchIngest(b, cfg, st)
 	// The publishers announce, then wait 2 s: the sources play before
 	// the first packet, so every packet sent has a reader.
 	sent := make(chan senderResult, 1)
@@ -105,8 +103,7 @@ func benchRTSPOnce(b *testing.B, urls []string) float64 {
 	var s Stats
 	testkit.Settle(200*time.Millisecond, 10*time.Second, func() uint64 { s = in.Stats(); return s.Packets })
 	cpu := cpuTime() - c0
-	cancel()
-	<-done
+	stop()
 	var rtp uint64
 	for _, src := range s.Sources {
 		rtp += src.RTP
@@ -129,20 +126,12 @@ func benchPushedOnce(b *testing.B, n int) float64 {
 	cfg := NewDefaultConfig()
 	cfg.Listen, cfg.RTCPListen, cfg.MaxDrones = "127.0.0.1:0", "mux", 128
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	in, err := New(cfg, Sink{Stream: st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	<-in.Ready()
+	in, stop := runBenchIngest(b, cfg, st)
 	c0 := cpuTime()
 	res := runSender(b, senderSpec{To: in.Addr().String(), Streams: n, Mbps: 4, Duration: benchDuration()})
 	s := settledStats(in)
 	cpu := cpuTime() - c0
-	cancel()
-	<-done
+	stop()
 	got := s.Packets + s.RTCP
 	mbps := float64(res.Bytes) * 8 / res.Elapsed.Seconds() / 1e6
 	rx := mbps * float64(got) / float64(res.Packets)

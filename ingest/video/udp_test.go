@@ -236,7 +236,7 @@ func TestUDPGarbage(t *testing.T) {
 	cfg := NewDefaultConfig()
 	cfg.RTCPListen = "mux"
 	in, addr := startIngest(t, cfg, Sink{Stream: sink})
-	rng := rand.New(rand.NewPCG(seed(t), 4))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 4))
 	conn, err := net.Dial("udp", addr)
 	if err != nil {
 		t.Fatal(err)
