@@ -3,10 +3,11 @@
 // until a count holds still; UDPQueue, a UDP socket's queue and drops), a
 // log sink safe for concurrent writes (SyncBuffer), the random seed and
 // rounds a run takes from EDGE_SEED and EDGE_ROUNDS (Seed, Rounds), a TCP
-// link the test breaks (Proxy), and the re-exec harness of the crash tests (Main,
-// ChildCommand, KilledBySIGKILL): the test binary runs again as a child
-// process in a named role, to be killed with SIGKILL. A test file keeps
-// only what is its own.
+// link the test breaks (Proxy), a tmpfs to fill (MountTmpfs), and the
+// re-exec harness of the crash tests (Main, ChildCommand,
+// KilledBySIGKILL): the test binary runs again as a child process in a
+// named role, to be killed with SIGKILL. A test file keeps only what is
+// its own.
 //
 // It is imported by tests only.
 package testkit
