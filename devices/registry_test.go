@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
@@ -197,31 +198,35 @@ func TestRegistryConcurrent(t *testing.T) {
 	}
 }
 
+// TestRegistryRun runs in a synctest bubble: the check interval's ticker
+// and the 5 s patience are the bubble's clock, so load cannot stretch them.
 func TestRegistryRun(t *testing.T) {
-	clk := newClock()
-	off := make(chan string, 1)
-	r, err := NewRegistry(RegistryConfig{OfflineAfter: time.Second, CheckInterval: 5 * time.Millisecond, Now: clk.Now,
-		OnOffline: func(d, _ string) { off <- d }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error)
-	go func() { done <- r.Run(ctx) }()
-	r.Seen("d1", "", 1, clk.Now())
-	clk.Add(2 * time.Second)
-	select {
-	case d := <-off:
-		if d != "d1" {
-			t.Fatalf("offline %q", d)
+	synctest.Test(t, func(t *testing.T) {
+		clk := newClock()
+		off := make(chan string, 1)
+		r, err := NewRegistry(RegistryConfig{OfflineAfter: time.Second, CheckInterval: 5 * time.Millisecond, Now: clk.Now,
+			OnOffline: func(d, _ string) { off <- d }})
+		if err != nil {
+			t.Fatal(err)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Run did not detect silence")
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- r.Run(ctx) }()
+		r.Seen("d1", "", 1, clk.Now())
+		clk.Add(2 * time.Second)
+		select {
+		case d := <-off:
+			if d != "d1" {
+				t.Fatalf("offline %q", d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not detect silence")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestRegistryConfigValidate(t *testing.T) {
