@@ -68,4 +68,8 @@ func TestUntil(t *testing.T) {
 	if waited := time.Since(start); waited < 50*time.Millisecond {
 		t.Fatalf("gave up after %s, before the 50ms given", waited)
 	}
+	polls := 0
+	if UntilEvery(250*time.Millisecond, 100*time.Millisecond, func() bool { polls++; return false }) || polls > 4 {
+		t.Fatalf("polled %d times in 250ms at a 100ms period", polls)
+	}
 }

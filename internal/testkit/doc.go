@@ -1,13 +1,13 @@
 // Package testkit holds what the packages' tests share: waiting on a
-// condition (WaitFor, or Until for a test that reports what it saw; Settle
-// until a count holds still; UDPQueue, a UDP socket's queue and drops), a
-// log sink safe for concurrent writes (SyncBuffer), the random seed and
-// rounds a run takes from EDGE_SEED and EDGE_ROUNDS (Seed, Rounds), a TCP
-// link the test breaks (Proxy), a tmpfs to fill (MountTmpfs), and the
-// re-exec harness of the crash tests (Main, ChildCommand,
-// KilledBySIGKILL): the test binary runs again as a child process in a
-// named role, to be killed with SIGKILL. A test file keeps only what is
-// its own.
+// condition (WaitFor, or Until and UntilEvery for a test that reports what
+// it saw; Settle until a count holds still; UDPQueue, a UDP socket's queue
+// and drops), a log sink safe for concurrent writes (SyncBuffer), the
+// random seed and rounds a run takes from EDGE_SEED and EDGE_ROUNDS (Seed,
+// Rounds), a TCP link the test breaks (Proxy), a tmpfs to fill
+// (MountTmpfs), and the re-exec harness of the crash tests (Main,
+// ChildCommand, KilledBySIGKILL): the test binary runs again as a child
+// process in a named role, to be killed with SIGKILL. A test file keeps
+// only what is its own.
 //
 // It is imported by tests only.
 package testkit
