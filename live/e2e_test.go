@@ -295,12 +295,17 @@ live:
 	// The drones fly on; the link returns.
 	simCtx, stopSim := context.WithCancel(ctx)
 	simDone := make(chan error, 1)
+	var flying sync.Map // drones with a message acked by the broker
 	go func() {
 		_, err := mqttsim.Simulate(simCtx, mqttsim.Config{Broker: brk.URL(), Drones: telDrones, Rate: 10, Duration: 30 * time.Minute,
-			FirstSeq: uint64(perDrone + 1), NoStatus: true})
+			FirstSeq: uint64(perDrone + 1), NoStatus: true, OnPublished: func(drone, _ string, _ uint64, _ []byte) { flying.Store(drone, true) }})
 		simDone <- err
 	}()
-	time.Sleep(300 * time.Millisecond) // the drones are flying
+	testkit.WaitFor(t, 30*time.Second, "the drones flying", func() bool {
+		n := 0
+		flying.Range(func(any, any) bool { n++; return true })
+		return n == telDrones
+	})
 	up := time.Now()
 	proxy.setDown(false)
 	if leaf != nil {

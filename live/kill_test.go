@@ -197,22 +197,18 @@ func TestKillsAndCutsDuringDrain(t *testing.T) {
 	// liveAfter waits until every telemetry drone's live value at the
 	// centre is from after t0.
 	liveAfter := func(t0 time.Time, what string) {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		n := 0
+		if !testkit.UntilEvery(10*time.Second, 50*time.Millisecond, func() bool { // each poll reads at the centre
 			vals, _ := Read(ctx, reader, ReadOptions{Agent: "a1", Stream: "telemetry"})
-			n := 0
+			n = 0
 			for _, v := range vals {
 				if v.EventTimeNs > t0.UnixNano() {
 					n++
 				}
 			}
-			if n == 3 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after %s: the live lane did not go on (%d of 3 drones with a value from after it)", what, n)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return n == 3
+		}) {
+			t.Fatalf("after %s: the live lane did not go on (%d of 3 drones with a value from after it)", what, n)
 		}
 	}
 	draining := func() bool {
@@ -227,7 +223,7 @@ func TestKillsAndCutsDuringDrain(t *testing.T) {
 	liveAfter(time.Now().Add(-2*time.Second), "the link's return")
 	kills, cuts, inDrain := 0, 0, 0
 	for r := range rounds {
-		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(1500)) * time.Millisecond) // the fault comes at a random point of the drain
 		if draining() {
 			inDrain++
 		}
@@ -235,7 +231,7 @@ func TestKillsAndCutsDuringDrain(t *testing.T) {
 		if r%2 == 0 {
 			kill(c)
 			kills++
-			time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond)
+			time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond) // the station stays dead a random while
 			c = start()
 			liveAfter(at, fmt.Sprintf("SIGKILL %d", kills))
 		} else {

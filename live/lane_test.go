@@ -40,7 +40,7 @@ func TestLaneSendsLatestPerDrone(t *testing.T) {
 			lastKey, lastKeyPTS = c.FrameData(0), c.Frames[0].PTS
 			s.appendNoted(ctx, "video", ev)
 		}
-		time.Sleep(time.Until(time.Unix(0, ns+int64(100*time.Millisecond))))
+		time.Sleep(time.Until(time.Unix(0, ns+int64(100*time.Millisecond)))) // the drones' 10 Hz, in real time
 	}
 	lastNs := base + 29*int64(100*time.Millisecond)
 	var vals []Value
@@ -129,7 +129,7 @@ func TestCentreKeepsOneValueWithTTL(t *testing.T) {
 		for _, d := range []string{"d1", "d2"} {
 			s.appendNoted(ctx, "telemetry", telemetryEvent(d, i, base+int64(i)*int64(100*time.Millisecond)))
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the drones' 10 Hz, in real time
 	}
 	var sent uint64
 	testkit.WaitFor(t, 5*time.Second, "several values a drone sent", func() bool {

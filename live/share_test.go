@@ -51,7 +51,7 @@ func TestLiveShareAtProxy(t *testing.T) {
 	}()
 	start := time.Now()
 	s.proxy.setDown(false)
-	time.Sleep(12 * time.Second)
+	time.Sleep(12 * time.Second) // the measured interval: the share is checked over it
 	end := time.Now()
 	stopFly()
 	<-flying
