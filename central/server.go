@@ -320,6 +320,26 @@ func (s *Server) ClientURL() string {
 	return "nats://" + net.JoinHostPort(host, strconv.Itoa(s.port))
 }
 
+// InProcessConn returns a client connection to the running node that
+// does not go through its client port: an in-memory pipe instead of TCP
+// loopback, with a write buffer as a socket has (see bufferedConn), for a
+// client inside the node's own process (`edge-agent central --unpack`). Server is a nats.InProcessConnProvider: pass it to
+// nats.InProcessServer; a reconnect after Restart reaches the new node.
+// It fails with ErrNotReady while the node is stopped.
+func (s *Server) InProcessConn() (net.Conn, error) {
+	s.mu.Lock()
+	ns := s.ns
+	s.mu.Unlock()
+	if ns == nil {
+		return nil, fmt.Errorf("%w: stopped", ErrNotReady)
+	}
+	c, err := ns.InProcessConn()
+	if err != nil {
+		return nil, err
+	}
+	return newBufferedConn(c), nil
+}
+
 // ClusterURL is the node's route URL (nats://host:port), "" when standalone.
 func (s *Server) ClusterURL() string {
 	s.mu.Lock()

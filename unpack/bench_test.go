@@ -20,15 +20,15 @@ import (
 )
 
 // fillStream appends n events of size bytes over 8 drones to a fresh
-// store's test stream.
-func fillStream(b *testing.B, n, size int) *localstream.Stream {
+// store's stream name.
+func fillStream(b *testing.B, name string, n, size int) *localstream.Stream {
 	b.Helper()
 	s, err := localstream.Open(b.TempDir(), localstream.Options{Logger: quiet()})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	st, err := s.CreateStream(testStream, localstream.StreamConfig{})
+	st, err := s.CreateStream(name, localstream.StreamConfig{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func fillStream(b *testing.B, n, size int) *localstream.Stream {
 			defer func() { <-sem }()
 			d := fmt.Sprintf("d%d", i%8)
 			now := time.Now().UnixNano()
-			if _, err := st.Append(context.Background(), localstream.Event{RoutingKey: d, Writer: testStream + "/" + d, EventTime: now, IngestTime: now,
+			if _, err := st.Append(context.Background(), localstream.Event{RoutingKey: d, Writer: name + "/" + d, EventTime: now, IngestTime: now,
 				ContentType: "application/json", Headers: []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + d + "/telemetry"}}, Payload: payload}); err != nil {
 				b.Error(err)
 			}
@@ -58,6 +58,20 @@ func fillStream(b *testing.B, n, size int) *localstream.Stream {
 	}
 	wg.Wait()
 	return st
+}
+
+// benchCase is one configuration of BenchmarkUnpackVsReplication.
+type benchCase struct {
+	name    string
+	n, size int
+	// inProcess connects the unpacker (and the floor's publisher) with
+	// nats.InProcessServer, as `edge-agent central --unpack` does, instead
+	// of TCP loopback.
+	inProcess bool
+	// streams is the number of source streams, each with its own agent,
+	// derived stream and unpacker, all at once (the n events split
+	// between them): what partitions would give.
+	streams int
 }
 
 // BenchmarkUnpackVsReplication: on one embedded server, an agent
@@ -70,105 +84,163 @@ func fillStream(b *testing.B, n, size int) *localstream.Stream {
 // storing the same derived messages, built beforehand and published
 // with no ack and no fence into a stream like the derived one; no
 // unpacker can be faster than that.
+//
+// The cases: telemetry and chunks with the unpacker on TCP loopback (as
+// `edge-agent central unpack` beside a node) and in process (as
+// `edge-agent central --unpack`); telemetry over 2 source streams at
+// once (two agents, two derived streams, two unpackers: the server's
+// work spread over two streams, as partitions would spread it).
 func BenchmarkUnpackVsReplication(b *testing.B) {
-	for _, c := range []struct {
-		name    string
-		n, size int
-	}{{"telemetry-300B", 60000, 300}, {"chunk-256KiB", 300, 256 << 10}} {
-		b.Run(c.name, func(b *testing.B) { benchUnpack(b, c.n, c.size) })
+	for _, c := range []benchCase{
+		{name: "telemetry-300B", n: 60000, size: 300},
+		{name: "telemetry-300B-inprocess", n: 60000, size: 300, inProcess: true},
+		{name: "telemetry-300B-inprocess-2streams", n: 60000, size: 300, inProcess: true, streams: 2},
+		{name: "chunk-256KiB", n: 300, size: 256 << 10},
+		{name: "chunk-256KiB-inprocess", n: 300, size: 256 << 10, inProcess: true},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchUnpack(b, c) })
 	}
 }
 
-func benchUnpack(b *testing.B, n, size int) {
+func benchUnpack(b *testing.B, c benchCase) {
 	srv := testkit.StartCentral(b, central.Config{})
-	var repDur, unpDur, floorDur, repCPU, unpCPU, floorCPU time.Duration
-	for i := range b.N {
-		b.StopTimer()
-		st := fillStream(b, n, size)
-		nc := connect(b, srv.ClientURL())
-		agent := fmt.Sprintf("bench-%d", i)
-		inst := replicate.NewInstanceID()
-		sink, err := replicate.NewJetStreamSink(nc, agent, inst, replicate.JetStreamOptions{})
+	ns := max(c.streams, 1)
+	per := c.n / ns
+	unpConn := func() *nats.Conn {
+		if !c.inProcess {
+			return connect(b, srv.ClientURL())
+		}
+		nc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("unpack-bench"))
 		if err != nil {
 			b.Fatal(err)
 		}
-		tail := st.TailCut()
-		caughtUp := make(chan struct{})
-		var once sync.Once
-		r := replicate.NewReplicator(st, sink, inst, replicate.ReplicatorConfig{OnCommit: func(cm replicate.Committed, _ []int64) {
-			if cut, err := cm.Record.StreamCut(); err == nil && cut.Equal(tail) {
-				once.Do(func() { close(caughtUp) })
+		b.Cleanup(nc.Close)
+		return nc
+	}
+	nc := connect(b, srv.ClientURL())
+	js, _ := jetstream.New(nc)
+	var repDur, unpDur, floorDur, repCPU, unpCPU, floorCPU time.Duration
+	for i := range b.N {
+		b.StopTimer()
+		names := make([]string, ns)
+		before := make([]uint64, ns)
+		reps := make([]*replicate.Replicator, ns)
+		sinks := make([]*replicate.JetStreamSink, ns)
+		var caught sync.WaitGroup
+		for k := range ns {
+			names[k] = testStream
+			if ns > 1 {
+				names[k] = fmt.Sprintf("%s%d", testStream, k)
 			}
-		}})
+			st := fillStream(b, names[k], per, c.size)
+			inst := replicate.NewInstanceID()
+			sink, err := replicate.NewJetStreamSink(connect(b, srv.ClientURL()), fmt.Sprintf("bench-%d", i), inst, replicate.JetStreamOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			sinks[k] = sink
+			tail := st.TailCut()
+			caught.Add(1)
+			var once sync.Once
+			reps[k] = replicate.NewReplicator(st, sink, inst, replicate.ReplicatorConfig{OnCommit: func(cm replicate.Committed, _ []int64) {
+				if cut, err := cm.Record.StreamCut(); err == nil && cut.Equal(tail) {
+					once.Do(caught.Done)
+				}
+			}})
+			before[k] = derivedLast(nc, names[k])
+		}
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		before := derivedLast(nc, testStream)
+		done := make(chan error, ns)
 		b.StartTimer()
 		start := time.Now()
 		c0 := cpuNow()
-		go func() { done <- r.Run(ctx) }()
-		<-caughtUp
+		for _, r := range reps {
+			go func() { done <- r.Run(ctx) }()
+		}
+		caught.Wait()
 		repDur += time.Since(start)
 		repCPU += cpuNow() - c0
 		b.StopTimer()
 		cancel()
-		<-done
-		sink.Close()
+		for range reps {
+			<-done
+		}
+		for _, s := range sinks {
+			s.Close()
+		}
 
-		u, err := New(nc, testStream, Options{Logger: quiet()})
-		if err != nil {
-			b.Fatal(err)
+		us := make([]*Unpacker, ns)
+		for k := range ns {
+			u, err := New(unpConn(), names[k], Options{Logger: quiet()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			us[k] = u
 		}
 		uctx, ucancel := context.WithCancel(context.Background())
-		udone := make(chan error, 1)
+		udone := make(chan error, ns)
 		b.StartTimer()
 		start = time.Now()
 		c0 = cpuNow()
-		go func() { udone <- u.Run(uctx) }()
-		for u.Stats().DerivedSeq < before+uint64(n) {
-			time.Sleep(time.Millisecond)
+		for _, u := range us {
+			go func() { udone <- u.Run(uctx) }()
+		}
+		for k, u := range us {
+			testkit.WaitFor(b, 10*time.Minute, "the unpacker", func() bool { return u.Stats().DerivedSeq >= before[k]+uint64(per) })
 		}
 		unpDur += time.Since(start)
 		unpCPU += cpuNow() - c0
 		b.StopTimer()
 		ucancel()
-		if err := <-udone; err != nil {
-			b.Fatal(err)
-		}
-
-		msgs := floorMsgs(b, nc, before, n)
-		js, _ := jetstream.New(nc)
-		fl, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: fmt.Sprintf("FLOOR_%d", i),
-			Subjects: []string{fmt.Sprintf("floor%d.>", i)}, Storage: jetstream.FileStorage, AllowAtomicPublish: true, AllowBatchPublish: true})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, m := range msgs {
-			m.Subject = fmt.Sprintf("floor%d.%s", i, m.Subject)
-		}
-		b.StartTimer()
-		start = time.Now()
-		c0 = cpuNow()
-		for _, m := range msgs {
-			if err := nc.PublishMsg(m); err != nil {
+		for range us {
+			if err := <-udone; err != nil {
 				b.Fatal(err)
 			}
 		}
-		for {
-			info, err := fl.Info(context.Background())
+
+		floors := make([]jetstream.Stream, ns)
+		msgs := make([][]*nats.Msg, ns)
+		pubs := make([]*nats.Conn, ns)
+		for k := range ns {
+			msgs[k] = floorMsgs(b, nc, names[k], before[k], per)
+			name := fmt.Sprintf("floor%d-%d", i, k)
+			fl, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: strings.ToUpper(strings.ReplaceAll(name, "-", "_")),
+				Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage, AllowAtomicPublish: true, AllowBatchPublish: true})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if info.State.Msgs >= uint64(n) {
-				break
+			floors[k] = fl
+			for _, m := range msgs[k] {
+				m.Subject = name + "." + m.Subject
 			}
-			time.Sleep(time.Millisecond)
+			pubs[k] = unpConn()
+		}
+		var pubWG sync.WaitGroup
+		b.StartTimer()
+		start = time.Now()
+		c0 = cpuNow()
+		for k := range ns {
+			pubWG.Go(func() {
+				for _, m := range msgs[k] {
+					if err := pubs[k].PublishMsg(m); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		pubWG.Wait()
+		for _, fl := range floors {
+			testkit.WaitFor(b, 10*time.Minute, "the floor's stream", func() bool {
+				info, err := fl.Info(context.Background())
+				return err == nil && info.State.Msgs >= uint64(per)
+			})
 		}
 		floorDur += time.Since(start)
 		floorCPU += cpuNow() - c0
 		b.StopTimer()
 	}
-	total := float64(b.N * n)
+	total := float64(b.N * per * ns)
 	b.ReportMetric(total/repDur.Seconds(), "replication_events/s")
 	b.ReportMetric(total/unpDur.Seconds(), "unpack_events/s")
 	b.ReportMetric(repDur.Seconds()/unpDur.Seconds(), "ratio_unpack/replication")
@@ -181,12 +253,12 @@ func benchUnpack(b *testing.B, n, size int) {
 
 // floorMsgs reads the n derived messages after sequence after, without
 // the server's own headers, for the floor phase.
-func floorMsgs(b *testing.B, nc *nats.Conn, after uint64, n int) []*nats.Msg {
+func floorMsgs(b *testing.B, nc *nats.Conn, stream string, after uint64, n int) []*nats.Msg {
 	b.Helper()
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := js.Stream(ctx, DerivedStreamName(testStream))
+	st, err := js.Stream(ctx, DerivedStreamName(stream))
 	if err != nil {
 		b.Fatal(err)
 	}

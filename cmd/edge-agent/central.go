@@ -67,7 +67,7 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return srv.Run(ctx)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return runUnpackBeside(gctx, srv.ClientURL(), stderr) })
+	g.Go(func() error { return runUnpackBeside(gctx, srv, stderr) })
 	g.Go(func() error { return srv.Run(gctx) })
 	return g.Wait()
 }
