@@ -3,18 +3,20 @@ package watermark
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
+
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
 // The data-driven tests in testdata/*.txt drive the deterministic core
-// over a hand-built topology (simStream). Each case is
+// over a hand-built topology (simStream), one harness per file. They are
+// github.com/cockroachdb/datadriven scripts (as etcd raft's); each case is
 //
 //	<command> [key=value ...]
 //	----
@@ -40,105 +42,21 @@ import (
 //	restart [marks=lost]                           rebuild the core from its records (with
 //	                                               marks=lost, writer records as of their first mark)
 //
-// Set WATERMARK_REWRITE=1 to rewrite the expected outputs (then review the diff).
+// Run with -rewrite to rewrite the expected outputs (then review the diff).
+// The files are found by a glob, not datadriven.Walk: testdata/fuzz holds
+// the fuzz corpus.
 func TestDataDriven(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no testdata: %v", err)
 	}
 	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runDataFile(t, f) })
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			h := &ddHarness{}
+			h.reset(nil)
+			datadriven.RunTest(t, f, h.run)
+		})
 	}
-}
-
-type ddCase struct {
-	cmd, want string
-	line      int
-}
-
-func parseDataFile(t *testing.T, path string) []ddCase {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(b), "\n")
-	var cases []ddCase
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		c := ddCase{cmd: l, line: i + 1}
-		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "----" {
-			t.Fatalf("%s:%d: command without ---- line", path, i+1)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			out = append(out, lines[i])
-		}
-		c.want = strings.Join(out, "\n")
-		cases = append(cases, c)
-	}
-	return cases
-}
-
-func runDataFile(t *testing.T, path string) {
-	cases := parseDataFile(t, path)
-	h := &ddHarness{}
-	h.reset(nil)
-	var rewritten strings.Builder
-	src, _ := os.ReadFile(path)
-	comments := leadingComments(string(src))
-	for _, c := range cases {
-		got := strings.TrimRight(h.run(t, c.cmd), "\n")
-		if os.Getenv("WATERMARK_REWRITE") != "" {
-			if cm := comments[c.line]; cm != "" {
-				rewritten.WriteString(cm)
-			}
-			fmt.Fprintf(&rewritten, "%s\n----\n", c.cmd)
-			if got != "" {
-				rewritten.WriteString(got + "\n")
-			}
-			rewritten.WriteString("\n")
-			continue
-		}
-		if got != c.want {
-			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, c.line, c.cmd, got, c.want)
-		}
-	}
-	if os.Getenv("WATERMARK_REWRITE") != "" {
-		if err := os.WriteFile(path, []byte(rewritten.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// leadingComments maps a command's line number to the comment and blank
-// lines just before it, so rewriting keeps them.
-func leadingComments(src string) map[int]string {
-	out := map[int]string{}
-	lines := strings.Split(src, "\n")
-	var acc strings.Builder
-	inOutput := false
-	for i, l := range lines {
-		tl := strings.TrimSpace(l)
-		switch {
-		case inOutput:
-			if tl == "" {
-				inOutput = false
-			}
-		case strings.HasPrefix(tl, "#"):
-			acc.WriteString(l + "\n")
-		case tl == "":
-		case tl == "----":
-			inOutput = true
-		default:
-			out[i+1] = acc.String()
-			acc.Reset()
-		}
-	}
-	return out
 }
 
 // ddHarness is the state a data file drives.
@@ -214,16 +132,15 @@ func parseSeg(v string) localstream.SegmentID {
 	return localstream.NewSegmentID(uint32(ei), uint32(ni))
 }
 
-func (h *ddHarness) run(t *testing.T, line string) string {
-	fields := strings.Fields(line)
+func (h *ddHarness) run(t *testing.T, d *datadriven.TestData) string {
+	line := d.Pos + " " + d.Cmd
 	args := map[string]string{}
-	for _, f := range fields[1:] {
-		k, v, ok := strings.Cut(f, "=")
-		if !ok {
-			args["_"] = f
+	for _, a := range d.CmdArgs {
+		if len(a.Vals) == 0 {
+			args["_"] = a.Key
 			continue
 		}
-		args[k] = v
+		args[a.Key] = a.Vals[0]
 	}
 	num := func(k string) int64 {
 		if rel, ok := strings.CutPrefix(args[k], "now"); ok {
@@ -243,7 +160,7 @@ func (h *ddHarness) run(t *testing.T, line string) string {
 		}
 		return v
 	}
-	switch fields[0] {
+	switch d.Cmd {
 	case "stream":
 		h.reset(args)
 		return ""
