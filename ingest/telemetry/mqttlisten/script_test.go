@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/datadriven"
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
@@ -27,7 +27,8 @@ import (
 
 // The scripts in testdata/*.txt are MQTT conversations with a Listener:
 // raw MQTT 3.1.1 packets on real TCP sockets, a real Badger store for the
-// sessions, and a recording Pipeline whose acks the script calls. Each
+// sessions, and a recording Pipeline whose acks the script calls. They are
+// github.com/cockroachdb/datadriven scripts, one harness per file; each
 // step is
 //
 //	<command> [key=value ...]
@@ -62,84 +63,21 @@ import (
 //	stop                                            StopReading
 //	closeall                                        CloseAll
 //
-// Set MQTTLISTEN_REWRITE=1 to rewrite the expected outputs (then review the diff).
+// Run with -rewrite to rewrite the expected outputs (then review the diff).
 func TestScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata: %v", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runScript(t, f) })
-	}
-}
-
-type scriptStep struct {
-	cmd, want string
-	line      int
-	comment   string
-}
-
-func parseScript(t *testing.T, path string) []scriptStep {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(b), "\n")
-	var steps []scriptStep
-	var comment strings.Builder
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		if l == "" || strings.HasPrefix(l, "#") {
-			if strings.HasPrefix(l, "#") || comment.Len() > 0 {
-				comment.WriteString(lines[i] + "\n")
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		// The stores' directory first: its removal is then the last cleanup.
+		h := &harness{t: t, dir: t.TempDir(), clients: map[string]*client{}}
+		t.Cleanup(h.stopListener)
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			start := time.Now()
+			out := h.run(d)
+			if took := time.Since(start); took > 300*time.Millisecond {
+				t.Logf("%s: %s took %s", d.Pos, d.Cmd, took.Round(time.Millisecond))
 			}
-			continue
-		}
-		s := scriptStep{cmd: l, line: i + 1, comment: comment.String()}
-		comment.Reset()
-		if i+1 >= len(lines) || strings.TrimSpace(lines[i+1]) != "----" {
-			t.Fatalf("%s:%d: command without ---- line", path, i+1)
-		}
-		i += 2
-		var out []string
-		for ; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			out = append(out, lines[i])
-		}
-		s.want = strings.Join(out, "\n")
-		steps = append(steps, s)
-	}
-	return steps
-}
-
-func runScript(t *testing.T, path string) {
-	// The stores' directory first: its removal is then the last cleanup.
-	h := &harness{t: t, dir: t.TempDir(), clients: map[string]*client{}}
-	t.Cleanup(h.stopListener)
-	rewrite := os.Getenv("MQTTLISTEN_REWRITE") != ""
-	var out strings.Builder
-	for _, s := range parseScript(t, path) {
-		start := time.Now()
-		got := strings.TrimRight(h.run(s.cmd), "\n")
-		if d := time.Since(start); d > 300*time.Millisecond {
-			t.Logf("%s:%d: %s took %s", path, s.line, s.cmd, d.Round(time.Millisecond))
-		}
-		if rewrite {
-			fmt.Fprintf(&out, "%s%s\n----\n", s.comment, s.cmd)
-			if got != "" {
-				out.WriteString(got + "\n")
-			}
-			out.WriteString("\n")
-			continue
-		}
-		if got != s.want {
-			t.Fatalf("%s:%d: %s\ngot:\n%s\nwant:\n%s", path, s.line, s.cmd, got, s.want)
-		}
-	}
-	if rewrite {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+			return out
+		})
+	})
 }
 
 // harness runs one script: a Listener, its recording pipeline, clients.
@@ -154,16 +92,15 @@ type harness struct {
 	shown int
 }
 
-func (h *harness) run(cmd string) string {
+func (h *harness) run(td *datadriven.TestData) string {
 	t := h.t
-	f := strings.Fields(cmd)
+	cmd := td.Pos + " " + td.Cmd
 	args := map[string]string{}
-	for _, kv := range f[1:] {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			t.Fatalf("%s: argument %q is not key=value", cmd, kv)
+	for _, a := range td.CmdArgs {
+		if len(a.Vals) != 1 {
+			t.Fatalf("%s: argument %q is not key=value", cmd, a)
 		}
-		args[k] = v
+		args[a.Key] = a.Vals[0]
 	}
 	num := func(k string, def int) int {
 		v, ok := args[k]
@@ -194,7 +131,7 @@ func (h *harness) run(cmd string) string {
 		}
 		return cl
 	}
-	switch f[0] {
+	switch td.Cmd {
 	case "listen":
 		h.stopListener()
 		h.listen(Config{
@@ -266,7 +203,7 @@ func (h *harness) run(cmd string) string {
 		if d == nil {
 			t.Fatalf("%s: no delivery %d", cmd, num("i", 0))
 		}
-		if f[0] == "refuse" {
+		if td.Cmd == "refuse" {
 			d.m.Refuse()
 		}
 		d.ack()
