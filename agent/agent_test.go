@@ -20,6 +20,7 @@ import (
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/procs"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -127,23 +128,19 @@ func TestEndpointsAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var s Status
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var tm StreamStatus
+	if !testkit.UntilEvery(20*time.Second, 100*time.Millisecond, func() bool {
 		getJSON(t, base+"/status", &s)
-		tm := streamStatus(s, "telemetry")
-		if tm.Replication != nil && tm.Stats.Appended >= sim.Published && tm.Replication.BacklogEvents == 0 &&
-			tm.Replication.Events >= sim.Published && streamStatus(s, "health").Stats.Appended > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("telemetry not replicated (published %d: %+v): %+v\nreplication %+v\ntelemetry %+v", sim.Published, sim.Drones, tm, tm.Replication, s.Telemetry)
-		}
-		time.Sleep(100 * time.Millisecond)
+		tm = streamStatus(s, "telemetry")
+		return tm.Replication != nil && tm.Stats.Appended >= sim.Published && tm.Replication.BacklogEvents == 0 &&
+			tm.Replication.Events >= sim.Published && streamStatus(s, "health").Stats.Appended > 0
+	}) {
+		t.Fatalf("telemetry not replicated (published %d: %+v): %+v\nreplication %+v\ntelemetry %+v", sim.Published, sim.Drones, tm, tm.Replication, s.Telemetry)
 	}
 	if s.Agent != a.ID() || s.Central == "" || s.Telemetry == nil || s.Telemetry.Appended < sim.Published || s.Video == nil {
 		t.Fatalf("status: %+v", s)
 	}
-	tm := streamStatus(s, "telemetry")
+	tm = streamStatus(s, "telemetry")
 	if tm.LocalWatermark.LowerNs == 0 || tm.Committed["central"] == "" || len(tm.Segments) == 0 || tm.Replication.State == replicate.StateStarting {
 		t.Fatalf("telemetry stream status: %+v", tm)
 	}
@@ -220,18 +217,13 @@ func TestEndpointsAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	if !testkit.UntilEvery(20*time.Second, 100*time.Millisecond, func() bool {
 		getJSON(t, "http://"+a2.HTTPAddr()+"/status", &s)
-		tm := streamStatus(s, "telemetry")
-		if tm.Stats.Appended >= sim2.Published && tm.Replication != nil && tm.Replication.BacklogEvents == 0 &&
-			tm.Replication.Events >= sim2.Published {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after restart not replicated: %+v", tm)
-		}
-		time.Sleep(100 * time.Millisecond)
+		tm = streamStatus(s, "telemetry")
+		return tm.Stats.Appended >= sim2.Published && tm.Replication != nil && tm.Replication.BacklogEvents == 0 &&
+			tm.Replication.Events >= sim2.Published
+	}) {
+		t.Fatalf("after restart not replicated: %+v", tm)
 	}
 	// The centre holds each local telemetry event once.
 	nc, err := nats.Connect(a2.CentralURL())
@@ -298,18 +290,14 @@ func TestCentralAwayAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var tm StreamStatus
+	if !testkit.UntilEvery(30*time.Second, 100*time.Millisecond, func() bool {
 		s = Status{} // decoding into a used map would keep its keys
 		getJSON(t, "http://"+a.HTTPAddr()+"/status", &s)
-		tm := streamStatus(s, "telemetry")
-		if tm.Replication != nil && tm.Replication.Events >= sim.Published && tm.Replication.BacklogEvents == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not replicated after the centre came up: %+v", tm.Replication)
-		}
-		time.Sleep(100 * time.Millisecond)
+		tm = streamStatus(s, "telemetry")
+		return tm.Replication != nil && tm.Replication.Events >= sim.Published && tm.Replication.BacklogEvents == 0
+	}) {
+		t.Fatalf("not replicated after the centre came up: %+v", tm.Replication)
 	}
 	// The centre's errors are past: not in errors, the replication's last
 	// error says when it ended (issue 30.8: they stayed after the reconnect).

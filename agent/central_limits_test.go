@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -56,24 +57,22 @@ func TestHealthzFailsWhileAStreamCannotReplicate(t *testing.T) {
 	a, cancel, done := startAgent(t, cfg)
 	defer func() { cancel(); <-done }()
 	base := "http://" + a.HTTPAddr()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var status string
+	var body []byte
+	if !testkit.UntilEvery(20*time.Second, 100*time.Millisecond, func() bool {
 		resp, err := http.Get(base + "/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
+		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			if !strings.Contains(string(body), "health") || !strings.Contains(string(body), "atomic") {
-				t.Fatalf("/healthz 503 without the stream and reason: %q", body)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz still %s %q with the health stream unable to replicate", resp.Status, body)
-		}
-		time.Sleep(100 * time.Millisecond)
+		status = resp.Status
+		return resp.StatusCode == http.StatusServiceUnavailable
+	}) {
+		t.Fatalf("/healthz still %s %q with the health stream unable to replicate", status, body)
+	}
+	if !strings.Contains(string(body), "health") || !strings.Contains(string(body), "atomic") {
+		t.Fatalf("/healthz 503 without the stream and reason: %q", body)
 	}
 	var s Status
 	getJSON(t, base+"/status", &s)

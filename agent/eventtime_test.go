@@ -12,6 +12,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 	"github.com/edge-agent/edge-agent/replicate"
@@ -158,20 +159,15 @@ func TestBadClocksEndToEnd(t *testing.T) {
 
 	// Everything at the centre, once the last events are committed.
 	var s Status
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !testkit.UntilEvery(30*time.Second, 200*time.Millisecond, func() bool {
 		getJSON(t, base+"/status", &s)
 		caughtUp := true
 		for _, st := range s.Streams {
 			caughtUp = caughtUp && st.Replication != nil && st.Replication.BacklogEvents == 0
 		}
-		if caughtUp {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("not caught up")
-		}
-		time.Sleep(200 * time.Millisecond)
+		return caughtUp
+	}) {
+		t.Fatal("not caught up")
 	}
 	// The time cut, waited for and at random times over the run; checked
 	// below against what the centre holds after them (commits only add).

@@ -25,6 +25,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/ingest/video"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -186,24 +187,16 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	if err := <-simErr; err != nil {
 		tb.Fatal(err)
 	}
-	for time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	time.Sleep(time.Until(deadline)) // the attack lasts until deadline: its length is the test
 	// Everything the good drones sent is stored within seconds.
 	tel := a.streams["telemetry"]
 	vid := a.streams["video"]
 	wait := time.Now().Add(90 * time.Second) // generous: under -race all of it is ~10× slower
 	var telRecs, vidRecs []localstream.Record
-	for {
+	testkit.UntilEvery(time.Until(wait), 200*time.Millisecond, func() bool { // each poll reads both streams; asserted by the callers
 		telRecs, vidRecs = readStream(tb, tel), readStream(tb, vid)
-		if goodTelemetryStored(telRecs) >= sim.Published && goodFrames(tb, vidRecs, goodVideo) >= 180*loops*len(goodVideo) {
-			break
-		}
-		if time.Now().After(wait) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return goodTelemetryStored(telRecs) >= sim.Published && goodFrames(tb, vidRecs, goodVideo) >= 180*loops*len(goodVideo)
+	})
 	close(sampleStop)
 	wg.Wait()
 	r.garbage, r.floodSSRCs, r.fuPackets = int(garbage.Load()), int(flood.Load()), int(fu.Load())
@@ -276,7 +269,7 @@ type gate struct {
 func (g *gate) send(n int) {
 	g.mu.Lock()
 	for g.sent.Load()-g.read() > g.limit {
-		time.Sleep(200 * time.Microsecond)
+		time.Sleep(200 * time.Microsecond) // the senders' flow control: testkit's 5 ms polls would throttle the attack
 	}
 	g.mu.Unlock()
 	g.sent.Add(int64(n))

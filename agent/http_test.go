@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestHTTPConnectionBounds: 200 keep-alive clients that stay idle hold at
@@ -65,10 +67,7 @@ func TestHTTPConnectionBounds(t *testing.T) {
 	if p := peak.Load(); p > maxHTTPConns {
 		t.Fatalf("%d connections open at once (max %d)", p, maxHTTPConns)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for open.Load() != 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Until(10*time.Second, func() bool { return open.Load() == 0 })
 	if n := open.Load(); n != 0 {
 		t.Fatalf("%d connections still open", n)
 	}

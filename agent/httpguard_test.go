@@ -45,7 +45,7 @@ func TestHTTPSlowloris(t *testing.T) {
 				}
 				c, err := net.DialTimeout("tcp", addr, time.Second)
 				if err != nil {
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // the attacker's back-off
 					continue
 				}
 				opened.Add(1)
@@ -66,9 +66,7 @@ func TestHTTPSlowloris(t *testing.T) {
 		}()
 	}
 	defer func() { close(stop); wg.Wait() }()
-	for deadline := time.Now().Add(10 * time.Second); opened.Load() < 200 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Until(10*time.Second, func() bool { return opened.Load() >= 200 }) // the attack at full strength, or as strong as it got
 	probe := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	failed := 0
 	const probes = 60
@@ -83,7 +81,7 @@ func TestHTTPSlowloris(t *testing.T) {
 				failed++
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // the probe's period, as a liveness probe's
 	}
 	t.Logf("%d attack connections opened; %d of %d probes failed", opened.Load(), failed, probes)
 	if failed > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/live"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -43,21 +44,17 @@ func TestAgentLiveLane(t *testing.T) {
 	}
 	defer nc.Close()
 	var vals []live.Value
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var got map[string]bool
+	if !testkit.UntilEvery(15*time.Second, 50*time.Millisecond, func() bool { // each poll reads at the centre
 		vals, err = live.Read(ctx, nc, live.ReadOptions{Agent: a.ID()})
-		got := map[string]bool{}
+		got = map[string]bool{}
 		for _, v := range vals {
 			// The first value goes at once, the latest within the interval (1 s).
 			got[v.Stream+"/"+v.Drone] = v.Stream != "telemetry" || string(v.Payload) == `{"i":4}`
 		}
-		if got["telemetry/d1"] && got["telemetry/d2"] && got["health/"+a.ID()] {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("live values at the centre: %v (err %v), want the latest telemetry of d1 and d2, and health", got, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return got["telemetry/d1"] && got["telemetry/d2"] && got["health/"+a.ID()]
+	}) {
+		t.Fatalf("live values at the centre: %v (err %v), want the latest telemetry of d1 and d2, and health", got, err)
 	}
 	for _, v := range vals {
 		if v.Stream == "video" {
@@ -65,17 +62,13 @@ func TestAgentLiveLane(t *testing.T) {
 		}
 	}
 	var s Status
-	deadline = time.Now().Add(15 * time.Second)
-	for {
+	var tel StreamStatus
+	if !testkit.UntilEvery(15*time.Second, 100*time.Millisecond, func() bool {
 		getJSON(t, "http://"+a.HTTPAddr()+"/status", &s)
-		tel := streamStatus(s, "telemetry")
-		if s.Live != nil && tel.CatchUp != nil && tel.CatchUp.BehindSeconds != nil && tel.CatchUp.ETASeconds != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/status: live %+v, telemetry catch-up %+v", s.Live, tel.CatchUp)
-		}
-		time.Sleep(100 * time.Millisecond)
+		tel = streamStatus(s, "telemetry")
+		return s.Live != nil && tel.CatchUp != nil && tel.CatchUp.BehindSeconds != nil && tel.CatchUp.ETASeconds != nil
+	}) {
+		t.Fatalf("/status: live %+v, telemetry catch-up %+v", s.Live, tel.CatchUp)
 	}
 	streams := map[string]live.StreamStats{}
 	for _, ls := range s.Live.Streams {

@@ -9,6 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestMAVLinkDronesShown: simulated MAVLink drones sending to the agent's
@@ -31,16 +32,11 @@ func TestMAVLinkDronesShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var s Status
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !testkit.UntilEvery(10*time.Second, 50*time.Millisecond, func() bool {
 		getJSON(t, base+"/status", &s)
-		if s.MAVLink != nil && s.MAVLink.Stored == uint64(res.Frames) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("mavlink stored %+v of %d frames", s.MAVLink, res.Frames)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return s.MAVLink != nil && s.MAVLink.Stored == uint64(res.Frames)
+	}) {
+		t.Fatalf("mavlink stored %+v of %d frames", s.MAVLink, res.Frames)
 	}
 	want := map[string]bool{"copter-1": true, mavlink.DiscoveredID(2): true}
 	for _, d := range s.MAVLink.Drones {

@@ -113,7 +113,7 @@ func attackSlowloris(tb testing.TB, r *neighbourRig, stop <-chan struct{}) {
 				}
 				c, err := net.DialTimeout("tcp", r.a.HTTPAddr(), time.Second)
 				if err != nil {
-					time.Sleep(10 * time.Millisecond)
+					time.Sleep(10 * time.Millisecond) // the attacker's back-off
 					continue
 				}
 				slowlorisOpened.Add(1)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // chromium finds Debian's headless browser (.ci/run installs it).
@@ -69,18 +70,14 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}
 	// Everything captured and replicated: the telemetry numbers stay put.
 	var s Status
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var tm StreamStatus
+	if !testkit.UntilEvery(30*time.Second, 100*time.Millisecond, func() bool {
 		getJSON(t, base+"/status", &s)
-		tm := streamStatus(s, "telemetry")
-		if tm.Stats.Appended == sim.Published && tm.Replication != nil && tm.Replication.Events == sim.Published &&
-			tm.Replication.BacklogEvents == 0 && tm.CommittedLagSeconds != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("telemetry not replicated: published %d, status %+v", sim.Published, tm)
-		}
-		time.Sleep(100 * time.Millisecond)
+		tm = streamStatus(s, "telemetry")
+		return tm.Stats.Appended == sim.Published && tm.Replication != nil && tm.Replication.Events == sim.Published &&
+			tm.Replication.BacklogEvents == 0 && tm.CommittedLagSeconds != nil
+	}) {
+		t.Fatalf("telemetry not replicated: published %d, status %+v", sim.Published, tm)
 	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,

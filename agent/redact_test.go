@@ -142,20 +142,16 @@ func TestNoSecretShown(t *testing.T) {
 			var shown []string
 			var s Status
 			deadline := time.Now().Add(10 * time.Second)
-			for {
+			testkit.UntilEvery(time.Until(deadline), 50*time.Millisecond, func() bool { // asserted below
 				getJSON(t, base+"/status", &s)
-				if strings.HasPrefix(c.name, "unreachable") || strings.HasSuffix(c.name, "(refused)") || s.CentralConnected ||
-					time.Now().After(deadline) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return strings.HasPrefix(c.name, "unreachable") || strings.HasSuffix(c.name, "(refused)") || s.CentralConnected
+			})
 			if strings.HasPrefix(c.name, "unreachable") {
 				// Shown with its URL, and the replicators say why they fail.
-				for !strings.Contains(s.Errors["sync/telemetry"], replicate.ErrNotConnected.Error()) && time.Now().Before(deadline) {
-					time.Sleep(100 * time.Millisecond)
+				testkit.UntilEvery(time.Until(deadline), 100*time.Millisecond, func() bool { // asserted below
 					getJSON(t, base+"/status", &s)
-				}
+					return strings.Contains(s.Errors["sync/telemetry"], replicate.ErrNotConnected.Error())
+				})
 				if s.CentralConnected || !strings.Contains(s.Errors["central"], "not connected to nats://") ||
 					!strings.Contains(s.Errors["central"], deadHost) ||
 					!strings.Contains(s.Errors["sync/telemetry"], replicate.ErrNotConnected.Error()) {

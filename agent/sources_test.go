@@ -14,6 +14,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // TestRTSPSourcesOnStatusAndPage: an agent pulls three RTSP sources —
@@ -59,17 +60,13 @@ func TestRTSPSourcesOnStatusAndPage(t *testing.T) {
 	base := "http://" + a.HTTPAddr()
 
 	var s Status
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	if !testkit.UntilEvery(20*time.Second, 100*time.Millisecond, func() bool {
 		getJSON(t, base+"/status", &s)
-		if s.Video != nil && len(s.Video.Sources) == 3 && s.Video.Sources[0].State == video.SourceStreaming &&
+		return s.Video != nil && len(s.Video.Sources) == 3 && s.Video.Sources[0].State == video.SourceStreaming &&
 			strings.Contains(s.Errors["video/source/wrong-pw"], "401") && strings.Contains(s.Errors["video/source/silent"], "no answer") &&
-			s.Video.PerDrone["good"].FramesOut > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sources not as expected: %+v, errors %v", s.Video, s.Errors)
-		}
-		time.Sleep(100 * time.Millisecond)
+			s.Video.PerDrone["good"].FramesOut > 0
+	}) {
+		t.Fatalf("sources not as expected: %+v, errors %v", s.Video, s.Errors)
 	}
 	if !strings.Contains(s.Errors["video/source/wrong-pw"], "check the user and password") || !strings.Contains(s.Errors["video/source/wrong-pw"], "failing since") {
 		t.Errorf("wrong-pw: %q", s.Errors["video/source/wrong-pw"])
