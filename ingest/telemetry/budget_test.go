@@ -82,17 +82,10 @@ func TestBufferedBytesBounded(t *testing.T) {
 			}
 		})
 	}
-	// Flat out until the intake stops reading: received stays put for a
-	// 100 ms sample (a quiet interval, so a sleep between the samples).
-	var last uint64
-	for i := 0; i < 100; i++ {
-		time.Sleep(100 * time.Millisecond)
-		n := in.Stats().Received
-		if n == last && n > 0 {
-			break
-		}
-		last = n
-	}
+	// Flat out until the intake stops reading: received stays put.
+	received := func() uint64 { return in.Stats().Received }
+	testkit.Until(10*time.Second, func() bool { return received() > 0 })
+	testkit.Settle(100*time.Millisecond, 10*time.Second, received)
 	grown := int64(liveHeap()) - int64(before)
 	got := in.Stats()
 	for _, c := range conns {
