@@ -114,7 +114,7 @@ type StoreConfig struct {
 	// (checked at start).
 	MinFreeBytes int64 `yaml:"min_free_bytes"`
 	// ValueLogFileSize is the size of one payload file (large payloads:
-	// video chunks) and of one Badger value-log file: deleted data goes
+	// video chunks; Badger's own value-log files are 1 MiB): deleted data goes
 	// back to the filesystem a whole file at a time, so up to two files per
 	// open segment stay on disk after shedding. 0
 	// (default): 1/16 of the filesystem, between 2 × max_event_bytes and

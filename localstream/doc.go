@@ -35,10 +35,11 @@
 // name. Reads of what is durable go on. Close returns within
 // Options.CloseTimeout whatever Badger does (on a failing disk it retries
 // its memtable flush forever), and Badger's log lines come at most once
-// per 30 s per message. The memtable's log, which Badger writes through
-// mmap, has its blocks allocated before Badger writes them, so that a
-// filesystem filled by another process refuses commits (ErrDiskFull)
-// instead of faulting (walspace.go).
+// per 30 s per message. Every file Badger writes through mmap (memtable
+// logs, tables, value log, DISCARD) has its blocks allocated before Badger
+// writes them, so that a filesystem filled by another process refuses
+// commits (ErrDiskFull) and fails Badger's flushes and compactions with an
+// error it retries, instead of faulting (mmapspace.go, walspace.go).
 //
 // # Keys
 //

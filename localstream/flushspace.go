@@ -10,11 +10,10 @@ import (
 
 // Badger writes a memtable to a new table (NNNNNN.sst) when the memtable
 // is full, when the store closes and, for the logs a previous run left,
-// when it opens. The table file is created at its final size, sparse, and
-// filled through mmap: on a filesystem with no free block (a tmpfs that
-// another process filled; ext4 past its reserve) a page that cannot be
-// allocated is a SIGBUS, a crash of the whole process. So the store looks
-// before it lets Badger flush:
+// when it opens. The table's blocks are allocated before Badger maps it
+// (mmapspace.go), so no room is an error Badger retries, not a SIGBUS; but
+// a flush retried every second while commits pile into the next memtables
+// is not a way to run. So the store looks before it lets Badger flush:
 //
 //   - Open refuses (ErrDiskFull) when the memtable logs it would replay
 //     and flush hold more than the filesystem has free;
@@ -25,10 +24,10 @@ import (
 //     start its flush, is refused (ErrDiskFull, nothing written) while the
 //     filesystem has less free than that memtable's table (walSpace).
 //
-// What this does not cover: a process that takes the last blocks in the
-// milliseconds between the check and the table's write, and compactions
-// (tables written from tables), which follow flushes; the free-space floor
-// (Options.MinFreeBytes) is what leaves room for those.
+// A process that takes the blocks between the check and the flush, or a
+// compaction (tables written from tables) on a full filesystem, gets the
+// error (mmapspace.go); the free-space floor (Options.MinFreeBytes) is
+// what leaves room for compactions.
 
 // flushNeed is what flushing the memtable logs in dir to tables may take:
 // the blocks the logs hold (the walSpace allocates a little ahead of the

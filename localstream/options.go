@@ -78,9 +78,10 @@ type Options struct {
 	// cost a bare reader (BenchmarkMAVLinkIntake); two keep up with a
 	// 2-core machine's writes. Default 2.
 	Compactors int
-	// ValueLogFileSize is the size of one Badger value-log file and of one
-	// payload file: space comes back a whole file at a time, so up to two
-	// per open segment stay on disk after a deletion. Default 64 MiB.
+	// ValueLogFileSize is the size of one payload file: space comes back
+	// a whole file at a time, so up to two per open segment stay on disk
+	// after a deletion. Default 64 MiB. (Badger's own value-log files are
+	// 1 MiB, allocated whole: mmapspace.go.)
 	ValueLogFileSize int64
 	// MinFreeBytes is the free space of the data directory's filesystem
 	// below which appends fail with ErrDiskFull (nothing written) instead

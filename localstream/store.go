@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -106,7 +107,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		WithSyncWrites(opts.Durability == DurabilityAlways).
 		WithValueThreshold(opts.ValueThreshold).
 		WithMemTableSize(opts.MemTableSize).
-		WithValueLogFileSize(opts.ValueLogFileSize).
+		// Badger's value-log files are allocated whole (mmapspace.go):
+		// its least size; payload files take Options.ValueLogFileSize.
+		WithValueLogFileSize(badgerVlogFileSize).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
 		WithNumCompactors(opts.Compactors).
@@ -122,6 +125,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	db, err := badger.Open(bo)
 	if err != nil {
+		// Badger flattens the errors it wraps: a file it could not have
+		// the blocks of (mmapspace.go), or a write with no space, is told
+		// by its text.
+		if msg := err.Error(); !errors.Is(err, ErrDiskFull) &&
+			(strings.Contains(msg, ErrDiskFull.Error()) || strings.Contains(msg, syscall.ENOSPC.Error())) {
+			return nil, fmt.Errorf("localstream: open %s: %w: %v", dir, ErrDiskFull, err)
+		}
 		return nil, fmt.Errorf("localstream: open %s: %w", dir, err)
 	}
 	// Before anything is written: the memtable's log allocated ahead.

@@ -28,9 +28,9 @@ import (
 // ErrDiskFull, as below the free-space floor: nothing was written, and
 // it can be retried once space is back.
 //
-// The tables that Badger writes when it flushes a memtable are written
-// through mmap too: see flushspace.go for how the store leaves room for
-// them, and what it does not cover.
+// The log's first MiB is allocated when Badger creates it, and every other
+// file Badger maps for writing is allocated whole (mmapspace.go); see
+// flushspace.go for how the store leaves room for its tables.
 
 // walAhead is how far past the estimated end of the next commit the
 // memtable log's blocks are kept allocated: room for the writes that do
@@ -128,7 +128,7 @@ func (w *walSpace) touched(fid int) int64 {
 // Badger to its next log when the memtable rotated, allocates the
 // current log past the estimated end of the commit and creates the next one.
 // It fails with ErrDiskFull when the filesystem has no blocks for them.
-func (w *walSpace) ensure(n int64) error {
+func (w *walSpace) ensure(n int64) (err error) {
 	for {
 		var st syscall.Stat_t
 		if err := syscall.Stat(w.path(w.fid+1), &st); err != nil || st.Size == 0 {
@@ -143,13 +143,20 @@ func (w *walSpace) ensure(n int64) error {
 		}
 	}
 	w.written += n
+	defer func() {
+		if err != nil {
+			w.written -= n // nothing was written: a refused commit is retried
+		}
+	}()
 	// In the second half of the memtable a commit may fill it and start
 	// its flush to a table, written through mmap: only with room for it
 	// (flushspace.go). Nothing is written when refused.
+	// (written is an estimate from above, 4 KiB a commit more than the
+	// records: capped at the log's size, which bounds the table.)
 	if w.written >= w.size/4 {
-		if free, err := statfsFree(w.dir); err == nil && free < w.written+w.written/8 {
-			need := w.written + w.written/8
-			w.written -= n
+		est := min(w.written, w.size)
+		if free, err := statfsFree(w.dir); err == nil && free < est+est/8 {
+			need := est + est/8
 			return fmt.Errorf("%w: %d bytes free, the memtable's table will take up to %d", ErrDiskFull, free, need)
 		}
 	}

@@ -1,0 +1,510 @@
+package localstream
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const churnDirEnv = "EDGE_LOCALSTREAM_CHURN_DIR"
+
+// TestTmpfsChurnChildProcess is the subprocess of TestTmpfsChurn: a store
+// with a small memtable (a flush every ~1 MiB of writes, a compaction every
+// few flushes), four writers appending until SIGTERM and retrying what the
+// store refuses, printing each acknowledged append ("A key seq"); at
+// SIGTERM it closes the store, prints how many of Badger's files could not
+// have their blocks ("F n") and exits 0.
+func TestTmpfsChurnChildProcess(t *testing.T) {
+	dir := os.Getenv(churnDirEnv)
+	if dir == "" {
+		return // only meaningful as the subprocess
+	}
+	s, err := Open(dir, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		MemTableSize: 1 << 20, MinFreeBytes: -1, CloseTimeout: 20 * time.Second})
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(3)
+	}
+	st, err := s.Stream("churn")
+	if err != nil {
+		st, err = s.CreateStream("churn", StreamConfig{})
+	}
+	if err != nil {
+		fmt.Println("ERR", err)
+		os.Exit(3)
+	}
+	out := make(chan string, 1024)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	for w := range 4 {
+		key := fmt.Sprintf("%sw%d", os.Getenv(tmpfsRoundEnv), w)
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for seq := uint64(0); ctx.Err() == nil; {
+				payload := binary.BigEndian.AppendUint64(make([]byte, 0, 1024), seq)
+				payload = payload[:1024]
+				if _, err := st.Append(ctx, Event{RoutingKey: key, Writer: "churn/" + key, Payload: payload}); err != nil {
+					if ctx.Err() == nil {
+						out <- fmt.Sprintf("R %s %v", key, strings.ReplaceAll(err.Error(), "\n", " "))
+						time.Sleep(5 * time.Millisecond)
+					}
+					continue
+				}
+				out <- fmt.Sprintf("A %s %d", key, seq)
+				seq++
+			}
+		}()
+	}
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	fmt.Println("READY")
+	w := bufio.NewWriter(os.Stdout)
+	for running := 4; running > 0; {
+		select {
+		case line := <-out:
+			fmt.Fprintln(w, line)
+			if len(out) == 0 {
+				w.Flush()
+			}
+		case <-term:
+			stop()
+		case <-done:
+			running--
+		}
+	}
+	for len(out) > 0 {
+		fmt.Fprintln(w, <-out)
+	}
+	w.Flush()
+	if err := s.Close(); errors.Is(err, ErrDiskFull) {
+		fmt.Println("C", err)
+	} else if err != nil {
+		fmt.Println("ERR close", err)
+		os.Exit(4)
+	}
+	fmt.Println("F", allocRefused.Load(), "of Badger's files had no blocks")
+	os.Exit(0)
+}
+
+// TestTmpfsChurn: another process holds the store's tmpfs at 0 bytes free
+// and gives a little back now and then, for a moment, so that the store's
+// checks for room pass and Badger's next write of a table (a memtable's
+// flush, or a compaction: tables written from tables, which no check
+// covers) finds no block. The store must survive it as it survives a full
+// ext4: no SIGBUS (a page of a tmpfs file that cannot be allocated is a
+// SIGBUS, a crash, not an error), and once the space is back appends go
+// on and every acknowledged one is there, once.
+func TestTmpfsChurn(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	dir := filepath.Join(t.TempDir(), "fs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(64<<20)); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	storeDir := filepath.Join(dir, "store")
+	acked := map[string]map[uint64]bool{}
+	refusedFiles := 0
+	for round := range testRounds(3) {
+		refusedFiles += churnRound(t, rng, dir, storeDir, fmt.Sprintf("r%d", round), acked)
+		s, err := Open(storeDir, Options{MinFreeBytes: -1, MemTableSize: 1 << 20})
+		if err != nil {
+			t.Fatalf("round %d: reopen: %v", round, err)
+		}
+		st, err := s.Stream("churn")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]map[uint64]int{}
+		for _, rec := range readAll(t, st) {
+			if seen[rec.RoutingKey] == nil {
+				seen[rec.RoutingKey] = map[uint64]int{}
+			}
+			seen[rec.RoutingKey][binary.BigEndian.Uint64(rec.Payload)]++
+		}
+		n := 0
+		for key, seqs := range acked {
+			for seq := range seqs {
+				if c := seen[key][seq]; c != 1 {
+					t.Fatalf("round %d: acknowledged %s/%d stored %d times", round, key, seq, c)
+				}
+				n++
+			}
+		}
+		t.Logf("round %d: %d acknowledged appends (all rounds) stored once", round, n)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The next round starts on an empty store: a long run of rounds
+		// would fill the 64 MiB with what the earlier ones wrote.
+		if err := os.RemoveAll(storeDir); err != nil {
+			t.Fatal(err)
+		}
+		clear(acked)
+	}
+	// The fault happened: Badger went to write a file the filesystem had
+	// no blocks for (each, before the blocks were allocated ahead, a
+	// SIGBUS).
+	if refusedFiles == 0 {
+		t.Fatal("no file of Badger's went without blocks: the churn never hit a flush or a compaction")
+	}
+	t.Logf("%d of Badger's files had no blocks and were errors, not faults", refusedFiles)
+}
+
+// syncBuilder is a strings.Builder that cmd's copying goroutine writes
+// while the test reads it.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuilder) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuilder) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// filler takes and gives back the free blocks of a filesystem, as another
+// process would: files of chunk bytes, allocated with fallocate.
+type filler struct {
+	dir   string
+	files []string
+	n     int
+}
+
+func (f *filler) free() int64 {
+	var fs unix.Statfs_t
+	if unix.Statfs(f.dir, &fs) != nil {
+		return 0
+	}
+	return int64(fs.Bavail) * fs.Bsize
+}
+
+// take allocates every free block, in files of at most chunk bytes.
+func (f *filler) take(chunk int64) {
+	for size := chunk; size >= 4096; {
+		free := f.free()
+		if free < 4096 {
+			return
+		}
+		size = min(size, free)
+		name := filepath.Join(f.dir, fmt.Sprintf("fill%d", f.n))
+		f.n++
+		fd, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return
+		}
+		err = unix.Fallocate(int(fd.Fd()), 0, 0, size)
+		fd.Close()
+		if err != nil {
+			os.Remove(name)
+			size /= 2
+			continue
+		}
+		f.files = append(f.files, name)
+	}
+}
+
+// give frees the most recent file.
+func (f *filler) give() {
+	if len(f.files) > 0 {
+		os.Remove(f.files[len(f.files)-1])
+		f.files = f.files[:len(f.files)-1]
+	}
+}
+
+func (f *filler) release() {
+	for len(f.files) > 0 {
+		f.give()
+	}
+}
+
+// churnRound runs the child on storeDir while a filler holds the tmpfs at
+// dir full, giving back a chunk of random size for a random moment (most
+// of a millisecond to a few), then gives everything back, waits for
+// appends to go on, stops the child and adds what it acknowledged to acked.
+func churnRound(t *testing.T, rng *rand.Rand, dir, storeDir, round string, acked map[string]map[uint64]bool) (refusedFiles int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTmpfsChurnChildProcess$", "-test.v=false")
+	cmd.Env = append(os.Environ(), churnDirEnv+"="+storeDir, tmpfsRoundEnv+"="+round)
+	// A pipe of our own: cmd.Wait (on its own goroutine, so that a death
+	// is seen at once) must not close what is still to be read.
+	stdout, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	cmd.Stdout = pw
+	var stderr syncBuilder
+	cmd.Stderr = &stderr
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	lines := make(chan string, 4096)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	count, refused, allocLine, firstRefusal := 0, 0, "", ""
+	handle := func(line string) {
+		var key string
+		var seq uint64
+		switch {
+		case strings.HasPrefix(line, "A "):
+			fmt.Sscanf(line, "A %s %d", &key, &seq)
+			if acked[key] == nil {
+				acked[key] = map[uint64]bool{}
+			}
+			acked[key][seq] = true
+			count++
+		case strings.HasPrefix(line, "R "):
+			if refused++; firstRefusal == "" {
+				firstRefusal = line
+			}
+		case strings.HasPrefix(line, "F "):
+			allocLine = line
+			fmt.Sscanf(line, "F %d", &refusedFiles)
+		case strings.HasPrefix(line, "ERR"):
+			t.Errorf("child: %s", line)
+		}
+	}
+	// read handles the child's lines until the deadline or want.
+	read := func(until time.Time, want func() bool) {
+		for time.Now().Before(until) && !want() {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					return
+				}
+				handle(line)
+			case <-time.After(time.Until(until)):
+				return
+			}
+		}
+	}
+	// dead reports whether the child died: of a signal, or of the Go
+	// runtime's "fatal error: fault" (a SIGBUS in Go code).
+	dead := func() string {
+		select {
+		case <-exited:
+		default:
+			return ""
+		}
+		err := cmd.ProcessState
+		if ws, ok := err.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return fmt.Sprintf("died of %v", ws.Signal())
+		}
+		return fmt.Sprintf("exited with %v", err)
+	}
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	defer func() {
+		cmd.Process.Kill()
+		<-exited
+	}()
+	read(time.Now().Add(30*time.Second), func() bool { return count >= 2000 })
+	if count < 2000 {
+		t.Fatalf("the child acknowledged %d appends in 30 s (%s)\n%s", count, dead(), tail(stderr.String(), 3000))
+	}
+	f := &filler{dir: dir}
+	defer f.release()
+	// Full, with short openings: the store's checks see room in them,
+	// and its flushes and compactions may come a moment later.
+	churnFor := 6 * time.Second
+	t.Logf("round %s: churning a full tmpfs for %v from %d acknowledged appends", round, churnFor, count)
+	start, openings := time.Now(), 0
+	for time.Since(start) < churnFor && dead() == "" {
+		f.take(4 << 20)
+		read(time.Now().Add(time.Duration(rng.IntN(20))*time.Millisecond), func() bool { return false })
+		for range 1 + rng.IntN(3) {
+			f.give()
+		}
+		openings++
+		read(time.Now().Add(time.Duration(rng.IntN(10000))*time.Microsecond), func() bool { return false })
+	}
+	before := count
+	f.release()
+	t.Logf("round %s: %d openings; %d acknowledged, %d refused while churning", round, openings, count, refused)
+	if d := dead(); d != "" {
+		t.Fatalf("round %s: the child %s while the tmpfs was full:\n%s", round, d, tail(stderr.String(), 3000))
+	}
+	read(time.Now().Add(60*time.Second), func() bool { return count >= before+500 || dead() != "" })
+	if count < before+500 {
+		t.Fatalf("round %s: appends did not resume after the space came back: %d acknowledged after it (%s)\n%s",
+			round, count-before, dead(), tail(stderr.String(), 3000))
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("round %s: the child did not stop in 60 s of SIGTERM:\n%s", round, tail(stderr.String(), 3000))
+	}
+	for line := range lines {
+		handle(line)
+	}
+	if cmd.ProcessState.ExitCode() != 0 {
+		t.Fatalf("round %s: the child %s:\n%s", round, dead(), tail(stderr.String(), 3000))
+	}
+	files, _ := os.ReadDir(storeDir)
+	tables := 0
+	for _, f := range files {
+		if strings.HasSuffix(f.Name(), ".sst") {
+			tables++
+		}
+	}
+	t.Logf("round %s: %d acknowledged, %d refused (%s); %d tables; %s", round, count, refused, firstRefusal, tables, allocLine)
+	return refusedFiles
+}
+
+// TestCompactionWithoutBlocks: a compaction (tables written from tables,
+// which no check for room covers) runs on a tmpfs another process has
+// filled to 0 bytes. Before Badger's files had their blocks allocated
+// ahead it died of a SIGBUS writing the new table; with the allocation it
+// gets an error, and it must keep what it read: Badger v4.9.6 dropped a
+// table it could not create from the compaction without an error
+// (subcompact's `defer inflightBuilders.Done(err)` took err's value, nil,
+// when deferred) and lost its keys — until third_party/badger's patch.
+// Every appended event is read back after the space is returned.
+func TestCompactionWithoutBlocks(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	seed := testSeed(t)
+	rng := rand.New(rand.NewPCG(seed, seed^0xc0))
+	dir := filepath.Join(t.TempDir(), "fs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(64<<20)); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	storeDir := filepath.Join(dir, "store")
+	opts := Options{MinFreeBytes: -1, MemTableSize: 1 << 20}
+	s, err := Open(storeDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	st, err := s.CreateStream("c", StreamConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appended := 0
+	appendSome := func() {
+		for range 100 {
+			payload := make([]byte, 1024) // incompressible: tables of some size
+			for i := range payload {
+				payload[i] = byte(rng.Uint32())
+			}
+			binary.BigEndian.PutUint64(payload, uint64(appended))
+			if _, err := st.Append(context.Background(), Event{RoutingKey: "k", Writer: "w", Payload: payload}); err != nil {
+				t.Fatal(err)
+			}
+			appended++
+		}
+	}
+	// Tables on two levels: Flatten then has a compaction to run. (Not
+	// Reclaim's flush: its DropPrefix compacts every level.)
+	appendSome()
+	if err := s.flushMemtable(); err != nil {
+		t.Fatal(err)
+	}
+	l0 := func() int {
+		n := 0
+		for _, ti := range s.db.Tables() {
+			if ti.Level == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); l0() < 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tables at level 0 after %d events: the memtable did not fill", l0(), appended)
+		}
+		appendSome()
+	}
+	levels := map[int]int{}
+	for _, ti := range s.db.Tables() {
+		levels[ti.Level]++
+	}
+	t.Logf("tables by level: %v", levels)
+	f := &filler{dir: dir}
+	f.take(4 << 20)
+	refusedBefore := allocRefused.Load()
+	t.Logf("%d events in tables on two levels; tmpfs filled from outside: %d bytes free", appended, f.free())
+	err = s.db.Flatten(1)
+	refused := allocRefused.Load() - refusedBefore
+	t.Logf("compaction with no blocks: %.160v…; %d new tables had no blocks", err, refused)
+	if refused == 0 {
+		t.Fatal("the compaction found blocks for its tables: the fill did not happen")
+	}
+	if err == nil {
+		t.Error("the compaction found no blocks for its tables and reported no error")
+	}
+	f.release()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(storeDir, opts); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = s.Stream("c"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint64]int{}
+	for _, rec := range readAll(t, st) {
+		seen[binary.BigEndian.Uint64(rec.Payload)]++
+	}
+	for i := range uint64(appended) {
+		if seen[i] != 1 {
+			t.Fatalf("event %d of %d stored %d times after the compaction without blocks (%d read)", i, appended, seen[i], len(seen))
+		}
+	}
+	t.Logf("all %d events read back once", appended)
+}
