@@ -37,10 +37,11 @@ import (
 // The hostile-neighbours run (issue 30): four good drones — telemetry
 // through a real Mosquitto and on the agent's MQTT listener, two RTP video
 // drones — stream for the whole run while one hostile neighbour after
-// another does its worst (the phases below, in turn). Each phase must
-// add at most neighbourDelayBound to the good drones' p99 ingest delay
-// (publish to durable in the local stream) and leave /healthz telling the truth
-// (the phase's reason while it lasts); over the run nothing the good
+// another does its worst (the phases below, in turn). In each phase the
+// good drones' p99 ingest delay (publish to durable in the local stream)
+// must stay under neighbourDelayBound when the lead-in shows a quiet
+// machine (else add at most that to the lead-in's), and /healthz must
+// tell the truth (the phase's reason while it lasts); over the run nothing the good
 // drones sent is lost, duplicated or reordered, every video frame is
 // stored, ffprobe decodes at least neighbourDecodeShare of them from the
 // stored chunks, and the live heap and the RSS stay under
@@ -53,9 +54,15 @@ import (
 // goroutine dump and a heap profile 5 s into each phase (to find what a
 // stall waits for). Figures: BENCHMARKS.md, "Hostile neighbours".
 
-// neighbourDelayBound bounds what a phase adds to the good drones' p99
-// ingest delay (over the lead-in's, measured in the same run).
+// neighbourDelayBound bounds the good drones' p99 ingest delay in a phase:
+// the issue's bound as it stands when the lead-in shows a quiet machine,
+// else what a phase may add over the lead-in's p99 (same run).
 const neighbourDelayBound = time.Second
+
+// neighbourQuietLeadIn is the lead-in p99 up to which the machine counts
+// as quiet (10–20 ms measured on an idle one) and a phase's p99 must stay
+// under neighbourDelayBound flat.
+const neighbourQuietLeadIn = 100 * time.Millisecond
 
 // neighbourLiveHeapBound bounds the live heap (as of each GC, sampled
 // every 100 ms) over the run: the agent plus the test's senders and
@@ -317,10 +324,11 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 			tb.Fatalf("good video drone %s: %d frames stored of %d; dropped %d, lost %d, queue drops %d", id, got, 180*loops, ds.FramesDropped, ds.Lost, ds.QueueDrops)
 		}
 	}
-	// The bound is over the lead-in's p99 in the same run (no attack yet):
-	// on a quiet machine that is 10–20 ms, so the attack may add at most
-	// neighbourDelayBound; on one loaded by other test binaries the
-	// baseline itself is hundreds of ms, which no attack caused.
+	// The lead-in's p99 in the same run (no attack yet) says how loaded
+	// the machine is: quiet (10–20 ms), a phase's p99 must stay under
+	// neighbourDelayBound, the issue's bound as stated; loaded by other
+	// test binaries, the baseline itself is hundreds of ms, which no
+	// attack caused, and the bound is what a phase adds to it.
 	lead, _, _ := delays.p99("lead-in")
 	bound := neighbourDelayBound
 	if raceEnabled {
@@ -329,6 +337,11 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 		// races there, the timing bound is the normal build's.
 		bound = 10 * neighbourDelayBound
 	}
+	limit, basis := lead+bound, fmt.Sprintf("the lead-in's %v + %v", lead, bound)
+	if lead <= neighbourQuietLeadIn && !raceEnabled {
+		limit, basis = bound, fmt.Sprintf("flat: the lead-in's %v shows a quiet machine", lead)
+	}
+	tb.Logf("phase bound: good telemetry p99 ingest delay under %v (%s)", limit, basis)
 	for _, p := range append([]string{"lead-in"}, phaseNames(phases)...) {
 		p99, n, maxD := delays.p99(p)
 		tb.Logf("phase %s: good telemetry ingest delay p99 %v, max %v over %d messages", p, p99, maxD, n)
@@ -338,8 +351,8 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 		}
 		if n == 0 {
 			tb.Errorf("phase %s: no good telemetry stored during it", p)
-		} else if p != "lead-in" && p99 > lead+bound {
-			tb.Errorf("phase %s: good telemetry p99 ingest delay %v above %v (the lead-in's %v + %v)", p, p99, lead+bound, lead, bound)
+		} else if p != "lead-in" && p99 > limit {
+			tb.Errorf("phase %s: good telemetry p99 ingest delay %v above %v (%s)", p, p99, limit, basis)
 		}
 	}
 	tb.Logf("live heap peak %d MiB (bound %d MiB), RSS peak %d MiB (bound %d MiB)", livePeak>>20, neighbourLiveHeapBound>>20, rssPeak>>20, neighbourRSSBound>>20)
