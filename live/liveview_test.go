@@ -4,13 +4,19 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // current polls newest (each drone's newest event time at the centre)
 // until every drone's is from the last 2 s, and returns how long that
 // took from start, or false after timeout.
 func current(ctx context.Context, start time.Time, drones []string, timeout time.Duration, newest func() map[string]int64) (time.Duration, bool) {
-	for time.Since(start) < timeout && ctx.Err() == nil {
+	var took time.Duration
+	testkit.UntilEvery(timeout-time.Since(start), 50*time.Millisecond, func() bool { // each poll reads at the centre
+		if ctx.Err() != nil {
+			return true
+		}
 		got, now := newest(), time.Now()
 		n := 0
 		for _, d := range drones {
@@ -19,11 +25,11 @@ func current(ctx context.Context, start time.Time, drones []string, timeout time
 			}
 		}
 		if n == len(drones) {
-			return time.Since(start), true
+			took = time.Since(start)
 		}
-		time.Sleep(50 * time.Millisecond) // each poll reads at the centre; ends early with ctx, unlike testkit's waits
-	}
-	return 0, false
+		return took > 0
+	})
+	return took, took > 0
 }
 
 // TestTimeToLiveView is issue 28's time to live view for the agent: a
