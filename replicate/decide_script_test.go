@@ -3,13 +3,13 @@ package replicate
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -47,71 +47,26 @@ import (
 //	gap REASON of=STORE from=CENTRAL-CUT to=CENTRAL-CUT|unknown seq=N
 //	refuse twin|fenced names ID ...   (the identities the error names, in order)
 //
-// Set REPLICATE_REWRITE=1 to rewrite the expected outputs (then review the
-// diff).
+// They are github.com/cockroachdb/datadriven scripts; run with -rewrite to
+// rewrite the expected outputs (then review the diff).
 func TestDecideScripts(t *testing.T) {
-	files, err := filepath.Glob("testdata/resume/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no testdata: %v", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) { runDecideFile(t, f) })
-	}
-}
-
-func runDecideFile(t *testing.T, path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(string(b), "\n")
-	var out []string
-	cases := 0
-	for i := 0; i < len(lines); i++ {
-		l := strings.TrimSpace(lines[i])
-		out = append(out, lines[i])
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
+	datadriven.Walk(t, "testdata/resume", func(t *testing.T, path string) {
+		cases := 0
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			if d.Cmd != "decide" {
+				d.Fatalf(t, "%q, want decide", d.Cmd)
+			}
+			cases++
+			got, err := runDecideCase(strings.Split(d.Input, "\n"))
+			if err != nil {
+				d.Fatalf(t, "%v", err)
+			}
+			return strings.Join(got, "\n")
+		})
+		if cases == 0 {
+			t.Fatalf("%s: no cases", path)
 		}
-		if l != "decide" {
-			t.Fatalf("%s:%d: %q, want decide", path, i+1, l)
-		}
-		start := i + 1
-		var input []string
-		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "----"; i++ {
-			input = append(input, strings.TrimSpace(lines[i]))
-			out = append(out, lines[i])
-		}
-		if i == len(lines) {
-			t.Fatalf("%s:%d: decide without ---- line", path, start)
-		}
-		out = append(out, lines[i])
-		var want []string
-		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != ""; i++ {
-			want = append(want, lines[i])
-		}
-		got, err := runDecideCase(input)
-		if err != nil {
-			t.Fatalf("%s:%d: %v", path, start, err)
-		}
-		cases++
-		out = append(out, got...)
-		if i < len(lines) {
-			out = append(out, lines[i])
-		}
-		if os.Getenv("REPLICATE_REWRITE") == "" && strings.Join(got, "\n") != strings.Join(want, "\n") {
-			t.Errorf("%s:%d:\n%s\ngot:\n%s\nwant:\n%s", path, start, strings.Join(input, "\n"),
-				strings.Join(got, "\n"), strings.Join(want, "\n"))
-		}
-	}
-	if cases == 0 {
-		t.Fatalf("%s: no cases", path)
-	}
-	if os.Getenv("REPLICATE_REWRITE") != "" {
-		if err := os.WriteFile(path, []byte(strings.Join(out, "\n")), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 }
 
 // scriptNow is the clock of every case (plus run silent=DUR).
@@ -345,21 +300,30 @@ func shortCut(c localstream.StreamCut) string {
 	return s
 }
 
-// scriptArgs splits "verb k=v flag ..." into the verb and its arguments.
+// scriptArgs parses a case's input line "verb k=v flag ..." (datadriven's
+// syntax) into the verb and its arguments.
 func scriptArgs(l string) (string, map[string]string, error) {
-	f := strings.Fields(l)
-	if len(f) == 0 {
+	verb, cmdArgs, err := datadriven.ParseLine(l)
+	if err != nil {
+		return "", nil, err
+	}
+	if verb == "" {
 		return "", nil, errors.New("empty line")
 	}
 	args := map[string]string{}
-	for _, a := range f[1:] {
-		k, v, _ := strings.Cut(a, "=")
-		if _, dup := args[k]; dup {
-			return "", nil, fmt.Errorf("%q: %s twice", l, k)
+	for _, a := range cmdArgs {
+		if _, dup := args[a.Key]; dup {
+			return "", nil, fmt.Errorf("%q: %s twice", l, a.Key)
 		}
-		args[k] = v
+		if len(a.Vals) > 1 {
+			return "", nil, fmt.Errorf("%q: %s has %d values", l, a.Key, len(a.Vals))
+		}
+		args[a.Key] = ""
+		if len(a.Vals) == 1 {
+			args[a.Key] = a.Vals[0]
+		}
 	}
-	return f[0], args, nil
+	return verb, args, nil
 }
 
 // scriptCut parses E.N=OFF,... or a bare offset in seg.
