@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -262,24 +261,11 @@ func TestRTSPServerRestarts(t *testing.T) {
 func TestRTSPWrongCredentialsAndSilentServer(t *testing.T) {
 	auth := rtsptest.Start(t, rtsptest.Auth, rtsptest.Options{})
 	plain := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(io.Discard, c) // reads the requests, answers nothing
-		}
-	}()
+	silent := testkit.SilentServer(t) // reads the requests, answers nothing
 	const secret = "Sup3rSecretPw"
 	in, sink, stop := rtspIngest(t,
 		SourceConfig{URL: auth.URL(rtsptest.ReadUser+":"+secret, "cam"), Drone: "wrong-pw"},
-		SourceConfig{URL: "rtsp://u:" + secret + "@" + silent.Addr().String() + "/cam", Drone: "silent"},
+		SourceConfig{URL: "rtsp://u:" + secret + "@" + silent + "/cam", Drone: "silent"},
 		SourceConfig{URL: plain.URL("", "cam"), Drone: "good"},
 		SourceConfig{URL: auth.URL(rtsptest.ReadUser+":"+rtsptest.ReadPass, "cam"), Drone: "right-pw"})
 	pub := rtsptest.Publish(t, auth.URL(rtsptest.PublishUser+":"+rtsptest.PublishPass, "cam"), rtsptest.H264, 100000, 25, 10)

@@ -4,7 +4,8 @@
 // and drops), a log sink safe for concurrent writes (SyncBuffer), the
 // random seed and rounds a run takes from EDGE_SEED and EDGE_ROUNDS (Seed,
 // Rounds), a TCP link the test breaks (Proxy), a tmpfs to fill
-// (MountTmpfs), and the re-exec harness of the crash tests (Main,
+// (MountTmpfs), a server that never answers (SilentServer), and the
+// re-exec harness of the crash tests (Main,
 // ChildCommand, KilledBySIGKILL): the test binary runs again as a child
 // process in a named role, to be killed with SIGKILL. A test file keeps
 // only what is its own.
