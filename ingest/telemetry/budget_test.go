@@ -82,10 +82,10 @@ func TestBufferedBytesBounded(t *testing.T) {
 			}
 		})
 	}
-	// Flat out until the intake stops reading: received stays put.
-	received := func() uint64 { return in.Stats().Received }
-	testkit.Until(10*time.Second, func() bool { return received() > 0 })
-	testkit.Settle(100*time.Millisecond, 10*time.Second, received)
+	// Flat out until the intake stops reading: it waits for budget, and
+	// received stays put (both asserted below).
+	testkit.Until(10*time.Second, func() bool { return in.Stats().BudgetWaits > 0 })
+	testkit.Settle(100*time.Millisecond, 10*time.Second, func() uint64 { return in.Stats().Received })
 	grown := int64(liveHeap()) - int64(before)
 	got := in.Stats()
 	for _, c := range conns {
