@@ -2,11 +2,9 @@ package mavlink
 
 import (
 	"bytes"
-	"context"
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
@@ -39,18 +37,7 @@ func runIntake(t testing.TB, cfg Config, st Appender, marks telemetry.Marks) (*I
 	if err := in.Bind(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- in.Run(ctx) }()
-	<-in.Ready()
-	var once sync.Once
-	var runErr error
-	stop := func() error {
-		once.Do(func() { cancel(); runErr = <-errc })
-		return runErr
-	}
-	t.Cleanup(func() { stop() })
-	return in, stop
+	return in, testkit.Run(t, in.Run, in.Ready())
 }
 
 func localConfig() Config {

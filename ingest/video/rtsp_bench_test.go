@@ -1,7 +1,6 @@
 package video
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -60,11 +59,8 @@ func runBenchIngest(b *testing.B, cfg Config, st *localstream.Stream) (in *Inges
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	<-in.Ready()
-	return in, func() { cancel(); <-done }
+	run := testkit.Run(b, in.Run, in.Ready())
+	return in, func() { run() }
 }
 
 // benchRTSPOnce pulls the sources at urls for one measurement and

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,27 +38,15 @@ func rtspIngestLog(t *testing.T, w io.Writer, level slog.Level, sources ...Sourc
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	<-in.Ready()
-	stopped := false
+	run := testkit.Run(t, in.Run, in.Ready())
+	var once sync.Once
 	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
+		once.Do(func() {
+			if err := run(); err != nil {
 				t.Errorf("Run: %v", err)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("Run did not return within 10s of its ctx ending")
-		}
+		})
 	}
-	t.Cleanup(stop)
 	return in, sink, stop
 }
 

@@ -25,20 +25,11 @@ func startIngest(t *testing.T, cfg Config, sink Sink) (*Ingest, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- in.Run(ctx) }()
-	select {
-	case <-in.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatal(err)
-	}
+	run := testkit.Run(t, in.Run, in.Ready())
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
-			cancel()
-			if err := <-done; err != nil {
+			if err := run(); err != nil {
 				t.Error(err)
 			}
 		})

@@ -1,7 +1,7 @@
 // Package testkit holds what the packages' tests share: waiting on a
 // condition (WaitFor, or Until and UntilEvery for a test that reports what
 // it saw; Settle until a count holds still; UDPQueue, a UDP socket's queue
-// and drops), a log sink safe for concurrent writes (SyncBuffer), the
+// and drops), a component's Run until a bounded stop (Run), a log sink safe for concurrent writes (SyncBuffer), the
 // random seed and rounds a run takes from EDGE_SEED and EDGE_ROUNDS (Seed,
 // Rounds), a TCP link the test breaks (Proxy), a tmpfs to fill
 // (MountTmpfs), a server that never answers (SilentServer), and the
