@@ -200,14 +200,17 @@ func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []wire.Ce
 	t.Helper()
 	var src []wire.CentralEvent
 	short := -1
-	testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("the source to hold the %d events the agents appended", total), func() bool {
+	// Each check reads the whole source: every 100 ms, as before.
+	if !testkit.UntilEvery(60*time.Second, 100*time.Millisecond, func() bool {
 		src = sourceEvents(t, nc, stream)
 		if len(src) != total && len(src) != short {
 			short = len(src)
 			t.Logf("a read of the source returned %d events of %d", len(src), total)
 		}
 		return len(src) == total
-	})
+	}) {
+		t.Fatalf("the source holds %d events, the agents appended %d", len(src), total)
+	}
 	return src
 }
 

@@ -3,6 +3,8 @@ package unpack
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -30,9 +32,10 @@ const sustainedWindow = 10 * time.Second
 // the centre and those unpacked in the window (events/s, and their
 // ratio: ≥ 1 when the unpacker keeps up), the largest lag seen (events
 // committed and not yet unpacked, sampled every 10 ms), the lag at the
-// window's end, and how long the unpacker took to drain that lag once
-// the agents stopped and had replicated the rest (with the process's CPU
-// per event drained).
+// window's end, and the drain: once the agents stop and have replicated
+// what their stores still held (flat out, intake outruns the uplink and
+// leaves a backlog in the stores), how long the unpacker takes to catch
+// up, at how many events/s and how much CPU per event.
 //
 // Two cases: flat-out (each agent as fast as its store takes events) and
 // fleet-10k (10,000 events/s offered in all, a hundred stations of 10
@@ -58,8 +61,8 @@ func benchSustained(b *testing.B, rate int) {
 		keys[d] = fmt.Sprintf("d%d", d)
 	}
 	var repN, unpN, maxLag, endLag uint64
-	var window, drain, drainCPU time.Duration
-	var drainN uint64
+	var window, drain, drainTotal, drainCPU time.Duration
+	var drainN, sessions uint64
 	for i := range b.N {
 		b.StopTimer()
 		stream := fmt.Sprintf("sus%d", i)
@@ -80,7 +83,9 @@ func benchSustained(b *testing.B, rate int) {
 			sts, sinks = append(sts, st), append(sinks, sink)
 			reps = append(reps, replicate.NewReplicator(st, sink, inst, replicate.ReplicatorConfig{}))
 		}
-		u, err := New(unc, stream, Options{Logger: quiet()})
+		// Warnings (a failed session) go to stderr: a session that fails
+		// and resumes is a stall worth seeing.
+		u, err := New(unc, stream, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -165,8 +170,10 @@ func benchSustained(b *testing.B, rate int) {
 		total, t0, c0, d0 := committed(), time.Now(), cpuNow(), u.Stats().Events
 		testkit.WaitFor(b, 10*time.Minute, "the unpacker to catch up", func() bool { return u.Stats().Events >= total })
 		drain = max(drain, time.Since(t0))
+		drainTotal += time.Since(t0)
 		drainCPU += cpuNow() - c0
 		drainN += total - d0
+		sessions += u.Stats().Sessions
 		cancel()
 		wg.Wait()
 		for _, s := range sinks {
@@ -179,7 +186,9 @@ func benchSustained(b *testing.B, rate int) {
 	b.ReportMetric(float64(maxLag), "max_lag_events")
 	b.ReportMetric(float64(endLag), "end_lag_events")
 	b.ReportMetric(drain.Seconds(), "drain_s")
+	b.ReportMetric(float64(sessions)/float64(b.N), "sessions")
 	if drainN > 0 {
+		b.ReportMetric(float64(drainN)/drainTotal.Seconds(), "drain_events/s")
 		b.ReportMetric(float64(drainCPU.Microseconds())/float64(drainN), "drain_cpu_us/ev")
 	}
 }
