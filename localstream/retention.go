@@ -269,13 +269,30 @@ func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error
 	var res ShedResult
 	err := st.s.control(context.Background(), func() error {
 		ranges := st.ranges(c)
-		wb := st.s.db.NewWriteBatch()
-		defer wb.Cancel()
+		var keys [][]byte
 		for id, r := range ranges {
 			if r[0] >= r[1] {
 				continue
 			}
-			if err := st.deleteRange(wb, id, r[0], r[1]); err != nil {
+			var err error
+			if keys, err = st.rangeKeys(keys, id, r[0], r[1]); err != nil {
+				return err
+			}
+		}
+		// The tombstones go into the memtable's log, written through mmap:
+		// its blocks first (walspace.go), or nothing is deleted.
+		var n int64
+		for _, k := range keys {
+			n += int64(len(k)) + tombstoneOverhead
+		}
+		if err := st.s.wal.reserve(n); err != nil {
+			return err
+		}
+		wb := st.s.db.NewWriteBatch()
+		defer wb.Cancel()
+		for _, k := range keys {
+			if err := wb.Delete(k); err != nil {
+				st.s.setSticky(err)
 				return err
 			}
 		}
@@ -329,9 +346,16 @@ func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error
 }
 
 // deleteRange deletes offsets [from, to) of one segment.
-func (st *Stream) deleteRange(wb *badger.WriteBatch, id SegmentID, from, to uint64) error {
+// tombstoneOverhead is what a deleted key costs in the memtable's log
+// beyond the key, at most: an entry header (its lengths, meta and
+// version) and a checksum.
+const tombstoneOverhead = 32
+
+// rangeKeys appends to keys the keys of the entries of segment id before
+// offset to, from from.
+func (st *Stream) rangeKeys(keys [][]byte, id SegmentID, from, to uint64) ([][]byte, error) {
 	prefix := segmentPrefix(st.name, id)
-	return st.s.db.View(func(txn *badger.Txn) error {
+	err := st.s.db.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
 		defer it.Close()
 		for it.Seek(dataKey(st.name, id, from)); it.ValidForPrefix(prefix); it.Next() {
@@ -340,12 +364,11 @@ func (st *Stream) deleteRange(wb *badger.WriteBatch, id SegmentID, from, to uint
 			if offsetOf(it.Item().Key()) >= to {
 				break
 			}
-			if err := wb.Delete(it.Item().KeyCopy(nil)); err != nil {
-				return err
-			}
+			keys = append(keys, it.Item().KeyCopy(nil))
 		}
 		return nil
 	})
+	return keys, err
 }
 
 // scanRange summarizes offsets [from, to) of one segment per routing key.

@@ -508,3 +508,127 @@ func TestCompactionWithoutBlocks(t *testing.T) {
 	}
 	t.Logf("all %d events read back once", appended)
 }
+
+// TestTruncateOnFullTmpfs: a retention deletion writes its tombstones into
+// the memtable's log, through mmap, outside any commit — MiBs of them for
+// a long backlog. On main (a6731da) the committer did not count them: a
+// deletion of 3.6 MiB of tombstones ran past the blocks it had allocated
+// ahead, the tmpfs was then filled to 0 by another process, and the next
+// append died of "fatal error: fault" in Badger's logFile.writeEntry. Now
+// a deletion allocates its tombstones' blocks first (and is refused with
+// ErrDiskFull, nothing deleted, when it cannot), and the commits after it
+// allocate past them.
+func TestTruncateOnFullTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "fs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(128<<20)); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	s, err := Open(filepath.Join(dir, "store"), Options{MinFreeBytes: -1, MemTableSize: 16 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	ctx := context.Background()
+	ev := Event{RoutingKey: "k", Writer: "w", Payload: []byte("0123456789abcdef")}
+	var sts []*Stream
+	for i := range 32 {
+		st, err := s.CreateStream(fmt.Sprintf("s%d", i), StreamConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sts = append(sts, st)
+	}
+	// Many entries (one per commit and stream: ~96,000), in tables: the
+	// deletion writes ~3.5 MiB of tombstones into the next memtable's log.
+	fill := func() {
+		var wg sync.WaitGroup
+		for _, st := range sts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 3000 {
+					if _, err := st.Append(ctx, ev); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err := s.flushMemtable(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sts[0].Append(ctx, ev); err != nil { // the committer follows Badger to the new log
+			t.Fatal(err)
+		}
+	}
+	// truncate deletes every stream up to its tail; on an error, which
+	// stream refused.
+	truncate := func() (*Stream, error) {
+		for _, st := range sts {
+			if err := st.SetCommittedCut("centre", st.TailCut()); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Truncate(st.TailCut()); err != nil {
+				return st, err
+			}
+		}
+		return nil, nil
+	}
+	fill()
+	if _, err := truncate(); err != nil {
+		t.Fatal(err)
+	}
+	f := &filler{dir: dir}
+	defer f.release()
+	f.take(4 << 20)
+	t.Logf("after a deletion: tmpfs filled from outside, %d bytes free", f.free())
+	refused := 0
+	for i := 0; refused == 0; i++ {
+		if _, err := sts[0].Append(ctx, ev); errors.Is(err, ErrDiskFull) {
+			refused++
+			t.Logf("append %d after the deletion: %v", i, err)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.release()
+
+	// A deletion on a full tmpfs: refused, nothing deleted; with the
+	// space back it goes through.
+	fill()
+	f.take(4 << 20)
+	heads, counts := map[*Stream]string{}, map[*Stream]int{}
+	for _, st := range sts {
+		heads[st], counts[st] = st.HeadCut().String(), len(readAll(t, st))
+	}
+	st, err := truncate()
+	if !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("deletions of MiBs of tombstones on a full tmpfs: %v, want ErrDiskFull", err)
+	}
+	t.Logf("deletions on the full tmpfs: %s refused: %v", st.Name(), err)
+	if got := st.HeadCut().String(); got != heads[st] {
+		t.Fatalf("the refused deletion moved the head of %s from %s to %s", st.Name(), heads[st], got)
+	}
+	if n := len(readAll(t, st)); n != counts[st] {
+		t.Fatalf("%s holds %d events after its refused deletion, %d before", st.Name(), n, counts[st])
+	}
+	f.release()
+	if _, err := truncate(); err != nil {
+		t.Fatalf("the deletions with the space back: %v", err)
+	}
+	if _, err := sts[0].Append(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+}

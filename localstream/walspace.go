@@ -128,7 +128,19 @@ func (w *walSpace) touched(fid int) int64 {
 // Badger to its next log when the memtable rotated, allocates the
 // current log past the estimated end of the commit and creates the next one.
 // It fails with ErrDiskFull when the filesystem has no blocks for them.
-func (w *walSpace) ensure(n int64) (err error) {
+func (w *walSpace) ensure(n int64) error { return w.grow(n, true) }
+
+// reserve makes room in the log for about n bytes written outside a
+// commit (a deletion's tombstones): they are counted in the estimate of
+// the log's write offset, so the commits after them allocate past them
+// too, and the log is allocated past them — and the next log for all of
+// them as well, since they may fill the memtable on the way. Without the
+// check for room to flush: a deletion is what gives space back.
+// ErrDiskFull when the blocks cannot be had (nothing is to be written
+// then).
+func (w *walSpace) reserve(n int64) error { return w.grow(n, false) }
+
+func (w *walSpace) grow(n int64, flushCheck bool) (err error) {
 	for {
 		var st syscall.Stat_t
 		if err := syscall.Stat(w.path(w.fid+1), &st); err != nil || st.Size == 0 {
@@ -153,7 +165,7 @@ func (w *walSpace) ensure(n int64) (err error) {
 	// (flushspace.go). Nothing is written when refused.
 	// (written is an estimate from above, 4 KiB a commit more than the
 	// records: capped at the log's size, which bounds the table.)
-	if w.written >= w.size/4 {
+	if flushCheck && w.written >= w.size/4 {
 		est := min(w.written, w.size)
 		if free, err := statfsFree(w.dir); err == nil && free < est+est/8 {
 			need := est + est/8
@@ -167,7 +179,11 @@ func (w *walSpace) ensure(n int64) (err error) {
 	// One fallocate per walChunk of writes, not one per commit (a
 	// journal transaction on ext4: it cost a lone writer's commits a
 	// quarter more CPU).
-	if want := min(w.written+walAhead+n, w.size); want > w.alloc {
+	ahead := n // (a commit: its bytes once more)
+	if !flushCheck {
+		ahead = 0 // (tombstones: MiBs, counted once)
+	}
+	if want := min(w.written+walAhead+ahead, w.size); want > w.alloc {
 		to := min(want+walChunk, w.size)
 		if err := w.allocate(w.path(w.fid), 0, w.alloc, to-w.alloc); err != nil {
 			return err
@@ -179,6 +195,13 @@ func (w *walSpace) ensure(n int64) (err error) {
 			return err
 		}
 		w.next = true
+	}
+	// Tombstones may fill the memtable and go on into the next log: it
+	// gets room for all of them too.
+	if !flushCheck && n > walAhead {
+		if err := w.allocate(w.path(w.fid+1), unix.FALLOC_FL_KEEP_SIZE, 0, min(w.first+n, w.size)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
