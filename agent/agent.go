@@ -233,6 +233,14 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
 		}
+		// A store that failed while the agent stopped (its directory
+		// removed under the final commit, found at the latest by its
+		// Close) is a failure too: exit non-zero so that systemd restarts
+		// the agent on a store it can open.
+		if s := a.storePtr.Load(); err == nil && s != nil && s.Err() != nil {
+			err = s.Err()
+			a.log.Error("store failed while stopping: exiting with status 1 for a restart", "err", err)
+		}
 	}()
 
 	// Store, streams, trackers.
@@ -450,6 +458,14 @@ func (a *Agent) startCentral() error {
 		Streams: slices.Sorted(maps.Keys(a.streams)),
 		Watermarks: func(name string) replicate.CommittedWatermarkFunc {
 			return a.committedWatermark(name, a.trackers[name])
+		},
+		// MQTT redeliveries that a lost store had sent are not sent again
+		// (replicate/repeats.go); only the telemetry stream has them.
+		Repeats: func(name string) replicate.RepeatFunc {
+			if name == "telemetry" {
+				return telemetry.Repeat
+			}
+			return nil
 		},
 		Logger: a.log,
 	})

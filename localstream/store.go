@@ -444,6 +444,9 @@ func (s *Store) Size() (lsm, vlog int64) { return s.db.Size() }
 // safe: it was synced before its ack, and the next Open replays it.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
+		// A directory removed or replaced since the last commit's check
+		// fails the store now (Err), not silently at the next start.
+		s.watchDir()
 		s.closeMu.Lock()
 		s.closed = true
 		close(s.queue)

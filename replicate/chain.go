@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -215,7 +216,7 @@ func (r *Replicator) committedLocal(topo localstream.Topology) *localstream.Stre
 
 // resume decides from c, the chain's last record, and returns the local
 // cut to send after.
-func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
+func (r *Replicator) resume(ctx context.Context, c Committed) (localstream.StreamCut, error) {
 	if err := r.load(); err != nil {
 		return localstream.StreamCut{}, err
 	}
@@ -232,6 +233,17 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 		return localstream.StreamCut{}, act.Err
 	case ResumeRebase, ResumeResend:
 		if fresh {
+			// The centre's tail is read before the decision is kept: a
+			// crash in between decides, and reads, again.
+			var err error
+			if act.Kind == ResumeRebase {
+				err = r.seedRepeats(ctx, c, act)
+			} else {
+				err = r.dropRepeats() // the centre lost commits: its tail proves nothing
+			}
+			if err != nil {
+				return localstream.StreamCut{}, err
+			}
 			if err := r.keepPending(c, act, committed); err != nil {
 				return localstream.StreamCut{}, err
 			}
@@ -245,6 +257,11 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 		}
 		r.localDirty = nil
 		r.lostNext = act.Lost
+		if !fresh && act.Kind == ResumeRebase {
+			if err := r.loadRepeats(act.From, act.Base); err != nil {
+				return localstream.StreamCut{}, err
+			}
+		}
 	case ResumeContinue:
 		if act.Adopt {
 			r.foreign++
@@ -262,6 +279,9 @@ func (r *Replicator) resume(c Committed) (localstream.StreamCut, error) {
 			if err := r.passHigh(act.From); err != nil {
 				return localstream.StreamCut{}, err
 			}
+		}
+		if err := r.loadRepeats(act.From, act.Base); err != nil {
+			return localstream.StreamCut{}, err
 		}
 	}
 	r.base = act.Base

@@ -46,4 +46,8 @@
 // one was taken over (ErrFenced). A store that lost data, was restored
 // from a backup, or takes over its station's replaced disk continues
 // under a new epoch base and reports the loss in the next commit record.
+// Such a rebase first reads back the identities of the agent's last
+// committed events at the centre (ReadTail), so that an intake's marked
+// redelivery of an event the lost state had already sent is not sent
+// again (repeats.go, RepeatFunc).
 package replicate

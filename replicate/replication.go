@@ -40,6 +40,10 @@ type ReplicationConfig struct {
 	// Watermarks gives a stream's committed-watermark function (nil or a
 	// nil result: no watermark).
 	Watermarks func(stream string) CommittedWatermarkFunc
+	// Repeats gives a stream's RepeatFunc (nil or a nil result: every
+	// event is sent; repeats.go): set for the streams whose intake marks
+	// redeliveries.
+	Repeats func(stream string) RepeatFunc
 	// Streams names the streams to replicate. Default (nil): every
 	// stream of the store, including streams created later.
 	Streams []string
@@ -129,6 +133,9 @@ func (r *Replication) discover(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		if r.cfg.Watermarks != nil {
 			cfg.Watermark = r.cfg.Watermarks(st.Name())
+		}
+		if r.cfg.Repeats != nil {
+			cfg.Repeat = r.cfg.Repeats(st.Name())
 		}
 		rep := NewReplicator(st, r.sink, r.cfg.Instance, cfg)
 		r.mu.Lock()

@@ -68,6 +68,17 @@ type ReplicatorConfig struct {
 	// restored from (continued as its own past). Default "": unknown,
 	// then neither is recognised and both wait for --takeover (resume.go).
 	Station string
+	// Repeat describes events for the repeats of a lost state
+	// (repeats.go): after a rebase, an event its intake marked as a
+	// redelivery whose first copy is in the centre's tail is not sent
+	// again. Default nil: every event is sent.
+	Repeat RepeatFunc
+	// RepeatWindow is how many of the agent's last committed events with
+	// an identity a rebase reads back from the centre, and how many
+	// events with an identity the set lasts. Default 65,535: the most
+	// QoS 1 messages one MQTT session can have unacknowledged (16-bit
+	// packet ids).
+	RepeatWindow int
 	// Heartbeat is the longest an idle stream goes without a commit, so
 	// that the centre sees the agent and its committed watermark follow
 	// the clock. Default 1 s.
@@ -100,6 +111,7 @@ func NewDefaultReplicatorConfig() ReplicatorConfig {
 		MinBackoff:         20 * time.Millisecond,
 		MaxBackoff:         250 * time.Millisecond,
 		Heartbeat:          time.Second,
+		RepeatWindow:       65535,
 	}
 }
 
@@ -145,6 +157,9 @@ func (c ReplicatorConfig) withDefaults(stream string, sink Sink) ReplicatorConfi
 	if c.Heartbeat <= 0 {
 		c.Heartbeat = d.Heartbeat
 	}
+	if c.RepeatWindow <= 0 {
+		c.RepeatWindow = d.RepeatWindow
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -169,6 +184,8 @@ type Replicator struct {
 	wmRegressed, lost, rewinds  atomic.Uint64
 	lateFlagged                 atomic.Uint64
 	dropped                     atomic.Uint64
+	repeatsDropped              atomic.Uint64
+	repeatsKnown                atomic.Uint64
 
 	mu sync.Mutex
 	// last is the latest commit known (ours or adopted). Guarded by mu.
@@ -226,6 +243,17 @@ type Replicator struct {
 	prepared    bool
 	localAt     time.Time              // when the committed cut was last recorded locally
 	localDirty  *localstream.StreamCut // a committed cut not yet recorded locally
+	// repeats is the set of the centre's tail at the point collect has
+	// reached (repeats.go), nil when none; repeatsCommitted its state at
+	// the last acked commit's cut repeatsCommittedAt, under
+	// repeatsCommittedBase.
+	repeats              *repeatSet
+	repeatsCommitted     *repeatSet
+	repeatsCommittedAt   localstream.StreamCut
+	repeatsCommittedBase uint32
+	// txnRepeats counts the repeats left out of the transaction collect
+	// builds.
+	txnRepeats int
 }
 
 // NewReplicator returns the replicator of st into sink. instance must be
@@ -302,7 +330,7 @@ func (r *Replicator) session(ctx context.Context) error {
 		}
 		return err
 	}
-	cut, err := r.resume(c)
+	cut, err := r.resume(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -374,7 +402,10 @@ func (r *Replicator) session(ctx context.Context) error {
 			return err
 		}
 		heartbeat := r.cfg.Now().Sub(r.lastCommit) >= r.cfg.Heartbeat
-		if txn.Len() == 0 && !r.watermarkMoved(prev, wm) && !heartbeat && r.lostNext == nil {
+		// A transaction whose events were all repeats left out still
+		// moves the cut: committed, so that they are not read again.
+		skipped := txn.Len() == 0 && !lastCut.Equal(cut)
+		if txn.Len() == 0 && !r.watermarkMoved(prev, wm) && !heartbeat && r.lostNext == nil && !skipped {
 			txn.Discard()
 			// Idle: record the last committed cut locally now, not at the
 			// next commit (retention and /status read it). No commit is
@@ -387,7 +418,11 @@ func (r *Replicator) session(ctx context.Context) error {
 			continue
 		}
 		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest,
-			meta: wire.CommitMeta{Store: r.store, Station: r.cfg.Station, EpochBase: r.base, Lost: r.lostNext}, lower: wm.LowerNs}
+			meta: wire.CommitMeta{Store: r.store, Station: r.cfg.Station, EpochBase: r.base, Lost: r.lostNext}, lower: wm.LowerNs,
+			repeats: r.repeats.snapshot(), repeatsDropped: r.txnRepeats}
+		if r.repeats.ended() {
+			r.repeats = nil // this commit's snapshot forgets the seed, once
+		}
 		r.lastCommit = r.cfg.Now()
 		go func(fl *inflight, prev Committed) {
 			defer close(fl.done)
@@ -432,6 +467,10 @@ type inflight struct {
 	meta   wire.CommitMeta
 	// lower is its committed watermark's lower bound.
 	lower int64
+	// repeats is the set's state at cut (nil: none); repeatsDropped the
+	// transaction's events left out as repeats.
+	repeats        *repeatSet
+	repeatsDropped int
 }
 
 func (r *Replicator) setLast(c Committed) {
@@ -450,10 +489,18 @@ func (r *Replicator) setLast(c Committed) {
 func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight, lateBelow int64) (localstream.StreamCut, []int64, error) {
 	var ingest []int64
 	lastCut, owned := cut, false
+	r.txnRepeats = 0
 	var closeAt time.Time
 	// more: another record is at hand, so the next wait on the uplink
 	// follows at once (the uplink keeps the turn for it).
 	add := func(f *fetched, more bool) error {
+		if r.repeats.drop(r.cfg.Repeat, &f.rec) {
+			// Its first copy is at the centre (repeats.go): the cut
+			// passes it, nothing is sent; counted once committed.
+			r.txnRepeats++
+			lastCut, owned = advanceCut(lastCut, owned, f)
+			return nil
+		}
 		if err := r.cfg.Uplink.WaitMore(ctx, *r.cfg.Priority, len(f.rec.Payload)+256, more); err != nil {
 			return err
 		}
@@ -565,6 +612,9 @@ func (r *Replicator) committed(fl *inflight) error {
 	r.failingSince = time.Time{}
 	r.mu.Unlock()
 	if err := r.lossDelivered(); err != nil {
+		return err
+	}
+	if err := r.repeatsCommit(fl); err != nil {
 		return err
 	}
 	if err := r.recordLocally(fl.cut, false); err != nil {

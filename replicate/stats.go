@@ -104,6 +104,13 @@ type StreamStats struct {
 	LastLoss string `json:"last_loss,omitempty"`
 	// Dropped counts events replaced at the centre by a marker.
 	Dropped uint64 `json:"dropped"`
+	// RepeatsDropped counts events marked by their intake as redeliveries
+	// that were not sent because their first copy is at the centre: a
+	// lost state's events delivered again (repeats.go). RepeatsKnown is
+	// how many identities the last rebase read back from the centre's
+	// tail.
+	RepeatsDropped uint64 `json:"repeats_dropped"`
+	RepeatsKnown   uint64 `json:"repeats_known"`
 	// Limits are the centre's limits the stream works within.
 	Limits Limits `json:"limits"`
 	// FailingSince is set while events wait and the stream has had errors
@@ -128,6 +135,7 @@ func (r *Replicator) Stats() StreamStats {
 		Txns: r.txns.Load(), Events: r.events.Load(), Bytes: r.bytes.Load(),
 		Retries: r.retries.Load(), Conflicts: r.conflicts.Load(), Adopted: r.adopted.Load(),
 		WatermarkFallbacks: r.wmRegressed.Load(), LateFlagged: r.lateFlagged.Load(), Dropped: r.dropped.Load(), Limits: r.sink.Limits(),
+		RepeatsDropped: r.repeatsDropped.Load(), RepeatsKnown: r.repeatsKnown.Load(),
 		Store: r.store, Station: r.cfg.Station, EpochBase: last.Record.EpochBase,
 		LostRanges: r.lost.Load(), CentralRewinds: r.rewinds.Load(), LastLoss: lastLoss,
 		LastTxn: last.Record.Txn, LastSeq: last.Seq, CommittedCut: last.Record.CutText,

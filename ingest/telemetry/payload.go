@@ -18,9 +18,9 @@ const (
 	// sha256(topic 0x00 payload)[:16]. Such a message is stored, and it
 	// repeats an earlier event only when the entry went with the store
 	// that held it (a data directory removed or replaced between the
-	// append and the PUBACK). A consumer drops it when an earlier event of
-	// the same agent and drone has the same topic and payload
-	// (RedeliveryID); Stats.Redelivered counts them.
+	// append and the PUBACK); the replicator then finds the first copy in
+	// the centre's tail and does not send it again (Repeat,
+	// replicate.RepeatFunc). Stats.Redelivered counts them.
 	HeaderRedelivered = "mqtt-redelivered"
 	// ContentTypeJSON is the content type of JSON payloads.
 	ContentTypeJSON = "application/json"
@@ -115,11 +115,26 @@ func maybeJSON(payload []byte) bool {
 
 // RedeliveryID is the dedup identity of a message on topic with payload,
 // as HeaderRedelivered holds it: the hex of sha256(topic 0x00
-// payload)[:16]. A consumer computes it for the events before a marked
-// one to find the copy it repeats.
+// payload)[:16]. The replicator computes it for the centre's tail to find
+// the copy a marked event repeats (Repeat).
 func RedeliveryID(topic string, payload []byte) string {
 	h := dedup.HashMessage(topic, payload)
 	return hex.EncodeToString(h[:])
+}
+
+// Repeat is the replicate.RepeatFunc of the telemetry stream: an event
+// with an MQTT topic has the identity RedeliveryID(topic, payload) (as
+// HeaderRedelivered holds it when marked); marked reports the header.
+// Events without a topic (MAVLink frames, gap markers) have none.
+func Repeat(rec *localstream.Record) (id string, marked, ok bool) {
+	topic, ok := rec.Header(HeaderTopic)
+	if !ok {
+		return "", false, false
+	}
+	if id, marked := rec.Header(HeaderRedelivered); marked {
+		return id, true, true
+	}
+	return RedeliveryID(topic, rec.Payload), false, true
 }
 
 // markRedelivered adds HeaderRedelivered to ev. The topic headers are a

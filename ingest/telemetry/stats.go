@@ -15,7 +15,8 @@ type Stats struct {
 	// message (the agent stopped before its append was durable) or, when
 	// the store that held the entry was lost (data directory removed or
 	// replaced), a repeat of an event the centre may have: only messages
-	// never acknowledged to their sender, marked for consumers to drop.
+	// never acknowledged to their sender, marked; the replicator does not
+	// send one whose first copy is at the centre (Repeat).
 	Redelivered uint64 `json:"redelivered"`
 	// Oversize: payloads above MaxPayload (or the store's event limit): dropped and acked.
 	Oversize uint64 `json:"oversize"`
