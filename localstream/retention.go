@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/skl"
 )
 
 // Truncate deletes every event before cut c. It refuses (ErrNotReplicated)
@@ -269,8 +270,17 @@ func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error
 	var res ShedResult
 	err := st.s.control(context.Background(), func() error {
 		ranges := st.ranges(c)
+		// Oldest first: segments in the order of their epochs (a
+		// segment's predecessors are of earlier ones), each from its
+		// start. A deletion stopped part way (no blocks for a piece, a
+		// crash) leaves every segment a contiguous run up to its end and
+		// a successor untouched before its predecessors are gone: no
+		// reader finds a hole; the head moves once all is deleted, and
+		// deleting to the same cut again finishes it (the next Truncate,
+		// retention pass, or FinishSheds / Open for a shed).
 		var keys [][]byte
-		for id, r := range ranges {
+		for _, id := range slices.Sorted(maps.Keys(ranges)) {
+			r := ranges[id]
 			if r[0] >= r[1] {
 				continue
 			}
@@ -279,26 +289,12 @@ func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error
 				return err
 			}
 		}
-		// The tombstones go into the memtable's log, written through mmap:
-		// its blocks first (walspace.go), or nothing is deleted.
-		var n int64
-		for _, k := range keys {
-			n += int64(len(k)) + tombstoneOverhead
-		}
-		if err := st.s.wal.reserve(n); err != nil {
-			return err
-		}
-		wb := st.s.db.NewWriteBatch()
-		defer wb.Cancel()
-		for _, k := range keys {
-			if err := wb.Delete(k); err != nil {
-				st.s.setSticky(err)
+		for len(keys) > 0 {
+			n := st.s.deletionPiece(keys)
+			if err := st.s.writeTombstones(keys[:n]); err != nil {
 				return err
 			}
-		}
-		if err := wb.Flush(); err != nil {
-			st.s.setSticky(err)
-			return err
+			keys = keys[n:]
 		}
 		st.mu.Lock()
 		defer st.mu.Unlock()
@@ -345,11 +341,66 @@ func (st *Stream) deleteBefore(c StreamCut, shed *shedHeader) (ShedResult, error
 	return res, err
 }
 
-// deleteRange deletes offsets [from, to) of one segment.
 // tombstoneOverhead is what a deleted key costs in the memtable's log
 // beyond the key, at most: an entry header (its lengths, meta and
 // version) and a checksum.
 const tombstoneOverhead = 32
+
+// tombstoneMemOverhead is what a deleted key costs in the memtable
+// (Badger's skiplist) beyond the key, at most: a node of the largest
+// height, the key's version and the encoded empty value.
+const tombstoneMemOverhead = int64(skl.MaxNodeSize) + 8 + 16
+
+// deletionPiece is how many of keys (at least one) the next piece of a
+// deletion takes: what fits in a quarter of a memtable, in the memtable
+// (where a tombstone takes more than in the log) and in its log.
+//
+// A deletion is written in such pieces, each with its blocks allocated
+// first (writeTombstones): one Badger write of more tombstones than a memtable
+// holds makes Badger rotate the memtable more than once in the middle of
+// it, and create the log of a memtable past the next one itself — with no
+// blocks allocated ahead, and on a full tmpfs no blocks at all: Badger is
+// then left without a memtable (its next write or read crashes). A piece
+// fills the memtable at most once, into the next log, which the store
+// creates and allocates ahead (walSpace.reserve).
+func (s *Store) deletionPiece(keys [][]byte) int {
+	budget := s.opts.MemTableSize / 4
+	var cost int64
+	for i, k := range keys {
+		cost += int64(len(k)) + tombstoneMemOverhead
+		if cost > budget && i > 0 {
+			return i
+		}
+	}
+	return len(keys)
+}
+
+// writeTombstones writes the tombstones of keys, one piece of a deletion
+// (deletionPiece), in one Badger WriteBatch: their blocks in the
+// memtable's log first (walspace.go), or ErrDiskFull and nothing written.
+// Committer only (control).
+func (s *Store) writeTombstones(keys [][]byte) error {
+	var n int64
+	for _, k := range keys {
+		n += int64(len(k)) + tombstoneOverhead
+	}
+	if err := s.wal.reserve(n); err != nil {
+		return err
+	}
+	wb := s.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			s.setSticky(err)
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		s.setSticky(err)
+		return err
+	}
+	return nil
+}
 
 // rangeKeys appends to keys the keys of the entries of segment id before
 // offset to, from from.
