@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,7 +21,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const bigDeleteDirEnv = "EDGE_LOCALSTREAM_BIGDELETE_DIR"
+const (
+	bigDeleteDirEnv = "EDGE_LOCALSTREAM_BIGDELETE_DIR"
+	// bigDeleteModeEnv is "truncate" or "shed": how the child deletes.
+	bigDeleteModeEnv = "EDGE_LOCALSTREAM_BIGDELETE_MODE"
+)
 
 // bigDeleteBatches is how many record batches the deletion deletes: with
 // a 1 MiB memtable, their tombstones fill three memtables and more.
@@ -34,9 +40,9 @@ const bigDeleteKeep = 10
 // flushes them to tables, marks them replicated, appends bigDeleteKeep more,
 // then leaves the tmpfs with just the free blocks the deletion allocated
 // ahead of it before this commit (its whole current and next memtable
-// logs), the rest held by a filler, and truncates the stream before the kept
-// events. It prints "T <error>" and "LEFT <n> <first offset>" (the events
-// still stored) and waits to be killed.
+// logs), the rest held by a filler, and truncates (or sheds) the stream
+// before the kept events. It prints "T <error>" and "LEFT <n> <first seq>"
+// (the events still stored, gap markers aside) and waits to be killed.
 func TestBigDeletionChildProcess(t *testing.T) {
 	dir := os.Getenv(bigDeleteDirEnv)
 	if dir == "" {
@@ -94,12 +100,17 @@ func TestBigDeletionChildProcess(t *testing.T) {
 		fail(err)
 	}
 	fmt.Println("FREE", f.free(), "for", left, "bytes of logs; memtable log", w.fid)
-	err = st.Truncate(cut)
+	if os.Getenv(bigDeleteModeEnv) == "shed" {
+		_, err = st.Shed(ctx, cut, "test")
+	} else {
+		err = st.Truncate(cut)
+	}
 	fmt.Println("T", err)
 	recs, rerr := st.ReadAll()
 	if rerr != nil {
 		fail(rerr)
 	}
+	recs = slices.DeleteFunc(recs, func(r Record) bool { return r.Flags&FlagGap != 0 })
 	first := uint64(0)
 	if len(recs) > 0 {
 		first = binary.BigEndian.Uint64(recs[0].Payload)
@@ -121,8 +132,17 @@ func TestBigDeletionChildProcess(t *testing.T) {
 // first, oldest first; a piece without blocks stops the deletion
 // (ErrDiskFull) with the stream consistent — what is left a contiguous
 // run up to the tail — and so does a SIGKILL after it; the next
-// truncation finishes the deletion.
+// truncation finishes the deletion, and for a shed the next Open does,
+// with its gap marker.
 func TestBigDeletionOnFullTmpfs(t *testing.T) {
+	for round := range testRounds(1) {
+		for _, mode := range []string{"truncate", "shed"} {
+			t.Run(fmt.Sprintf("%s/r%d", mode, round), func(t *testing.T) { bigDeletion(t, mode) })
+		}
+	}
+}
+
+func bigDeletion(t *testing.T, mode string) {
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
 	}
@@ -139,7 +159,7 @@ func TestBigDeletionOnFullTmpfs(t *testing.T) {
 		}
 	})
 	cmd := exec.Command(os.Args[0], "-test.run=^TestBigDeletionChildProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), bigDeleteDirEnv+"="+dir)
+	cmd.Env = append(os.Environ(), bigDeleteDirEnv+"="+dir, bigDeleteModeEnv+"="+mode)
 	stderr := &syncBuilder{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
@@ -226,17 +246,39 @@ func TestBigDeletionOnFullTmpfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := func(what string, n int, from uint64) {
+	// check: the events other than gap markers are n from seq from, in
+	// order; it returns the gap markers.
+	check := func(what string, n int, from uint64) (gaps []Gap) {
 		t.Helper()
 		recs := readAll(t, st)
-		if len(recs) != n {
-			t.Fatalf("%s: %d events, want %d", what, len(recs), n)
-		}
-		for i, rec := range recs {
+		i := 0
+		for _, rec := range recs {
+			if rec.Flags&FlagGap != 0 {
+				var g Gap
+				if err := json.Unmarshal(rec.Payload, &g); err != nil {
+					t.Fatal(err)
+				}
+				gaps = append(gaps, g)
+				continue
+			}
 			if seq := binary.BigEndian.Uint64(rec.Payload); seq != from+uint64(i) {
 				t.Fatalf("%s: event %d is %d, want %d (a hole)", what, i, seq, from+uint64(i))
 			}
+			i++
 		}
+		if i != n {
+			t.Fatalf("%s: %d events, want %d", what, i, n)
+		}
+		return gaps
+	}
+	if mode == "shed" {
+		// Open finished the shed (its record said not yet deleted) and
+		// appended its marker.
+		gaps := check("reopened after the kill (Open finishes the shed)", bigDeleteKeep, bigDeleteBatches)
+		if len(gaps) != 1 || gaps[0].Events != bigDeleteBatches {
+			t.Fatalf("gap markers after the shed: %+v, want one of %d events", gaps, bigDeleteBatches)
+		}
+		return
 	}
 	check("reopened after the kill", left, first)
 	cuts, err := st.CommittedCuts()

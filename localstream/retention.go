@@ -16,6 +16,9 @@ import (
 // when c is not at or before the committed cut of every sink: data is
 // deleted only once replicated. With no sink registered nothing was
 // replicated, so it refuses too; use Shed to drop data by policy.
+// Without room for its tombstones (ErrDiskFull) it may stop part way: the
+// oldest events gone, the head unmoved, no hole; truncating to the same
+// cut again finishes it.
 func (st *Stream) Truncate(c StreamCut) error {
 	cuts, err := st.CommittedCuts()
 	if err != nil {
@@ -82,7 +85,10 @@ const ShedWriter = "localstream/shed"
 // below Options.MinFreeBytes: they are small, and shedding is what frees
 // the space. A marker the store refuses all the same (no room for the
 // memtable's table, see flushspace.go) stays recorded: FinishSheds, or
-// the next Open, appends it.
+// the next Open, appends it. A shed stopped part way (ErrDiskFull: no room
+// for its tombstones; the oldest events gone, the head unmoved) stays
+// recorded too: FinishSheds, or the next Open, finishes the deletion and
+// appends its markers.
 func (st *Stream) Shed(ctx context.Context, c StreamCut, reason string) (ShedResult, error) {
 	st.s.shedMu.Lock()
 	defer st.s.shedMu.Unlock()
