@@ -229,6 +229,7 @@ func (a *Agent) storeErr() error {
 func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	a.started = time.Now()
 	var cleanup []func()
+	var closeErr error // the store's Close
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
@@ -241,6 +242,15 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 			err = s.Err()
 			a.log.Error("store failed while stopping: exiting with status 1 for a restart", "err", err)
 		}
+		// A store that did not close cleanly (Badger's files removed
+		// under its Close, a close that timed out) is not a clean stop
+		// either: systemd restarts the agent. A close without Badger's
+		// flush for want of room is a deliberate stop (the log is synced
+		// and replayed at the next start), not a failure.
+		if err == nil && closeErr != nil && !errors.Is(closeErr, localstream.ErrDiskFull) {
+			err = closeErr
+			a.log.Error("store did not close cleanly: exiting with status 1", "err", err)
+		}
 	}()
 
 	// Store, streams, trackers.
@@ -249,8 +259,8 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	}
 	a.storePtr.Store(a.store)
 	cleanup = append(cleanup, func() {
-		if err := a.store.Close(); err != nil {
-			a.log.Error("closing store", "err", err)
+		if closeErr = a.store.Close(); closeErr != nil {
+			a.log.Error("closing store", "err", closeErr)
 		}
 	})
 
