@@ -22,6 +22,7 @@ import (
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // loopExt4 is an ext4 filesystem in an image file on a loop device.
@@ -122,24 +123,22 @@ func (r *shutdownRig) waitHealthz(code int, limit time.Duration) (time.Duration,
 	r.t.Helper()
 	client := &http.Client{Timeout: time.Second}
 	start := time.Now()
-	var last string
-	for time.Since(start) < limit {
+	var last, body string
+	if !testkit.UntilEvery(limit, 20*time.Millisecond, func() bool {
 		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", r.httpPort))
-		if err == nil {
-			var b [512]byte
-			n, _ := resp.Body.Read(b[:])
-			resp.Body.Close()
-			if resp.StatusCode == code {
-				return time.Since(start), string(b[:n])
-			}
-			last = fmt.Sprintf("%d %q", resp.StatusCode, b[:n])
-		} else {
+		if err != nil {
 			last = err.Error()
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		var b [512]byte
+		n, _ := resp.Body.Read(b[:])
+		resp.Body.Close()
+		body, last = string(b[:n]), fmt.Sprintf("%d %q", resp.StatusCode, b[:n])
+		return resp.StatusCode == code
+	}) {
+		r.t.Fatalf("/healthz did not answer %d within %v (last: %s)", code, limit, last)
 	}
-	r.t.Fatalf("/healthz did not answer %d within %v (last: %s)", code, limit, last)
-	return 0, ""
+	return time.Since(start), body
 }
 
 // TestFailingDisk: the data directory's disk fails under a running agent
@@ -159,14 +158,7 @@ func TestFailingDisk(t *testing.T) {
 		t.Skipf("mosquitto: %v", err)
 	}
 	defer brk.Stop()
-	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := csrv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer csrv.Close()
+	csrv := testkit.StartCentral(t, central.Config{})
 
 	t.Run("fs-error", func(t *testing.T) {
 		dir := t.TempDir()
@@ -370,8 +362,8 @@ func waitCentre(t *testing.T, url, id string, res mqttsim.Result) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	missing := 0
+	if !testkit.UntilEvery(60*time.Second, 200*time.Millisecond, func() bool {
 		items, err := centralread.ReadAll(context.Background(), nc, "telemetry", centralread.ReadOptions{Agent: id})
 		if err != nil {
 			t.Fatal(err)
@@ -386,7 +378,7 @@ func waitCentre(t *testing.T, url, id string, res mqttsim.Result) {
 				seen[k] = append(seen[k], mark)
 			}
 		}
-		missing := 0
+		missing = 0
 		for d, dr := range res.Drones {
 			for seq := dr.FirstSeq; seq <= dr.LastSeq; seq++ {
 				k := fmt.Sprintf("%s/%d", d, seq)
@@ -399,15 +391,11 @@ func waitCentre(t *testing.T, url, id string, res mqttsim.Result) {
 				}
 			}
 		}
-		if missing == 0 {
-			t.Logf("all %d acknowledged messages at the centre exactly once", res.Published)
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d acknowledged messages missing at the centre after 60 s", missing, res.Published)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return missing == 0
+	}) {
+		t.Fatalf("%d of %d acknowledged messages missing at the centre after 60 s", missing, res.Published)
 	}
+	t.Logf("all %d acknowledged messages at the centre exactly once", res.Published)
 }
 
 // repeatsDropped is the telemetry stream's count of marked redeliveries
@@ -449,10 +437,10 @@ func TestRemovedDataDirAcksLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer csrv.Close()
-	px := newLinkProxy(t, brk.Addr())
+	px := testkit.NewProxy(t, brk.Addr(), testkit.ProxyHooks{})
 	dir := t.TempDir()
 	r := &shutdownRig{t: t, id: "removed-dir-acks-lost", dir: filepath.Join(dir, "agent"), httpPort: freePort(t),
-		cfgPath: filepath.Join(dir, "agent.yaml"), broker: "tcp://" + px.addr(), central: csrv.ClientURL()}
+		cfgPath: filepath.Join(dir, "agent.yaml"), broker: "tcp://" + px.Addr(), central: csrv.ClientURL()}
 	r.writeConfig("", "")
 	cmd := r.start()
 	sim := make(chan mqttsim.Result, 1)
@@ -472,7 +460,7 @@ func TestRemovedDataDirAcksLost(t *testing.T) {
 		atDrop = s.Telemetry.Appended
 		return atDrop > 100
 	})
-	px.dropUp.Store(true) // the agent's PUBACKs vanish from here on
+	px.DropUp(true) // the agent's PUBACKs vanish from here on
 	r.waitStatus("stored, replicated and not acknowledged", func(s agent.Status) bool {
 		for _, st := range s.Streams {
 			if st.Name == "telemetry" && st.Replication != nil {

@@ -21,6 +21,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // orderedStore is paho's memory store whose All lists the outbound
@@ -96,11 +97,9 @@ func (p *killPub) run(n int) error {
 				// session's store at its PUBACK: the next seq waits for
 				// that (one message in flight per drone).
 				key := fmt.Sprintf("o.%d", tok.(*paho.PublishToken).MessageID())
-				for deadline := time.Now().Add(2 * time.Minute); p.store.Get(key) != nil; time.Sleep(time.Millisecond) {
-					if time.Now().After(deadline) {
-						errs <- fmt.Errorf("%s seq %d: never acked (write error %v)", d, seq, err)
-						return
-					}
+				if !testkit.UntilEvery(2*time.Minute, time.Millisecond, func() bool { return p.store.Get(key) == nil }) {
+					errs <- fmt.Errorf("%s seq %d: never acked (write error %v)", d, seq, err)
+					return
 				}
 				p.done.Add(1)
 			}
@@ -156,18 +155,14 @@ central: {url: ""}
 	killedMidStream := 0
 	for kill := range 3 {
 		before, _ := progress()
-		deadline := time.Now().Add(30 * time.Second)
-		for d, _ := progress(); d < before+200; d, _ = progress() { // the agent is storing and acking
-			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: no progress", kill)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !testkit.UntilEvery(30*time.Second, 10*time.Millisecond, func() bool { d, _ := progress(); return d >= before+200 }) { // the agent is storing and acking
+			t.Fatalf("kill %d: no progress", kill)
 		}
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // the kill's random moment
 		cmd.Process.Signal(syscall.SIGKILL)
 		_, inFlight := progress()
 		cmd.Wait()
-		if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+		if !testkit.KilledBySIGKILL(cmd) {
 			t.Fatalf("kill %d: agent not killed: %v", kill, cmd.ProcessState)
 		}
 		done, _ := progress()

@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,70 +17,9 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/live"
 )
-
-// linkCutter is the uplink between the agent and the centre: a TCP proxy
-// that can go down (refusing and cutting connections) and cut every open
-// connection; cuts counts cuts of open connections.
-type linkCutter struct {
-	ln     net.Listener
-	target string
-	down   atomic.Bool
-	cuts   atomic.Int64
-	mu     sync.Mutex
-	conns  map[net.Conn]bool
-}
-
-func newLinkCutter(t *testing.T, target string) *linkCutter {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &linkCutter{ln: ln, target: target, conns: map[net.Conn]bool{}}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil || l.down.Load() {
-				c.Close()
-				if s != nil {
-					s.Close()
-				}
-				continue
-			}
-			l.mu.Lock()
-			l.conns[c], l.conns[s] = true, true
-			l.mu.Unlock()
-			go func() { io.Copy(s, c); s.Close(); c.Close() }()
-			go func() { io.Copy(c, s); s.Close(); c.Close() }()
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); l.cut() })
-	return l
-}
-
-func (l *linkCutter) cut() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.conns) > 0 {
-		l.cuts.Add(1)
-	}
-	for c := range l.conns {
-		c.Close()
-	}
-	l.conns = map[net.Conn]bool{}
-}
-
-func (l *linkCutter) setDown(down bool) {
-	l.down.Store(down)
-	if down {
-		l.cut()
-	}
-}
 
 // TestRunLiveLaneThroughKillsAndCuts runs `edge-agent run` with its live
 // lane on (the default) behind an uplink capped at 30 kB/s by the agent:
@@ -102,15 +37,9 @@ func TestRunLiveLaneThroughKillsAndCuts(t *testing.T) {
 	}
 	defer brk.Stop()
 	dir := t.TempDir()
-	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "central")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := csrv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer csrv.Close()
-	link := newLinkCutter(t, csrv.ClientURL()[len("nats://"):])
+	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
+	// The uplink: it goes down (refusing and cutting connections) and cuts.
+	link := testkit.NewProxy(t, csrv.ClientURL()[len("nats://"):], testkit.ProxyHooks{})
 	httpPort := freePort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: sig-test
@@ -121,7 +50,7 @@ video: {enabled: false}
 telemetry: {broker: %q}
 central: {url: "nats://%s", shutdown_timeout: 30s, uplink_bytes_per_sec: 30000}
 devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}}
-`, filepath.Join(dir, "agent"), httpPort, brk.URL(), link.ln.Addr())), 0o644)
+`, filepath.Join(dir, "agent"), httpPort, brk.URL(), link.Addr())), 0o644)
 	reader, err := nats.Connect(csrv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -130,22 +59,18 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 	const drones = 4
 	liveAfter := func(t0 time.Time, what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		n := 0
+		if !testkit.UntilEvery(10*time.Second, 50*time.Millisecond, func() bool {
 			vals, _ := live.Read(ctx, reader, live.ReadOptions{Agent: "sig-test", Stream: "telemetry"})
-			n := 0
+			n = 0
 			for _, v := range vals {
 				if v.EventTimeNs > t0.UnixNano() {
 					n++
 				}
 			}
-			if n == drones {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after %s: %d of %d drones with a live value from after it", what, n, drones)
-			}
-			time.Sleep(50 * time.Millisecond)
+			return n == drones
+		}) {
+			t.Fatalf("after %s: %d of %d drones with a live value from after it", what, n, drones)
 		}
 	}
 	backlog := func() (events uint64) {
@@ -166,7 +91,7 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 		return 1
 	}
 
-	link.setDown(true)
+	link.SetDown(true)
 	cmd := startRun(t, cfgPath, httpPort)
 	simCtx, stopSim := context.WithCancel(ctx)
 	simDone := make(chan error, 1)
@@ -175,11 +100,11 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 		simDone <- err
 	}()
 	time.Sleep(10 * time.Second) // flying while the link is down
-	link.setDown(false)
+	link.SetDown(false)
 	liveAfter(time.Now().Add(-2*time.Second), "the link's return")
 	kills, inDrain := 0, 0
 	for r := range 4 {
-		time.Sleep(time.Second)
+		time.Sleep(time.Second) // the faults spaced through the drain
 		if backlog() > 20 {
 			inDrain++
 		}
@@ -187,27 +112,25 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 		if r%2 == 0 {
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
-			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+			if !testkit.KilledBySIGKILL(cmd) {
 				t.Fatalf("agent was not killed: %v", cmd.ProcessState)
 			}
 			kills++
 			cmd = startRun(t, cfgPath, httpPort)
 			liveAfter(at, fmt.Sprintf("SIGKILL %d", kills))
 		} else {
-			link.cut()
+			link.Cut()
 			liveAfter(at, "a link cut")
 		}
 	}
 	stopSim()
 	<-simDone
-	t.Logf("%d SIGKILLs, %d link cuts of open connections, %d of 4 faults while the backlog drained", kills, link.cuts.Load(), inDrain)
-	if link.cuts.Load() < 2 || inDrain < 2 {
-		t.Errorf("the faults did not happen as planned (cuts %d, in the drain %d)", link.cuts.Load(), inDrain)
+	t.Logf("%d SIGKILLs, %d link cuts of open connections, %d of 4 faults while the backlog drained", kills, link.Cuts(), inDrain)
+	if link.Cuts() < 2 || inDrain < 2 {
+		t.Errorf("the faults did not happen as planned (cuts %d, in the drain %d)", link.Cuts(), inDrain)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); backlog() > 0; time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the backlog never drained")
-		}
+	if !testkit.UntilEvery(2*time.Minute, 200*time.Millisecond, func() bool { return backlog() == 0 }) {
+		t.Fatal("the backlog never drained")
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	gosync "sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -49,75 +49,6 @@ func nodeMAVLink(t *testing.T) string {
 		}
 	}
 	return dir
-}
-
-// linkProxy is a TCP link between a sender and the agent that the test
-// can cut: every connection through it is closed at once, the bytes in
-// flight lost, as a radio link drops.
-type linkProxy struct {
-	ln     net.Listener
-	target string
-	mu     gosync.Mutex
-	conns  []net.Conn
-	cuts   int
-	// dropUp: what the sender writes vanishes, what the target writes
-	// still arrives (acks that never reach the broker).
-	dropUp atomic.Bool
-}
-
-func newLinkProxy(t *testing.T, target string) *linkProxy {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &linkProxy{ln: ln, target: target}
-	t.Cleanup(func() { ln.Close(); p.cut() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() {
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 && !p.dropUp.Load() {
-						if _, err := up.Write(buf[:n]); err != nil {
-							break
-						}
-					}
-					if err != nil {
-						break
-					}
-				}
-				up.Close()
-			}()
-			go func() { io.Copy(c, up); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *linkProxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		c.(*net.TCPConn).SetLinger(0) // a reset: what is in flight is lost
-		c.Close()
-	}
-	if len(p.conns) > 0 {
-		p.cuts++
-	}
-	p.conns = nil
 }
 
 // sentFrame is one frame the node sender wrote.
@@ -165,7 +96,7 @@ func TestNodeMAVLinkThroughKillsAndCuts(t *testing.T) {
 	nodeDir := nodeMAVLink(t)
 	// TCP: a cut resets the connection; UDP: a cut drops every datagram
 	// for 300 ms, and a kill loses what comes while the agent is down.
-	count := 2000 * rounds(1)
+	count := 2000 * testkit.Rounds(1)
 	const drones, rate = 3, 200
 	for _, network := range []string{"tcp", "udp"} {
 		t.Run(network, func(t *testing.T) {
@@ -248,8 +179,13 @@ type link interface {
 	cutCount() int
 }
 
-func (p *linkProxy) addr() string  { return p.ln.Addr().String() }
-func (p *linkProxy) cutCount() int { p.mu.Lock(); defer p.mu.Unlock(); return p.cuts }
+// tcpLink is the TCP link: a cut resets every connection, the bytes in
+// flight lost, as a radio link drops.
+type tcpLink struct{ *testkit.Proxy }
+
+func (l tcpLink) addr() string  { return l.Addr() }
+func (l tcpLink) cut()          { l.Reset() }
+func (l tcpLink) cutCount() int { return int(l.Cuts()) }
 
 // udpLink forwards datagrams to the agent, dropping them all during a cut.
 type udpLink struct {
@@ -305,21 +241,9 @@ func (l *udpLink) cutCount() int { l.mu.Lock(); defer l.mu.Unlock(); return l.cu
 // wrote, byte for byte, per drone in order, none twice, every loss before
 // an event flagged discontinuity, and every frame after the last fault.
 func throughFaults(t *testing.T, network string, snd faultSender) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed=%d (rerun with EDGE_SEED=%d)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, 25))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 25))
 	dir := t.TempDir()
-	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "central")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := csrv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer csrv.Close()
+	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort, mavPort := freePort(t), freeUDPPort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: mav-kill
@@ -341,7 +265,7 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	cmd := start()
 	var proxy link
 	if network == "tcp" {
-		proxy = newLinkProxy(t, fmt.Sprintf("127.0.0.1:%d", mavPort))
+		proxy = tcpLink{testkit.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", mavPort), testkit.ProxyHooks{})}
 	} else {
 		proxy = newUDPLink(t, fmt.Sprintf("127.0.0.1:%d", mavPort))
 	}
@@ -355,14 +279,14 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	runFor := snd.runFor
 	kills := 0
 	for _, f := range faults {
-		time.Sleep(runFor*6/10/time.Duration(len(faults)) + time.Duration(rng.IntN(200))*time.Millisecond)
+		time.Sleep(runFor*6/10/time.Duration(len(faults)) + time.Duration(rng.IntN(200))*time.Millisecond) // the fault's random moment
 		switch f {
 		case "cut":
 			proxy.cut()
 		case "kill":
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
-			if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+			if !testkit.KilledBySIGKILL(cmd) {
 				t.Fatalf("agent not killed: %v", cmd.ProcessState)
 			}
 			kills++
@@ -377,7 +301,14 @@ devices: {disk: {retain_below: 64MiB, shed_below: 32MiB}}
 	case <-time.After(2*runFor + 30*time.Second):
 		t.Fatal("sender did not finish")
 	}
-	time.Sleep(500 * time.Millisecond) // the last frames reach the agent
+	// The last frames reach the agent: its MAVLink counts hold still.
+	testkit.Settle(500*time.Millisecond, 30*time.Second, func() uint64 {
+		s, _ := agentStatus(httpPort)
+		if s.MAVLink == nil {
+			return 0
+		}
+		return s.MAVLink.Datagrams + s.MAVLink.Frames + s.MAVLink.Stored
+	})
 	cmd.Process.Signal(syscall.SIGTERM)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("after SIGTERM: %v (want exit status 0)", err)
@@ -450,12 +381,4 @@ func freeUDPPort(t *testing.T) int {
 			return p
 		}
 	}
-}
-
-// rounds returns EDGE_ROUNDS or def.
-func rounds(def int) int {
-	if v, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && v > 0 {
-		return v
-	}
-	return def
 }

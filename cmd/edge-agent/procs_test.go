@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/procs"
 )
 
@@ -63,14 +65,9 @@ central: {url: ""}
 	// Sized to the load: an idle agent comes down to one P.
 	cmd := startRun(t, write(""), httpPort)
 	t.Cleanup(func() { cmd.Process.Kill() })
-	deadline := time.Now().Add(20 * time.Second)
-	s := status()
-	for s.Procs != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("an idle agent runs on %d Ps after 20 s: %+v", s.Procs, s)
-		}
-		time.Sleep(100 * time.Millisecond)
-		s = status()
+	var s procs.Stats
+	if !testkit.UntilEvery(20*time.Second, 100*time.Millisecond, func() bool { s = status(); return s.Procs == 1 }) {
+		t.Fatalf("an idle agent runs on %d Ps after 20 s: %+v", s.Procs, s)
 	}
 	if !s.Sized || s.MinProcs != 1 || s.MaxProcs < 1 {
 		t.Fatalf("procs %+v: want sized between 1 and the CPUs", s)
@@ -96,9 +93,8 @@ central: {url: ""}
 	stop(cmd)
 
 	// Fixed by the environment.
-	cmd = exec.Command(os.Args[0], "run", "--config", write(""))
-	cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1", "GOMAXPROCS=3")
-	cmd.Stderr = os.Stderr
+	cmd = agentCommand(context.Background(), "run", "--config", write(""))
+	cmd.Env = append(cmd.Env, "GOMAXPROCS=3")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/live"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -23,14 +24,7 @@ import (
 func TestReadLive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	srv := testkit.StartCentral(t, central.Config{DataDir: t.TempDir()})
 	store, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -76,11 +70,8 @@ func TestReadLive(t *testing.T) {
 		return lines
 	}
 	var lines []liveLine
-	for deadline := time.Now().Add(10 * time.Second); len(lines) < 2; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("read --live: %+v, want d1 and d2", lines)
-		}
-		lines = read()
+	if !testkit.UntilEvery(10*time.Second, 50*time.Millisecond, func() bool { lines = read(); return len(lines) >= 2 }) {
+		t.Fatalf("read --live: %+v, want d1 and d2", lines)
 	}
 	for i, d := range []string{"d1", "d2"} {
 		l := lines[i]

@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +18,7 @@ import (
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -49,29 +46,9 @@ func TestRunRTSPSourcesThroughKill(t *testing.T) {
 	s264 := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
 	s265 := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
 	auth := rtsptest.Start(t, rtsptest.Auth, rtsptest.Options{}) // asks for credentials before anything else
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(io.Discard, c)
-		}
-	}()
+	silent := testkit.SilentServer(t)
 	dir := t.TempDir()
-	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "central")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := csrv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer csrv.Close()
+	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort := freePort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	const shutdownTimeout = 5 * time.Second
@@ -95,24 +72,18 @@ video:
 central: {url: %q, shutdown_timeout: %s}
 devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 `, filepath.Join(dir, "agent"), httpPort, s264.URL("", "cam"), s265.URL("", "cam"),
-		"rtsp://u:pw@"+silent.Addr().String()+"/cam", auth.URL(rtsptest.ReadUser+":Wr0ngPassw0rd", "cam"), csrv.ClientURL(), shutdownTimeout)), 0o644)
+		"rtsp://u:pw@"+silent+"/cam", auth.URL(rtsptest.ReadUser+":Wr0ngPassw0rd", "cam"), csrv.ClientURL(), shutdownTimeout)), 0o644)
 	status := func() agent.Status {
-		var s agent.Status
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", httpPort))
+		s, err := agentStatus(httpPort)
 		if err != nil {
-			t.Logf("status: %v", err)
-			return s
-		}
-		defer resp.Body.Close()
-		if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
 			t.Logf("status: %v", err)
 		}
 		return s
 	}
-	streaming := func(within time.Duration) agent.Status {
-		deadline := time.Now().Add(within)
-		for {
-			s := status()
+	streaming := func(within time.Duration) {
+		var s agent.Status
+		if !testkit.UntilEvery(within, 20*time.Millisecond, func() bool {
+			s = status()
 			n := 0
 			if s.Video != nil {
 				for _, src := range s.Video.Sources {
@@ -121,13 +92,9 @@ devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 					}
 				}
 			}
-			if n == 2 {
-				return s
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("sources not streaming within %v: %+v", within, s.Video)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return n == 2
+		}) {
+			t.Fatalf("sources not streaming within %v: %+v", within, s.Video)
 		}
 	}
 
@@ -138,13 +105,17 @@ devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		rtsptest.Publish(t, s265.URL("", "cam"), rtsptest.H265, frames, fps, gop),
 	}
 	streaming(10 * time.Second)
-	time.Sleep(time.Duration(secs) * time.Second / 3)
+	// Killed a third into the streams, by the frames stored (loaded or not).
+	testkit.UntilEvery(time.Duration(secs)*time.Second, 100*time.Millisecond, func() bool {
+		v := status().Video
+		return v != nil && v.PerDrone["cam-264"].FramesOut+v.PerDrone["cam-265"].FramesOut >= uint64(2*frames/3)
+	})
 	s := status()
 	before := s.Video.PerDrone["cam-264"].FramesOut + s.Video.PerDrone["cam-265"].FramesOut
 	killed := time.Now()
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() || before == 0 {
+	if !testkit.KilledBySIGKILL(cmd) || before == 0 {
 		t.Fatalf("agent not killed mid-stream: %v, %d frames stored before", cmd.ProcessState, before)
 	}
 	cmd = startRun(t, cfgPath, httpPort)
@@ -155,8 +126,11 @@ devices: {health_interval: 1s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(time.Second)
-	s = status()
+	// The failing sources' errors reported (the assertions say which is not).
+	testkit.UntilEvery(10*time.Second, 50*time.Millisecond, func() bool {
+		s = status()
+		return strings.Contains(s.Errors["video/source/silent"], "no answer") && strings.Contains(s.Errors["video/source/wrong-pw"], "401")
+	})
 	if !strings.Contains(s.Errors["video/source/silent"], "no answer") {
 		t.Errorf("silent source: %q", s.Errors["video/source/silent"])
 	}

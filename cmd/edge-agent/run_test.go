@@ -16,21 +16,40 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
-// TestMain lets the test binary act as edge-agent (EDGE_AGENT_MAIN=1), so
-// tests can run it as a subprocess and signal it.
+// TestMain lets the test binary act as edge-agent (role "agent",
+// agentCommand), so tests can run it as a subprocess and signal it.
 func TestMain(m *testing.M) {
-	if os.Getenv("EDGE_AGENT_MAIN") == "1" {
-		main()
-		return
+	testkit.Main(m, map[string]func() int{"agent": func() int { main(); return 0 }})
+}
+
+// agentCommand is `edge-agent args...` bound to ctx: the test binary run
+// again as the agent (TestMain; its own arguments, no test flags), its
+// stderr the test's. The caller starts it.
+func agentCommand(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = testkit.ChildCommand("agent").Env
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// agentStatus reads the agent's /status on httpPort.
+func agentStatus(httpPort int) (agent.Status, error) {
+	var s agent.Status
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", httpPort))
+	if err != nil {
+		return s, err
 	}
-	os.Exit(m.Run())
+	defer resp.Body.Close()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
 func freePort(t *testing.T) int {
@@ -46,9 +65,7 @@ func freePort(t *testing.T) int {
 // waits for /healthz.
 func startRun(t *testing.T, cfg string, httpPort int, args ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"run", "--config", cfg}, args...)...)
-	cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
-	cmd.Stderr = os.Stderr
+	cmd := agentCommand(context.Background(), append([]string{"run", "--config", cfg}, args...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -59,20 +76,16 @@ func startRun(t *testing.T, cfg string, httpPort int, args ...string) *exec.Cmd 
 // waitHealthy waits for the agent's /healthz.
 func waitHealthy(t *testing.T, cmd *exec.Cmd, httpPort int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if !testkit.UntilEvery(30*time.Second, 20*time.Millisecond, func() bool {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", httpPort))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			t.Fatal("agent did not answer /healthz")
-		}
-		time.Sleep(20 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}) {
+		cmd.Process.Kill()
+		t.Fatal("agent did not answer /healthz")
 	}
 }
 
@@ -107,14 +120,7 @@ func TestRunSignals(t *testing.T) {
 	}
 	defer brk.Stop()
 	dir := t.TempDir()
-	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "central")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := csrv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer csrv.Close()
+	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort := freePort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: sig-test
@@ -145,10 +151,15 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 		_, err := mqttsim.Simulate(ctx, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 100, Duration: 2 * time.Second, FirstSeq: 1000})
 		simDone <- err
 	}()
-	time.Sleep(time.Second)
+	if !testkit.UntilEvery(30*time.Second, 50*time.Millisecond, func() bool { // mid-flight, even loaded
+		s, err := agentStatus(httpPort)
+		return err == nil && s.Telemetry != nil && s.Telemetry.Appended >= 50
+	}) {
+		t.Fatal("the flight was not being stored after 30 s")
+	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	if ws := cmd.ProcessState.Sys().(syscall.WaitStatus); !ws.Signaled() {
+	if !testkit.KilledBySIGKILL(cmd) {
 		t.Fatalf("agent was not killed: %v", cmd.ProcessState)
 	}
 	if err := <-simDone; err != nil {

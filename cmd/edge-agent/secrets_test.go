@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // trickyPasswords are passwords, one for each character that broke the
@@ -68,8 +68,7 @@ func runCmd(t *testing.T, timeout time.Duration, args ...string) (int, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
+	cmd := agentCommand(ctx, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -95,14 +94,7 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer brk.Stop()
-	cen, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cen.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cen.Close()
+	cen := testkit.StartCentral(t, central.Config{DataDir: t.TempDir()})
 	mqttHost := strings.TrimPrefix(brk.URL(), "tcp://")
 	natsHost := strings.TrimPrefix(cen.ClientURL(), "nats://")
 	dead, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -140,22 +132,21 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 				httpPort := freePort(t)
 				cfgPath := filepath.Join(dir, "agent.yaml")
 				os.WriteFile(cfgPath, []byte(fmt.Sprintf("agent_id: secrets\ndata_dir: %s\nstore: {min_free_bytes: 16777216}\nvideo: {listen: \"127.0.0.1:0\", rtcp_listen: mux}\n", filepath.Join(dir, "agent"))), 0o644)
-				cmd := exec.Command(os.Args[0], append([]string{"run", "--config", cfgPath, "--log-format", format, "--pprof",
+				cmd := agentCommand(context.Background(), append([]string{"run", "--config", cfgPath, "--log-format", format, "--pprof",
 					"--http-listen", fmt.Sprintf("127.0.0.1:%d", httpPort), "--mqtt-broker", broker, "--central", strings.Join(centrals, ",")},
 					rtspFlags...)...)
-				cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
-				var logs syncBuf
+				var logs testkit.SyncBuffer
 				cmd.Stdout, cmd.Stderr = &logs, &logs
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
 				waitHealthy(t, cmd, httpPort)
 				base := fmt.Sprintf("http://127.0.0.1:%d", httpPort)
-				deadline := time.Now().Add(20 * time.Second)
-				for (!strings.Contains(logs.String(), "connected") || strings.Count(logs.String(), "RTSP source failing") < len(trickyPasswords)) &&
-					time.Now().Before(deadline) {
-					time.Sleep(50 * time.Millisecond)
-				}
+				// Connected and every source failed once (the logs are searched
+				// below, whatever was reached).
+				testkit.UntilEvery(20*time.Second, 50*time.Millisecond, func() bool {
+					return strings.Contains(logs.String(), "connected") && strings.Count(logs.String(), "RTSP source failing") >= len(trickyPasswords)
+				})
 				var shown []string
 				for _, p := range []string{"/status", "/metrics", "/healthz", "/status/history", "/", "/app.js", "/debug/pprof/", "/debug/pprof/cmdline"} {
 					resp, err := http.Get(base + p)
@@ -241,22 +232,4 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 		}
 	}
 	wg.Wait()
-}
-
-// syncBuf is a bytes.Buffer safe for a subprocess's two output pipes.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

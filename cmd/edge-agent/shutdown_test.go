@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // shutdownBound is what SIGTERM may take beyond central.shutdown_timeout
@@ -40,23 +40,6 @@ type shutdownRig struct {
 	cfgPath  string
 	broker   string // MQTT URL
 	central  string // NATS URL
-}
-
-// mountTmpfs mounts a tmpfs of size bytes at dir, unmounted at cleanup; it
-// skips the test (with the reason) where the machine forbids mounting.
-func mountTmpfs(t *testing.T, dir string, size int64) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.FormatInt(size, 10)); err != nil {
-		t.Skipf("cannot mount a tmpfs for the full disk (%v): needs root or CAP_SYS_ADMIN", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
 }
 
 // fillTo grows a filler file in dir until the filesystem has about free bytes left.
@@ -91,15 +74,7 @@ central: {url: %q, shutdown_timeout: %s, embedded: {listen: "127.0.0.1:0"}}
 }
 
 // status reads /status.
-func (r *shutdownRig) status() (agent.Status, error) {
-	var s agent.Status
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/status", r.httpPort))
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	return s, json.NewDecoder(resp.Body).Decode(&s)
-}
+func (r *shutdownRig) status() (agent.Status, error) { return agentStatus(r.httpPort) }
 
 // healthz returns /healthz's status code and body.
 func (r *shutdownRig) healthz() (int, string) {
@@ -116,16 +91,10 @@ func (r *shutdownRig) healthz() (int, string) {
 // waitStatus polls /status until cond holds (the blocking state is reached).
 func (r *shutdownRig) waitStatus(what string, cond func(agent.Status) bool) {
 	r.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s, err := r.status()
-		if err == nil && cond(s) {
-			return
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("agent never reached %s: %+v %v", what, s, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var s agent.Status
+	var err error
+	if !testkit.UntilEvery(30*time.Second, 50*time.Millisecond, func() bool { s, err = r.status(); return err == nil && cond(s) }) {
+		r.t.Fatalf("agent never reached %s: %+v %v", what, s, err)
 	}
 }
 
@@ -164,8 +133,7 @@ func (r *shutdownRig) start() *exec.Cmd {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "run", "--config", r.cfgPath)
-	cmd.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
+	cmd := agentCommand(context.Background(), "run", "--config", r.cfgPath)
 	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {
 		r.t.Fatal(err)
@@ -181,16 +149,10 @@ func (r *shutdownRig) start() *exec.Cmd {
 			r.t.Logf("agent log:\n%s", b[max(0, len(b)-8000):])
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if code, _ := r.healthz(); code == http.StatusOK {
-			return cmd
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatal("agent did not answer /healthz")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.UntilEvery(30*time.Second, 50*time.Millisecond, func() bool { code, _ := r.healthz(); return code == http.StatusOK }) {
+		r.t.Fatal("agent did not answer /healthz")
 	}
+	return cmd
 }
 
 func newShutdownRig(t *testing.T, brokerURL, centralURL string) *shutdownRig {
@@ -217,19 +179,12 @@ func TestSIGTERMInEveryBlockingState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer brk.Stop()
-	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := csrv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer csrv.Close()
+	csrv := testkit.StartCentral(t, central.Config{DataDir: t.TempDir()})
 	nobody := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens here: the centre away
 
 	t.Run("disk-full", func(t *testing.T) {
 		r := newShutdownRig(t, brk.URL(), csrv.ClientURL())
-		mountTmpfs(t, r.dir, 48<<20)
+		testkit.MountTmpfs(t, r.dir, 48<<20)
 		r.writeConfig("", `store: {min_free_bytes: 8388608}
 devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		cmd := r.start()
@@ -293,13 +248,13 @@ devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		r.waitStatus("the broker gone", func(s agent.Status) bool {
 			return s.Telemetry != nil && s.Telemetry.ConnectionLost > 0
 		})
-		time.Sleep(1500 * time.Millisecond) // reconnecting
+		time.Sleep(1500 * time.Millisecond) // the test's moment: SIGTERM while it reconnects
 		r.term(cmd, "broker away")
 	})
 
 	t.Run("queue-full", func(t *testing.T) {
 		r := newShutdownRig(t, brk.URL(), csrv.ClientURL())
-		mountTmpfs(t, r.dir, 48<<20)
+		testkit.MountTmpfs(t, r.dir, 48<<20)
 		r.writeConfig(", lane_depth: 2", `store: {min_free_bytes: 8388608}
 devices: {disk: {retain_below: 16MiB, shed_below: 12MiB, interval: 200ms}}`)
 		cmd := r.start()

@@ -23,6 +23,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // readTlogFile reads every entry of a tlog.
@@ -88,14 +89,7 @@ func readTlogGomavlib(t *testing.T, path string) []*tlog.Entry {
 func TestTlogRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	csrv, err := central.New(central.Config{Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "central")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := csrv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer csrv.Close()
+	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort, tlogPort := freePort(t), freePort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: tlog-trip

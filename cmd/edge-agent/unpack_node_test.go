@@ -21,6 +21,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/unpack"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -92,20 +93,14 @@ func TestStockJSConsumerReadsDerivedStream(t *testing.T) {
 	defer brk.Stop()
 	dir := t.TempDir()
 	centralURL := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
-	cen := exec.Command(os.Args[0], "central", "--unpack", "--listen", strings.TrimPrefix(centralURL, "nats://"), "--data-dir", filepath.Join(dir, "central"))
-	cen.Env = append(os.Environ(), "EDGE_AGENT_MAIN=1")
-	cen.Stderr = os.Stderr
+	cen := agentCommand(ctx, "central", "--unpack", "--listen", strings.TrimPrefix(centralURL, "nats://"), "--data-dir", filepath.Join(dir, "central"))
 	if err := cen.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { cen.Process.Signal(syscall.SIGTERM); cen.Wait() }()
 	var nc *nats.Conn
-	deadline := time.Now().Add(30 * time.Second)
-	for nc == nil {
-		if nc, err = nats.Connect(centralURL); err != nil && time.Now().After(deadline) {
-			t.Fatalf("central did not come up: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testkit.UntilEvery(30*time.Second, 50*time.Millisecond, func() bool { nc, err = nats.Connect(centralURL); return err == nil }) {
+		t.Fatalf("central did not come up: %v", err)
 	}
 	defer nc.Close()
 
@@ -149,7 +144,12 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the agent's last deliveries from the broker
+	// The agent's last deliveries from the broker: every message published
+	// stored (the checks below compare the centre with the consumer).
+	testkit.UntilEvery(30*time.Second, 50*time.Millisecond, func() bool {
+		s, err := agentStatus(httpPort)
+		return err == nil && s.Telemetry != nil && s.Telemetry.Appended >= res.Published
+	})
 	agent.Process.Signal(syscall.SIGTERM)
 	if err := agent.Wait(); err != nil {
 		t.Fatalf("agent after SIGTERM: %v", err)
