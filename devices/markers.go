@@ -23,9 +23,16 @@ import (
 // Carried markers are admitted below the store's free-space floor, like
 // the shed's own markers. A marker the store refuses all the same (closed,
 // failed) stays pending, in memory and on disk, and is retried at every
-// check. At start, a recorded
-// marker whose original is still retained (a crash before the shed) is
-// dropped; the others are pending. So a carried marker is appended once.
+// check. A marker whose shed was refused before the head moved (a full
+// disk) awaits its shed: localstream may have recorded the shed, and then
+// finishes it (FinishSheds, or the next Open) and deletes the original
+// later. At every check, once FinishSheds leaves no shed to finish, it is
+// appended if its original is gone and dropped if it is retained (the
+// shed was not recorded); a new shed meanwhile does not carry its
+// original again. At start (Open has finished every recorded shed), a
+// recorded marker whose original is still retained (a crash before the
+// shed) is dropped; the others are pending. So a carried marker is
+// appended once.
 const markerPrefix = "devices/gap/"
 
 // storedMarker is a carried gap marker in the store's metadata.
@@ -55,6 +62,10 @@ type pendingMarker struct {
 	stream *localstream.Stream
 	ev     localstream.Event
 	key    string // metadata key; "" if it could not be recorded
+	origin localstream.Position
+	// await: its shed was refused before the head moved; appended once
+	// the original is gone, dropped if no shed is left to delete it.
+	await bool
 }
 
 // recordMarker records a gap marker about to be carried.
@@ -69,7 +80,36 @@ func (p *Pressure) recordMarker(st *localstream.Stream, rec localstream.Record) 
 		p.fail(fmt.Errorf("devices: record carried gap marker: %w", err))
 		key = ""
 	}
-	return pendingMarker{stream: st, ev: rec.Event, key: key}
+	return pendingMarker{stream: st, ev: rec.Event, key: key, origin: rec.Position}
+}
+
+// await queues the carried markers of a shed refused before the head
+// moved (see retryMarkers).
+func (p *Pressure) await(ms []pendingMarker) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range ms {
+		if len(p.pending) >= p.cfg.MaxPendingMarkers {
+			p.stats.MarkersLost++ // (still recorded: a restart resolves it)
+			p.cfg.Logger.Error("devices: carried gap marker lost: too many pending", "stream", m.stream.Name())
+			continue
+		}
+		m.await = true
+		p.pending = append(p.pending, m)
+	}
+}
+
+// awaited returns the originals of st's markers awaiting their shed.
+func (p *Pressure) awaited(st *localstream.Stream) map[localstream.Position]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[localstream.Position]bool{}
+	for _, m := range p.pending {
+		if m.await && m.stream == st {
+			out[m.origin] = true
+		}
+	}
+	return out
 }
 
 // appendMarker appends a carried marker again. If the store refuses, the
@@ -106,10 +146,14 @@ func (p *Pressure) appendMarker(ctx context.Context, m pendingMarker, fresh bool
 	return true
 }
 
-// retryMarkers appends the gap markers of sheds that the store refused
-// (localstream's FinishSheds: a full disk has no room for the memtable's
-// table until the shed's space is reclaimed), then the pending carried
-// markers, in order, until the store refuses one.
+// retryMarkers finishes the sheds that the store refused (localstream's
+// FinishSheds: a full disk has no room for their tombstones or for the
+// memtable's table until space is reclaimed), appending their gap
+// markers, then appends the pending carried markers, in order, until the
+// store refuses one or one still awaits its shed. A marker awaiting its
+// shed is appended once its original is gone; with no shed left to
+// finish and its original retained, its shed was never recorded: it is
+// dropped.
 func (p *Pressure) retryMarkers(ctx context.Context) {
 	n, err := p.store.FinishSheds(ctx)
 	for name, k := range n {
@@ -118,6 +162,7 @@ func (p *Pressure) retryMarkers(ctx context.Context) {
 	if err != nil && !errors.Is(err, localstream.ErrDiskFull) {
 		p.fail(fmt.Errorf("devices: finish sheds: %w", err))
 	}
+	finished := err == nil
 	for {
 		p.mu.Lock()
 		if len(p.pending) == 0 {
@@ -126,6 +171,22 @@ func (p *Pressure) retryMarkers(ctx context.Context) {
 		}
 		m := p.pending[0]
 		p.mu.Unlock()
+		if m.await {
+			gone, cerr := m.stream.Topology().Contains(m.stream.HeadCut(), m.origin)
+			switch {
+			case cerr != nil || gone: // deleted: the copy goes in
+			case finished: // retained, and no shed left to delete it
+				if m.key != "" {
+					p.store.DeleteMeta(m.key)
+				}
+				p.mu.Lock()
+				p.pending = p.pending[1:]
+				p.mu.Unlock()
+				continue
+			default:
+				return // its shed is still to be finished
+			}
+		}
 		if !p.appendMarker(ctx, m, false) {
 			return
 		}
@@ -160,7 +221,7 @@ func (p *Pressure) loadMarkers() error {
 			p.store.DeleteMeta(key) // crashed before the shed: the original is still there
 			continue
 		}
-		p.pending = append(p.pending, pendingMarker{stream: st, key: key, ev: localstream.Event{
+		p.pending = append(p.pending, pendingMarker{stream: st, key: key, origin: sm.Origin, ev: localstream.Event{
 			RoutingKey: sm.RoutingKey, Writer: sm.Writer, Flags: sm.Flags, ContentType: sm.ContentType, Payload: sm.Payload}})
 	}
 	return nil

@@ -35,7 +35,10 @@ func (p *Pressure) shedNext(ctx context.Context) (bool, error) {
 // least MinShedEvents) through localstream's Shed, which appends a gap
 // marker per routing key that lost events. Older gap markers that fall in
 // the range and are not yet replicated are appended again, so that no gap
-// report is lost. It reports false when st holds nothing but such markers.
+// report is lost, whatever comes of the shed: done now, refused and
+// finished later (FinishSheds, Open), or refused for good. It reports
+// false when st holds nothing but such markers, or when the shed is
+// refused before the head moved.
 func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool, error) {
 	topo := st.Topology()
 	retained := retainedEvents(topo)
@@ -47,10 +50,14 @@ func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool
 	if err != nil || data == 0 {
 		return false, err
 	}
-	// Carried markers are recorded before the shed deletes their originals.
+	// Carried markers are recorded before the shed deletes their originals
+	// (but once: a copy may already wait for a refused shed, below).
+	waiting := p.awaited(st)
 	kept := make([]pendingMarker, 0, len(carry))
 	for _, m := range carry {
-		kept = append(kept, p.recordMarker(st, m))
+		if !waiting[m.Position] {
+			kept = append(kept, p.recordMarker(st, m))
+		}
 	}
 	res, err := st.Shed(ctx, cut, ShedReason)
 	p.count(st.Name(), func(s *StreamPressureStats) {
@@ -63,9 +70,12 @@ func (p *Pressure) shedStream(ctx context.Context, st *localstream.Stream) (bool
 	if err != nil {
 		err = fmt.Errorf("devices: shed %s at %s: %w", st.Name(), cut, err)
 		if le, lerr := st.Topology().LessEq(cut, st.HeadCut()); lerr != nil || !le {
-			for _, m := range kept { // nothing deleted: the originals stay
-				p.store.DeleteMeta(m.key)
-			}
+			// Not deleted, or not all of it. The originals may go all
+			// the same: a shed refused once recorded (ErrDiskFull, part
+			// way or before its first piece) is finished by FinishSheds
+			// or the next Open. The copies wait until the store has no
+			// shed left to finish (retryMarkers).
+			p.await(kept)
 			return false, err
 		}
 		// Deleted, but a gap marker failed: localstream finishes it on Open.
