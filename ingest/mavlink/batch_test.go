@@ -28,6 +28,7 @@ func TestBatchGroups(t *testing.T) {
 	defer c.Close()
 	ws := []*gomavlibWriter{newWriter(t, false, 1, 1, nil), newWriter(t, true, 2, 1, nil)}
 	var sent [2][][]byte
+	commits := s.Stats().Commits // before the first frame: the intake may commit both groups before the loop ends
 	for i := range 250 {
 		d := i % 2
 		f := ws[d].frame(t, sampleMessages(i)[i%4])
@@ -36,9 +37,7 @@ func TestBatchGroups(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	commits := s.Stats().Commits
-	// The store counts a commit after its callbacks ran: both are awaited.
-	testkit.WaitFor(t, 10*time.Second, "two full groups", func() bool { return in.Stats().Stored == 200 && s.Stats().Commits > commits })
+	testkit.WaitFor(t, 10*time.Second, "two full groups", func() bool { return in.Stats().Stored == 200 })
 	testkit.WaitFor(t, 10*time.Second, "the last 50 taken", func() bool {
 		in.mu.Lock()
 		defer in.mu.Unlock()
