@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -253,8 +254,12 @@ func TestRemovedDataDir(t *testing.T) {
 		name := map[bool]string{false: "running", true: "stopping"}[stopping]
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
+			// The centre through a link the stopping case takes down, so
+			// that the agent's stop waits for its final commit while the
+			// directory goes.
+			link := testkit.NewProxy(t, strings.TrimPrefix(csrv.ClientURL(), "nats://"), testkit.ProxyHooks{})
 			r := &shutdownRig{t: t, id: "removed-dir-" + name, dir: filepath.Join(dir, "agent"), httpPort: freePort(t),
-				cfgPath: filepath.Join(dir, "agent.yaml"), broker: brk.URL(), central: csrv.ClientURL()}
+				cfgPath: filepath.Join(dir, "agent.yaml"), broker: brk.URL(), central: "nats://" + link.Addr()}
 			r.writeConfig("", "")
 			cmd := r.start()
 			sim := make(chan mqttsim.Result, 1)
@@ -268,13 +273,28 @@ func TestRemovedDataDir(t *testing.T) {
 			}()
 			r.waitStatus("telemetry flowing", func(s agent.Status) bool { return s.Telemetry != nil && s.Telemetry.Appended > 100 })
 			if stopping {
-				// SIGTERM first: the final commit is under way when the
-				// directory goes.
+				// SIGTERM with the centre unreachable: the stop waits up
+				// to shutdown_timeout for the final commit, and the
+				// directory goes while it waits.
+				logPath := filepath.Join(dir, "agent.log")
+				stopped := func() int { b, _ := os.ReadFile(logPath); return strings.Count(string(b), "telemetry: stopped") }
+				before := stopped()
+				link.SetDown(true)
+				link.Cut()
 				cmd.Process.Signal(syscall.SIGTERM)
-				time.Sleep(50 * time.Millisecond)
+				if !testkit.Until(5*time.Second, func() bool { return stopped() > before }) {
+					t.Fatal("the agent's intake never stopped after SIGTERM")
+				}
 			}
 			if err := os.RemoveAll(r.dir); err != nil {
 				t.Fatal(err)
+			}
+			if stopping {
+				// The fault happened under a stopping agent, not after it.
+				if exited(cmd.Process.Pid) {
+					t.Fatal("the agent had exited before its directory was removed: the fault did not happen")
+				}
+				link.SetDown(false)
 			}
 			if !stopping {
 				took, body := r.waitHealthz(http.StatusServiceUnavailable, 5*time.Second)
@@ -493,4 +513,16 @@ func TestRemovedDataDirAcksLost(t *testing.T) {
 		t.Errorf("repeats_dropped %d > telemetry.redelivered %d", dropped, s.Telemetry.Redelivered)
 	}
 	r.term(cmd, "after the restart")
+}
+
+// exited reports whether process pid has ended (a zombie not yet waited
+// for, or gone).
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
 }
