@@ -10,6 +10,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
@@ -19,8 +20,8 @@ import (
 // keyframe chunk at or before T1 and ends with the last chunk at or before
 // T2, bytes exactly the chunks' payloads in order.
 func TestExportVideoStartsAtKeyframe(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
-	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
+	srv := rigs.StartCentral(t, central.Config{})
+	store := rigs.OpenStore(t, t.TempDir(), localstream.Options{})
 	st, err := store.CreateStream("video", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -69,12 +70,12 @@ func TestExportVideoStartsAtKeyframe(t *testing.T) {
 //
 // Failed before: "export merged 2 agents: 40 chunks".
 func TestExportVideoSeveralAgents(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	ctx := testCtx(t, 30*time.Second)
 	own := map[string][][]byte{}
 	for _, agent := range []string{"agent-b", "agent-a"} {
-		st, err := testkit.OpenStore(t, t.TempDir(), localstream.Options{}).CreateStream("video", localstream.StreamConfig{})
+		st, err := rigs.OpenStore(t, t.TempDir(), localstream.Options{}).CreateStream("video", localstream.StreamConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/watermark"
@@ -119,7 +120,7 @@ func (a *cutAgent) ingest(t *testing.T, d cutDrone, rng *rand.Rand) {
 func TestTimeCutProperty(t *testing.T) {
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 14))
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	agents := []*cutAgent{startCutAgent(t, nc, "gs-a"), startCutAgent(t, nc, "gs-b")}
 	const steps = 120

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -19,7 +19,7 @@ import (
 func BenchmarkAppend(b *testing.B) {
 	for _, mode := range []string{"plain", "observed"} {
 		b.Run(mode, func(b *testing.B) {
-			s := testkit.OpenStore(b, b.TempDir(), localstream.Options{Durability: localstream.DurabilityPeriodic})
+			s := rigs.OpenStore(b, b.TempDir(), localstream.Options{Durability: localstream.DurabilityPeriodic})
 			st, err := s.CreateStream("telemetry", localstream.StreamConfig{})
 			if err != nil {
 				b.Fatal(err)
@@ -89,7 +89,7 @@ func BenchmarkHealthSample(b *testing.B) {
 		}
 	})
 	b.Run("sample-append-mark", func(b *testing.B) {
-		s := testkit.OpenStore(b, dir+"/store", localstream.Options{})
+		s := rigs.OpenStore(b, dir+"/store", localstream.Options{})
 		st, _ := s.CreateStream("health", localstream.StreamConfig{})
 		sm, err := NewSampler(HealthConfig{Agent: "gs-1", DataDir: dir}, st, &recMarks{})
 		if err != nil {
@@ -107,7 +107,7 @@ func BenchmarkHealthSample(b *testing.B) {
 // state: one statfs), and a check that sheds 10% of a 2000-event video
 // stream (refilled between iterations, outside the timer).
 func BenchmarkPressureCheck(b *testing.B) {
-	s := testkit.OpenStore(b, b.TempDir(), localstream.Options{MinFreeBytes: -1})
+	s := rigs.OpenStore(b, b.TempDir(), localstream.Options{MinFreeBytes: -1})
 	st, _ := s.CreateStream("video", localstream.StreamConfig{})
 	d := &fakeDisk{free: 1000, total: 1000}
 	p, err := NewPressure(s, PressureConfig{RetainBelow: Threshold{Bytes: 500}, ShedBelow: Threshold{Bytes: 200},

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
+
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -269,7 +271,7 @@ func runDiskFull(t *testing.T, centre replica) {
 	}
 	closed = true
 	opts.FreeSpace = nil // the filesystem is free again
-	reopened := testkit.OpenStore(t, storeDir, opts)
+	reopened := rigs.OpenStore(t, storeDir, opts)
 	for name, want := range map[string]int{"video": localV, "telemetry": localT} {
 		st, err := reopened.Stream(name)
 		if err != nil {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
+
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -39,7 +41,7 @@ type pressureRig struct {
 
 func newPressureRig(t *testing.T, policy []ShedRule) *pressureRig {
 	t.Helper()
-	s := testkit.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1})
+	s := rigs.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1})
 	cfg := localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}}
 	v, err := s.CreateStream("video", cfg)
 	if err != nil {
@@ -376,7 +378,7 @@ func TestPressureCarriedMarkersSurviveRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s = testkit.OpenStore(t, dir, localstream.Options{Logger: quietLogger()}) // space is back
+	s = rigs.OpenStore(t, dir, localstream.Options{Logger: quietLogger()}) // space is back
 	v, _ = s.Stream("video")
 	markersBefore := len(gapsOf(t, v))
 	p, err = NewPressure(s, cfg)
@@ -437,7 +439,7 @@ func TestCarriedMarkerOnceWhenCheckCancelled(t *testing.T) {
 		}
 		return time.Now()
 	}
-	s := testkit.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1, Now: now})
+	s := rigs.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: -1, Now: now})
 	v, err := s.CreateStream("video", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
+
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -244,7 +246,7 @@ func TestObserve(t *testing.T) {
 	clk := newClock()
 	var free sync.Mutex
 	freeBytes := int64(1 << 40)
-	s := testkit.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
+	s := rigs.OpenStore(t, t.TempDir(), localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
 		free.Lock()
 		defer free.Unlock()
 		return freeBytes, nil

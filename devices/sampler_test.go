@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
+
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/shirou/gopsutil/v3/cpu"
 )
@@ -17,7 +19,7 @@ import (
 // health stream, each followed by a mark at its durable position.
 func TestSamplerWritesHealthEvents(t *testing.T) {
 	dir := t.TempDir()
-	s := testkit.OpenStore(t, dir, localstream.Options{})
+	s := rigs.OpenStore(t, dir, localstream.Options{})
 	st, err := s.CreateStream("health", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -84,7 +86,7 @@ func TestSamplerDiskFull(t *testing.T) {
 	dir := t.TempDir()
 	var mu sync.Mutex
 	free := int64(0)
-	s := testkit.OpenStore(t, dir, localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
+	s := rigs.OpenStore(t, dir, localstream.Options{MinFreeBytes: 1 << 20, FreeSpace: func(string) (int64, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return free, nil
@@ -136,7 +138,7 @@ func TestBusyPercent(t *testing.T) {
 
 func TestSamplerNilMarksPointer(t *testing.T) {
 	dir := t.TempDir()
-	st, _ := testkit.OpenStore(t, dir, localstream.Options{}).CreateStream("health", localstream.StreamConfig{})
+	st, _ := rigs.OpenStore(t, dir, localstream.Options{}).CreateStream("health", localstream.StreamConfig{})
 	var m *recMarks // a missing tracker
 	sm, err := NewSampler(HealthConfig{Agent: "gs-1", DataDir: dir}, st, m)
 	if err != nil {

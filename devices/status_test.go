@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -16,7 +16,7 @@ func TestStatusJSON(t *testing.T) {
 		t.Fatalf("%s %v", b, err)
 	}
 	dir := t.TempDir()
-	s := testkit.OpenStore(t, dir, localstream.Options{})
+	s := rigs.OpenStore(t, dir, localstream.Options{})
 	h, _ := s.CreateStream("health", localstream.StreamConfig{})
 	r, _ := NewRegistry(RegistryConfig{})
 	r.Seen("d1", SourceMQTT("drones/d1/telemetry"), 10, time.Now())

@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 )
 
 // TestReplicatesAndReadsBack: events appended while the replicator runs
 // reach the centre within the commit interval, and the reader gives back
 // exactly what was appended, with the committed watermarks.
 func TestReplicatesAndReadsBack(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()
 	nc := connect(t, srv.ClientURL())

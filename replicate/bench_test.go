@@ -15,7 +15,7 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/edge-agent/edge-agent/central"
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -123,7 +123,7 @@ func benchReplicationThroughput(b *testing.B, layout int) {
 		{"chunk-256KiB", 600, 256 << 10, "video", 0, 8 << 20},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			srv := testkit.StartCentral(b, central.Config{})
+			srv := rigs.StartCentral(b, central.Config{})
 			nc := connect(b, srv.ClientURL())
 			var agentDur, rawDur, agentCPU time.Duration
 			var bytesPer int64
@@ -189,7 +189,7 @@ func benchReplicationThroughput(b *testing.B, layout int) {
 // append (its ingest time) to the ack of the commit that holds it, at a
 // steady telemetry rate with the default commit interval (100 ms).
 func BenchmarkAppendToCommitted(b *testing.B) {
-	srv := testkit.StartCentral(b, central.Config{})
+	srv := rigs.StartCentral(b, central.Config{})
 	nc := connect(b, srv.ClientURL())
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -233,7 +233,7 @@ func BenchmarkAppendToCommitted(b *testing.B) {
 // time from the link's return to the first new commit (target ≤ 1 s in
 // every round).
 func BenchmarkRecoveryAfterLinkCut(b *testing.B) {
-	srv := testkit.StartCentral(b, central.Config{})
+	srv := rigs.StartCentral(b, central.Config{})
 	px := newFaultProxy(b, srv.ClientURL()[len("nats://"):])
 	nc := connect(b, px.URL())
 	store, st := openStore(b, b.TempDir())
@@ -312,7 +312,7 @@ func BenchmarkLoweredBatchLimits(b *testing.B) {
 		{"batch100-inflight1", central.Config{MaxBatchSize: 100, MaxBatchInflightPerStream: 1}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			srv := testkit.StartCentral(b, c.cfg)
+			srv := rigs.StartCentral(b, c.cfg)
 			nc := connect(b, srv.ClientURL())
 			var dur time.Duration
 			var retries uint64

@@ -18,6 +18,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -105,7 +106,7 @@ func TestIdentityChaos(t *testing.T) {
 	}
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 29))
-	srv := testkit.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
+	srv := rigs.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	nc := connect(t, srv.ClientURL())
 	dir := filepath.Join(t.TempDir(), "store")

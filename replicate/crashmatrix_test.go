@@ -11,6 +11,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -51,7 +52,7 @@ func TestCrashMatrix(t *testing.T) {
 // however long they take), checks the outcome and returns how long
 // replication took to move again.
 func runCrash(t testing.TB, f crashFault, flowFor time.Duration) time.Duration {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	dir := filepath.Join(t.TempDir(), "store")
 	agent := "agent-" + f.name

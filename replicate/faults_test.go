@@ -12,6 +12,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestExactlyOnceAcrossServerRestarts(t *testing.T) {
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()
 	nc := connect(t, srv.ClientURL())
@@ -143,7 +144,7 @@ func TestExactlyOnceAcrossLeaderFailover(t *testing.T) {
 // (separate local stores) replicate at once; exactly one keeps committing,
 // the other stops with ErrFenced.
 func TestTwoAgentsSameIDOneIsFenced(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	var reps []*replica
 	var stores []func() error
 	for range 2 {
@@ -202,7 +203,7 @@ func TestTwoAgentsSameIDOneIsFenced(t *testing.T) {
 // duplicate window; after it returns there is still no duplicate, because
 // the resume reads the commit, not dedup.
 func TestOutageLongerThanDuplicateWindow(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()

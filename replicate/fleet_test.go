@@ -10,6 +10,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -83,7 +84,7 @@ type fleetAgent struct {
 // a commit for longer than the stated bound.
 func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 	seedFor(t)
-	srv := testkit.StartCentral(t, central.Config{MaxBatchInflightPerStream: 2})
+	srv := rigs.StartCentral(t, central.Config{MaxBatchInflightPerStream: 2})
 	const agents = 3
 	const bound = 3 * time.Second // generous: the machine is shared
 	var fleet []*fleetAgent
@@ -144,7 +145,7 @@ func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
 // says so in Stats().Problem (/status, /healthz), and no longer once it
 // has committed them.
 func TestStallIsReported(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -30,7 +31,7 @@ import (
 // link returns every event it captured reaches the centre, once, with no
 // gap.
 func TestIncumbentOutageNotTakenOver(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	ncA, ncB := connect(t, px.URL()), connect(t, srv.ClientURL())
 	p, q := newProducer(), newProducer()
@@ -95,7 +96,7 @@ func TestIncumbentOutageNotTakenOver(t *testing.T) {
 // (the later runs' unsent events inside it), instead of stalling as a
 // live clone.
 func TestRestoredBackupContinues(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dir := filepath.Join(t.TempDir(), "store")
@@ -171,7 +172,7 @@ func preIdentityChain(t *testing.T, srvURL, agent string, cut localstream.Stream
 // refused until the operator's --takeover, then every event arrives and
 // the old store's unsent events are a reported gap.
 func TestPreIdentityRecordIsAnotherStores(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dir := t.TempDir()
@@ -208,7 +209,7 @@ func TestPreIdentityRecordIsAnotherStores(t *testing.T) {
 // committed cut was written by the old version, no recorder noted)
 // continues the chain its old version wrote, with no gap.
 func TestPreIdentityRecordOfAnUpgradedStore(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dir := t.TempDir()

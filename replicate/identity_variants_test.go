@@ -10,6 +10,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -23,7 +24,7 @@ import (
 // reporting a gap for it; the twin goes on. Who was "first" on the
 // ground does not matter: the chain is the twin's until an operator acts.
 func TestTwinFirstDuringOutage(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	px.setDown(true)
 	ncA, ncB := connect(t, px.URL()), connect(t, srv.ClientURL())
@@ -70,7 +71,7 @@ func TestTwinFirstDuringOutage(t *testing.T) {
 // chain has used (positions never reused), with one gap of its own;
 // every acknowledged event is at the centre once or inside a reported gap.
 func TestBackupRestoredTwice(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dir := filepath.Join(t.TempDir(), "store")

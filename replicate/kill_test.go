@@ -16,6 +16,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 )
 
 // TestMain turns the test binary into the agent subprocess of the SIGKILL
@@ -93,7 +94,7 @@ func childAgent() int {
 func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
-	srv := testkit.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
+	srv := rigs.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
 	nc := connect(t, srv.ClientURL())
 	var abandoned atomic.Int64
 	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.BATCH_ABANDONED.>", func(*natsMsg) { abandoned.Add(1) })

@@ -13,6 +13,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -98,7 +99,7 @@ func oversizedVideoEvent(app *appender) localstream.Event {
 // the same transaction, arrives exactly once; the stream never stops.
 func TestOversizedEventBecomesMarker(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := testkit.StartCentral(t, central.Config{})
+		srv := rigs.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -127,7 +128,7 @@ func TestOversizedEventBecomesMarker(t *testing.T) {
 // the real key back.
 func TestLongRoutingKeyKeepsConnection(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := testkit.StartCentral(t, central.Config{})
+		srv := rigs.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -172,7 +173,7 @@ func TestLongRoutingKeyKeepsConnection(t *testing.T) {
 // continues on it.
 func TestReplicatorReplacesClosedConnection(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := testkit.StartCentral(t, central.Config{})
+		srv := rigs.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -203,7 +204,7 @@ func TestReplicatorReplacesClosedConnection(t *testing.T) {
 // "telemetry/d1 " stays a writer distinct from "telemetry/d1".
 func TestHeaderValuesRoundTripThroughServer(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := testkit.StartCentral(t, central.Config{})
+		srv := rigs.StartCentral(t, central.Config{})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -229,7 +230,7 @@ func TestHeaderValuesRoundTripThroughServer(t *testing.T) {
 // defaults; the agent adapts and the stream never stops.
 func TestLoweredServerBatchLimits(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := testkit.StartCentral(t, central.Config{MaxBatchSize: 40, MaxBatchInflightPerStream: 1})
+		srv := rigs.StartCentral(t, central.Config{MaxBatchSize: 40, MaxBatchInflightPerStream: 1})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())
@@ -263,7 +264,7 @@ func TestLoweredServerBatchLimits(t *testing.T) {
 // (its first message dropped, its commit "incomplete"); the sink learns
 // to keep one open batch, and the first batch still commits.
 func TestSinkLearnsInflightLimit(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{MaxBatchInflightPerStream: 1})
+	srv := rigs.StartCentral(t, central.Config{MaxBatchInflightPerStream: 1})
 	s, err := NewJetStreamSink(connect(t, srv.ClientURL()), "agent-1", newInstance(), JetStreamOptions{Layout: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -309,7 +310,7 @@ func TestSinkLearnsInflightLimit(t *testing.T) {
 // retryable error (the central stream sealed under it) and events waiting
 // is reported, with the error, by Stats().Problem — it is not silent.
 func TestFailingStreamIsAProblem(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	store, st := openStore(t, t.TempDir())
 	defer store.Close()
 	nc := connect(t, srv.ClientURL())
@@ -352,7 +353,7 @@ func TestFailingStreamIsAProblem(t *testing.T) {
 // as a marker, exactly once; the stream never stops or sticks on one.
 func TestEventsAtTheMaxPayloadBoundary(t *testing.T) {
 	forLayouts(t, func(t *testing.T, layout int) {
-		srv := testkit.StartCentral(t, central.Config{MaxPayload: 256 << 10})
+		srv := rigs.StartCentral(t, central.Config{MaxPayload: 256 << 10})
 		store, st := openStore(t, t.TempDir())
 		defer store.Close()
 		nc := connect(t, srv.ClientURL())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -53,7 +54,7 @@ func TestLostLocalTail(t *testing.T) {
 // the producer and the store identity.
 func replicatedThenStopped(t *testing.T, agent string) (*nats.Conn, string, *producer, string) {
 	t.Helper()
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	dir := t.TempDir()
 	p := newProducer()
@@ -108,7 +109,7 @@ func TestCentralLostTail(t *testing.T) {
 			name = "truncated"
 		}
 		t.Run(name, func(t *testing.T) {
-			srv := testkit.StartCentral(t, central.Config{})
+			srv := rigs.StartCentral(t, central.Config{})
 			nc := connect(t, srv.ClientURL())
 			p := newProducer()
 			n := startNode(t, nc, t.TempDir(), "agent-ct", ReplicatorConfig{})
@@ -166,7 +167,7 @@ func TestCentralLostTail(t *testing.T) {
 // newcomer is refused with one error naming both identities and keeps
 // capturing; the incumbent is not disturbed.
 func TestTwinRefused(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p, q := newProducer(), newProducer()
 	a := startNode(t, nc, t.TempDir(), "agent-tw", ReplicatorConfig{})
@@ -212,7 +213,7 @@ func TestTwinRefused(t *testing.T) {
 // TestClonedStoreRefused (issue 11 case 4, cloned card): a copy of a
 // live store's directory (same identity) started elsewhere is refused.
 func TestClonedStoreRefused(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dirA := t.TempDir()

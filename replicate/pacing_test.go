@@ -9,6 +9,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -17,9 +18,9 @@ import (
 // interval (small, frequent commits), and once idle the committed cut is
 // recorded locally without waiting for another commit.
 func TestCommitIntervalUnderBacklog(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
-	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
+	store := rigs.OpenStore(t, t.TempDir(), localstream.Options{})
 	st, err := store.CreateStream("telemetry", localstream.StreamConfig{})
 	if err != nil {
 		t.Fatal(err)

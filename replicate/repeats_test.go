@@ -14,6 +14,7 @@ import (
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -68,7 +69,7 @@ func TestRepeatsOfALostStoreNotSentAgain(t *testing.T) {
 }
 
 func testRepeatsNotSentAgain(t *testing.T, layout int) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	agent := fmt.Sprintf("agent-repeats-%d", layout)
 	js := JetStreamOptions{Layout: layout}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/central"
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -18,8 +18,8 @@ import (
 // configured stream that never had an event; a stream of the store that
 // is not configured is not replicated.
 func TestReplicationFinalCommit(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
-	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
+	srv := rigs.StartCentral(t, central.Config{})
+	store := rigs.OpenStore(t, t.TempDir(), localstream.Options{})
 	ctx := testCtx(t, 60*time.Second)
 	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})
 	store.CreateStream("video", localstream.StreamConfig{})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -18,7 +19,7 @@ import (
 // beyond the tail the store had at its Open, for a lost local tail:
 // it moved to a new epoch base and reported a loss that never happened.
 func TestSecondRunInTheSameOpenContinues(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	n := startNode(t, nc, t.TempDir(), "agent-same", ReplicatorConfig{CommitInterval: 20 * time.Millisecond})
 	p := newProducer()
@@ -45,7 +46,7 @@ func TestSecondRunInTheSameOpenContinues(t *testing.T) {
 // continues from what the first committed: no false lost tail, no event
 // twice at the centre.
 func TestSecondRunWhileAppending(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	cfg := ReplicatorConfig{CommitInterval: 20 * time.Millisecond}
 	n := startNode(t, nc, t.TempDir(), "agent-same2", cfg)

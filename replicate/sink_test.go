@@ -11,6 +11,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -61,7 +62,7 @@ func newLayoutSink(t testing.TB, nc *nats.Conn, agent string, layout int) *JetSt
 }
 
 func testSinkCommitAndFencing(t *testing.T, layout int) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	ctx := testCtx(t, 30*time.Second)
 	a := newLayoutSink(t, connect(t, srv.ClientURL()), "agent-1", layout)
 	b := newLayoutSink(t, connect(t, srv.ClientURL()), "agent-1", layout)
@@ -120,7 +121,7 @@ func testSinkCommitAndFencing(t *testing.T, layout int) {
 // TestSinkRefusesStreamWithoutAtomic: an existing EDGE_ stream without
 // allow_atomic is a clear permanent error.
 func TestSinkRefusesStreamWithoutAtomic(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	ctx := testCtx(t, 30*time.Second)
 	nc := connect(t, srv.ClientURL())
 	js, _ := jetstream.New(nc)
@@ -147,7 +148,7 @@ func TestSinkMidBatchCutLeavesNothing(t *testing.T) {
 }
 
 func testSinkMidBatchCut(t *testing.T, layout int) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	ctx := testCtx(t, 30*time.Second)
 	s := newLayoutSink(t, connect(t, px.URL()), "a", layout)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 )
 
 // TestStateText: a state's JSON form is its name and reads back; an
@@ -44,7 +45,7 @@ func TestStateText(t *testing.T) {
 // whenever it looked between the centre storing that first commit and
 // the replicator reading its ack.
 func TestStatsOfARebaseBeforeItsFirstCommit(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p := newProducer()
 	dir := filepath.Join(t.TempDir(), "store")

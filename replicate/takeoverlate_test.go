@@ -6,7 +6,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -17,7 +17,7 @@ import (
 // inside the backlog is never complete while unflagged events ≤ T are
 // still to come.
 func TestTakeoverBacklogFlaggedLate(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	p, q := newProducer(), newProducer()
 	q.base = p.base - int64(60*time.Second)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -54,8 +55,8 @@ func testUplinkServesPriorityFirst(t *testing.T) {
 // large video backlog does not hold telemetry back: telemetry is fully
 // committed while video still has a backlog.
 func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
-	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
+	srv := rigs.StartCentral(t, central.Config{})
+	store := rigs.OpenStore(t, t.TempDir(), localstream.Options{})
 	ctx := testCtx(t, 60*time.Second)
 	video, _ := store.CreateStream("video", localstream.StreamConfig{})
 	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})
@@ -128,8 +129,8 @@ func TestReplicationTelemetryBeforeVideoBacklog(t *testing.T) {
 // event is its own Uplink.Wait, and the turn must not pass to video
 // between two of them while telemetry has more at hand.
 func TestReplicationTelemetryBacklogBeforeVideoBacklog(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
-	store := testkit.OpenStore(t, t.TempDir(), localstream.Options{})
+	srv := rigs.StartCentral(t, central.Config{})
+	store := rigs.OpenStore(t, t.TempDir(), localstream.Options{})
 	ctx := testCtx(t, 120*time.Second)
 	video, _ := store.CreateStream("video", localstream.StreamConfig{})
 	tel, _ := store.CreateStream("telemetry", localstream.StreamConfig{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkVideoDrainHold(b *testing.B) {
 		chunks int
 	}{{"2Mbit", 250_000, 40}, {"40MBps", 40_000_000, 640}} {
 		b.Run(c.name, func(b *testing.B) {
-			srv := testkit.StartCentral(b, central.Config{})
+			srv := rigs.StartCentral(b, central.Config{})
 			var wall, cpu [2]time.Duration // [0] hold on, [1] off
 			for p := range pairs {
 				for k := range 2 {
@@ -60,7 +61,7 @@ func BenchmarkVideoDrainHold(b *testing.B) {
 // times their replication under a cap of capBps, without the hold when
 // off: the wall time to the last commit and the process's CPU time.
 func videoDrain(b *testing.B, url, agent string, capBps int64, chunks int, off bool) (wall, cpu time.Duration) {
-	store := testkit.OpenStore(b, b.TempDir(), localstream.Options{})
+	store := rigs.OpenStore(b, b.TempDir(), localstream.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	video, err := store.CreateStream("video", localstream.StreamConfig{})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 )
@@ -103,7 +104,7 @@ func BenchmarkUnpackVsReplication(b *testing.B) {
 }
 
 func benchUnpack(b *testing.B, c benchCase) {
-	srv := testkit.StartCentral(b, central.Config{})
+	srv := rigs.StartCentral(b, central.Config{})
 	ns := max(c.streams, 1)
 	per := c.n / ns
 	unpConn := func() *nats.Conn {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 )
@@ -49,7 +50,7 @@ func BenchmarkUnpackSustained(b *testing.B) {
 // in all (0: as fast as the stores take them).
 func benchSustained(b *testing.B, rate int) {
 	const agents, drones, size = 4, 8, 300
-	srv := testkit.StartCentral(b, central.Config{})
+	srv := rigs.StartCentral(b, central.Config{})
 	unc, err := nats.Connect("", nats.InProcessServer(srv), nats.Name("unpack-bench"))
 	if err != nil {
 		b.Fatal(err)
@@ -70,7 +71,7 @@ func benchSustained(b *testing.B, rate int) {
 		var sinks []*replicate.JetStreamSink
 		var sts []*localstream.Stream
 		for a := range agents {
-			s := testkit.OpenStore(b, b.TempDir(), localstream.Options{Logger: quiet()})
+			s := rigs.OpenStore(b, b.TempDir(), localstream.Options{Logger: quiet()})
 			st, err := s.CreateStream(stream, localstream.StreamConfig{})
 			if err != nil {
 				b.Fatal(err)

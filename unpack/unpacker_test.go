@@ -13,6 +13,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/wire"
@@ -22,7 +23,7 @@ import (
 // unpacker runs; the derived stream ends with every source event once,
 // in the source's order, per drone 1..n.
 func TestUnpackLiveAgents(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	agents := []*testAgent{newTestAgent(t, "gs.1", 3), newTestAgent(t, "gs-2", 2)}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -102,7 +103,7 @@ func checkStarts(t *testing.T, nc *nats.Conn) {
 // packs; the unpacker reads its commit records, republishes nothing and
 // creates no derived stream.
 func TestLayoutOneNothingChanges(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	a := newTestAgent(t, "gs-1", 2)
 	for range 20 {
@@ -138,7 +139,7 @@ func TestLayoutOneNothingChanges(t *testing.T) {
 // fenced and stands by (counted), the stream is still every event once,
 // and when the active one stops, the standby takes over.
 func TestActiveStandbyPair(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	a := newTestAgent(t, "gs-1", 3)
 	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
@@ -181,7 +182,7 @@ func TestActiveStandbyPair(t *testing.T) {
 // from plain publishes) is turned to allow_batched, and the unpacker goes
 // on behind what it holds: every event once.
 func TestOldDerivedStreamGetsFastBatches(t *testing.T) {
-	srv := testkit.StartCentral(t, central.Config{})
+	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	a := newTestAgent(t, "gs-1", 2)
 	r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})

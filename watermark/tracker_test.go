@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -30,7 +30,7 @@ func (c *fakeClock) Add(d time.Duration) {
 
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()
-	return testkit.OpenStream(t, dir, localstream.Options{MinFreeBytes: -1}, "video",
+	return rigs.OpenStream(t, dir, localstream.Options{MinFreeBytes: -1}, "video",
 		localstream.StreamConfig{Scaling: localstream.ScalingPolicy{MinSegments: 2}})
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 )
 
 // loopExt4 is an ext4 filesystem in an image file on a loop device.
@@ -159,7 +160,7 @@ func TestFailingDisk(t *testing.T) {
 		t.Skipf("mosquitto: %v", err)
 	}
 	defer brk.Stop()
-	csrv := testkit.StartCentral(t, central.Config{})
+	csrv := rigs.StartCentral(t, central.Config{})
 
 	t.Run("fs-error", func(t *testing.T) {
 		dir := t.TempDir()

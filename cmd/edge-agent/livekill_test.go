@@ -18,6 +18,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/live"
 )
 
@@ -37,7 +38,7 @@ func TestRunLiveLaneThroughKillsAndCuts(t *testing.T) {
 	}
 	defer brk.Stop()
 	dir := t.TempDir()
-	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
+	csrv := rigs.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	// The uplink: it goes down (refusing and cutting connections) and cuts.
 	link := testkit.NewProxy(t, csrv.ClientURL()[len("nats://"):], testkit.ProxyHooks{})
 	httpPort := freePort(t)

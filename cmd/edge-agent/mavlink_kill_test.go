@@ -24,6 +24,7 @@ import (
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -243,7 +244,7 @@ func (l *udpLink) cutCount() int { l.mu.Lock(); defer l.mu.Unlock(); return l.cu
 func throughFaults(t *testing.T, network string, snd faultSender) {
 	rng := rand.New(rand.NewPCG(testkit.Seed(t), 25))
 	dir := t.TempDir()
-	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
+	csrv := rigs.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort, mavPort := freePort(t), freeUDPPort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: mav-kill

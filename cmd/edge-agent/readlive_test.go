@@ -14,6 +14,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/live"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -24,7 +25,7 @@ import (
 func TestReadLive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := testkit.StartCentral(t, central.Config{DataDir: t.TempDir()})
+	srv := rigs.StartCentral(t, central.Config{DataDir: t.TempDir()})
 	store, err := localstream.Open(t.TempDir(), localstream.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -48,7 +49,7 @@ func TestRunRTSPSourcesThroughKill(t *testing.T) {
 	auth := rtsptest.Start(t, rtsptest.Auth, rtsptest.Options{}) // asks for credentials before anything else
 	silent := testkit.SilentServer(t)
 	dir := t.TempDir()
-	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
+	csrv := rigs.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort := freePort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	const shutdownTimeout = 5 * time.Second

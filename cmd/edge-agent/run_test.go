@@ -22,6 +22,7 @@ import (
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -120,7 +121,7 @@ func TestRunSignals(t *testing.T) {
 	}
 	defer brk.Stop()
 	dir := t.TempDir()
-	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
+	csrv := rigs.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort := freePort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: sig-test

@@ -19,6 +19,7 @@ import (
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 )
 
 // trickyPasswords are passwords, one for each character that broke the
@@ -94,7 +95,7 @@ func TestNoPasswordShownAnywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer brk.Stop()
-	cen := testkit.StartCentral(t, central.Config{DataDir: t.TempDir()})
+	cen := rigs.StartCentral(t, central.Config{DataDir: t.TempDir()})
 	mqttHost := strings.TrimPrefix(brk.URL(), "tcp://")
 	natsHost := strings.TrimPrefix(cen.ClientURL(), "nats://")
 	dead, _ := net.Listen("tcp", "127.0.0.1:0")

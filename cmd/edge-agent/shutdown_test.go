@@ -20,6 +20,7 @@ import (
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 )
 
 // shutdownBound is what SIGTERM may take beyond central.shutdown_timeout
@@ -179,7 +180,7 @@ func TestSIGTERMInEveryBlockingState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer brk.Stop()
-	csrv := testkit.StartCentral(t, central.Config{DataDir: t.TempDir()})
+	csrv := rigs.StartCentral(t, central.Config{DataDir: t.TempDir()})
 	nobody := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // nothing listens here: the centre away
 
 	t.Run("disk-full", func(t *testing.T) {

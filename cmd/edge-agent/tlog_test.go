@@ -23,7 +23,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 )
 
 // readTlogFile reads every entry of a tlog.
@@ -89,7 +89,7 @@ func readTlogGomavlib(t *testing.T, path string) []*tlog.Entry {
 func TestTlogRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	csrv := testkit.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
+	csrv := rigs.StartCentral(t, central.Config{DataDir: filepath.Join(dir, "central")})
 	httpPort, tlogPort := freePort(t), freePort(t)
 	cfgPath := filepath.Join(dir, "agent.yaml")
 	os.WriteFile(cfgPath, []byte(fmt.Sprintf(`agent_id: tlog-trip

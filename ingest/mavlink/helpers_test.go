@@ -15,13 +15,14 @@ import (
 
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
 // openStore opens a real Badger store and its telemetry stream.
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()
-	return testkit.OpenStream(t, dir, localstream.Options{}, "telemetry", localstream.StreamConfig{})
+	return rigs.OpenStream(t, dir, localstream.Options{}, "telemetry", localstream.StreamConfig{})
 }
 
 // runIntake starts an intake; the returned function stops it and returns Run's error.

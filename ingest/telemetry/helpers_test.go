@@ -14,7 +14,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/broker"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
-	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -35,7 +35,7 @@ func startBroker(t testing.TB) *broker.Broker {
 // openStore opens a real Badger store and its telemetry stream.
 func openStore(t testing.TB, dir string) (*localstream.Store, *localstream.Stream) {
 	t.Helper()
-	return testkit.OpenStream(t, dir, localstream.Options{}, "telemetry", localstream.StreamConfig{})
+	return rigs.OpenStream(t, dir, localstream.Options{}, "telemetry", localstream.StreamConfig{})
 }
 
 // readAll returns every durable record of the stream, in reader order.

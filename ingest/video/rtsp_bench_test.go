@@ -10,6 +10,7 @@ import (
 
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -50,7 +51,7 @@ func BenchmarkRTSPSources(b *testing.B) {
 
 // benchStore opens a Store with a video stream in a temp dir.
 func benchStore(b *testing.B) (*localstream.Store, *localstream.Stream) {
-	return testkit.OpenStream(b, b.TempDir(), localstream.Options{}, "video", localstream.StreamConfig{})
+	return rigs.OpenStream(b, b.TempDir(), localstream.Options{}, "video", localstream.StreamConfig{})
 }
 
 // runBenchIngest runs an Ingest of cfg into st until stop is called.

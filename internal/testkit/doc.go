@@ -10,5 +10,9 @@
 // process in a named role, to be killed with SIGKILL. A test file keeps
 // only what is its own.
 //
+// It imports no package of the project, so every package's tests may use
+// it, localstream's and central's included; the rigs that open a store or
+// start a JetStream server are in the sub-package rigs.
+//
 // It is imported by tests only.
 package testkit

@@ -1,4 +1,11 @@
-package testkit
+// Package rigs holds the test rigs built on the project's packages: a real
+// Badger store (OpenStore, OpenStream) and an embedded JetStream server
+// (StartCentral), closed when the test ends. It is apart from testkit so
+// that testkit imports nothing of the project and localstream's and
+// central's own tests can use it.
+//
+// It is imported by tests only.
+package rigs
 
 import (
 	"log/slog"
