@@ -117,7 +117,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	nc := connect(t, urls...)
 
 	agents := []*testAgent{newTestAgent(t, "gs-a", 3), newTestAgent(t, "gs.b", 2)}
-	var proxies []*linkProxy
+	var proxies []*testkit.Proxy
 	var reps []*replicate.Replicator
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -125,9 +125,9 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	for _, a := range agents {
 		var purls []string
 		for _, u := range urls {
-			p := newLinkProxy(t, strings.TrimPrefix(u, "nats://"))
+			p := testkit.NewProxy(t, strings.TrimPrefix(u, "nats://"), testkit.ProxyHooks{})
 			proxies = append(proxies, p)
-			purls = append(purls, p.URL())
+			purls = append(purls, "nats://"+p.Addr())
 		}
 		r, _ := a.replicate(t, connect(t, purls...), replicate.JetStreamOptions{Replicas: 3})
 		reps = append(reps, r)
@@ -156,7 +156,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 		}
 		for _, p := range proxies {
 			if rng.IntN(2) == 0 {
-				p.cut()
+				p.Cut()
 			}
 		}
 		if round%2 == 1 {
@@ -202,7 +202,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	events := verifyDerived(t, nc, testStream, want)
 	var cuts int64
 	for _, p := range proxies {
-		cuts += p.cuts.Load()
+		cuts += p.Cuts()
 	}
 	t.Logf("%d rounds: %d unpacker SIGKILLs, %d derived-leader shutdowns, %d link cuts; %d events once, in order", n, kills, leaderKills, cuts, events)
 	if kills < n || leaderKills < n/2 || cuts == 0 {
