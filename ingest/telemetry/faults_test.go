@@ -3,6 +3,8 @@ package telemetry
 import (
 	"context"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -70,10 +72,10 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 	seed := seedFor(t)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	b := startBroker(t)
-	px := newCutProxy(t, b.Addr())
+	px := testkit.NewProxy(t, b.Addr(), testkit.ProxyHooks{})
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
-	cfg := testConfig(px.URL(), "agent-cut")
+	cfg := testConfig("tcp://"+px.Addr(), "agent-cut")
 	in, stop := runIngester(t, cfg, s, st, nil)
 	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
 
@@ -89,10 +91,10 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 		testkit.WaitFor(t, 15*time.Second, "agent connected", func() bool { return in.Stats().Connects == uint64(i+1) })
 		time.Sleep(time.Duration(150+rng.IntN(300)) * time.Millisecond) // the cut comes at a random point of the flow
 		before := in.Stats()
-		px.Cut()
+		px.SetDown(true)
 		time.Sleep(time.Duration(300+rng.IntN(500)) * time.Millisecond) // the outage lasts this long
 		during := in.Stats()
-		px.Restore()
+		px.SetDown(false)
 		t.Logf("cut %d: appended %d -> %d during the cut", i, before.Appended, during.Appended)
 	}
 	if err := <-simDone; err != nil {
@@ -104,10 +106,10 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := in.Stats()
-	t.Logf("proxy: cuts %d, connections killed %d, refused %d; agent: lost %d, connects %d, duplicates skipped %d",
-		px.Cuts.Load(), px.Killed.Load(), px.Refused.Load(), got.ConnectionLost, got.Connects, got.DuplicatesSkipped)
-	if px.Killed.Load() == 0 || got.ConnectionLost < uint64(cuts) {
-		t.Fatalf("the cut did not happen: killed %d, lost %d", px.Killed.Load(), got.ConnectionLost)
+	t.Logf("proxy: cuts that broke connections %d, refused %d; agent: lost %d, connects %d, duplicates skipped %d",
+		px.Cuts(), px.Refused(), got.ConnectionLost, got.Connects, got.DuplicatesSkipped)
+	if px.Cuts() == 0 || got.ConnectionLost < uint64(cuts) {
+		t.Fatalf("the cut did not happen: cuts that broke connections %d, lost %d", px.Cuts(), got.ConnectionLost)
 	}
 	if msg := verifyExactlyOnce(readAll(t, st), wantDrones(drones, uint64(n))); msg != "" {
 		t.Fatal(msg)
@@ -115,15 +117,17 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 }
 
 // TestLinkGoesDarkLosesNothing: the link between agent and broker silently
-// stops forwarding (no RST, new connections refused) for longer than the
+// stops forwarding (no RST, new connections as dark) for longer than the
 // keep-alive while the simulator keeps publishing; the agent detects it by
 // its keep-alive, reconnects after the link returns, and loses nothing.
 func TestLinkGoesDarkLosesNothing(t *testing.T) {
 	b := startBroker(t)
-	px := newCutProxy(t, b.Addr())
+	dark := newDarkLink()
+	px := testkit.NewProxy(t, b.Addr(), testkit.ProxyHooks{Chunk: dark.chunk})
+	t.Cleanup(dark.open) // before the proxy closes: no pipe stays held
 	s, st := openStore(t, t.TempDir())
 	defer s.Close()
-	cfg := testConfig(px.URL(), "agent-dark")
+	cfg := testConfig("tcp://"+px.Addr(), "agent-dark")
 	cfg.KeepAlive = time.Second
 	in, stop := runIngester(t, cfg, s, st, nil)
 	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
@@ -135,13 +139,14 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 		simDone <- err
 	}()
 	testkit.WaitFor(t, 10*time.Second, "flowing", func() bool { return in.Stats().Appended > 200 })
-	px.Stall()
+	dark.stall()
 	stalledAt := in.Stats()
 	testkit.WaitFor(t, 15*time.Second, "keep-alive notices the dead link", func() bool { return in.Stats().ConnectionLost > 0 })
 	during := in.Stats()
 	time.Sleep(500 * time.Millisecond) // the link stays dark past the loss: the outage is the test
-	px.Restore()
-	t.Logf("dark link: appended %d at the stall, %d when the loss was noticed; chunks held %d", stalledAt.Appended, during.Appended, px.Held.Load())
+	px.Cut()                           // connections that lived through the stall are dropped: both ends have given up on them
+	dark.open()
+	t.Logf("dark link: appended %d at the stall, %d when the loss was noticed; chunks held %d", stalledAt.Appended, during.Appended, dark.held.Load())
 	if err := <-simDone; err != nil {
 		t.Fatal(err)
 	}
@@ -152,10 +157,56 @@ func TestLinkGoesDarkLosesNothing(t *testing.T) {
 	}
 	got := in.Stats()
 	t.Logf("agent: lost %d, connects %d, duplicates skipped %d", got.ConnectionLost, got.Connects, got.DuplicatesSkipped)
-	if px.Stalls.Load() != 1 || px.Held.Load() == 0 || got.Connects < 2 || got.ConnectionLost == 0 {
+	if dark.stalls.Load() != 1 || dark.held.Load() == 0 || got.Connects < 2 || got.ConnectionLost == 0 {
 		t.Fatalf("the stall did not happen as intended: %+v", got)
 	}
 	if msg := verifyExactlyOnce(readAll(t, st), wantDrones(drones, n)); msg != "" {
 		t.Fatal(msg)
+	}
+}
+
+// darkLink is a testkit.Proxy Chunk hook for a link that goes dark: after
+// stall, every chunk (of open and new connections) is held, nothing closed,
+// no RST, until open.
+type darkLink struct {
+	mu   sync.Mutex
+	gate chan struct{} // closed while forwarding is allowed; replaced by stall
+	// stalls counts stall calls; held counts chunks held back by a stall.
+	stalls, held atomic.Int64
+}
+
+func newDarkLink() *darkLink {
+	d := &darkLink{gate: make(chan struct{})}
+	close(d.gate)
+	return d
+}
+
+func (d *darkLink) chunk(_ bool, b []byte) ([]byte, bool) {
+	d.mu.Lock()
+	gate := d.gate
+	d.mu.Unlock()
+	select {
+	case <-gate:
+	default:
+		d.held.Add(1) // traffic sent into the dark link
+		<-gate
+	}
+	return b, false
+}
+
+func (d *darkLink) stall() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.stalls.Add(1)
+	d.gate = make(chan struct{})
+}
+
+func (d *darkLink) open() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	select {
+	case <-d.gate:
+	default:
+		close(d.gate)
 	}
 }

@@ -24,8 +24,8 @@ import (
 // Failed before the mark: "seq … of drone … repeated without the header".
 func TestRedeliveryToNewStoreIsMarked(t *testing.T) {
 	b := startBroker(t)
-	px := newCutProxy(t, b.Addr())
-	cfg := testConfig(px.URL(), "agent-lost-dir")
+	px := testkit.NewProxy(t, b.Addr(), testkit.ProxyHooks{})
+	cfg := testConfig("tcp://"+px.Addr(), "agent-lost-dir")
 	cfg.KeepAlive = 30 * time.Second // the dropped PINGREQs must not end the session first
 
 	s1, st1 := openStore(t, t.TempDir())
@@ -38,7 +38,7 @@ func TestRedeliveryToNewStoreIsMarked(t *testing.T) {
 		simDone <- err
 	}()
 	testkit.WaitFor(t, 10*time.Second, "flowing", func() bool { return in1.Stats().Appended > 100 })
-	px.DropUp() // the agent's PUBACKs vanish from here on
+	px.DropUp(true) // the agent's PUBACKs vanish from here on
 	atDrop := in1.Stats().Appended
 	testkit.WaitFor(t, 10*time.Second, "stored and not acknowledged", func() bool { return in1.Stats().Appended >= atDrop+50 })
 	if err := stop1(); err != nil {
@@ -48,12 +48,12 @@ func TestRedeliveryToNewStoreIsMarked(t *testing.T) {
 	if err := s1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if px.Dropped.Load() == 0 {
+	if px.Dropped() == 0 {
 		t.Fatal("no PUBACK was dropped: the fault did not happen")
 	}
 
 	// The old directory is gone: a new, empty store, the same session.
-	px.Restore()
+	px.DropUp(false)
 	s2, st2 := openStore(t, t.TempDir())
 	defer s2.Close()
 	in2, stop2 := runIngester(t, cfg, s2, st2, nil)

@@ -194,8 +194,8 @@ func TestStatusOfflineClosesWriter(t *testing.T) {
 	tr.mu.Unlock()
 
 	// A drone whose link dies: the broker publishes its last will.
-	px := newCutProxy(t, b.Addr())
-	o := paho.NewClientOptions().AddBroker(px.URL()).SetClientID("lwt-drone").SetAutoReconnect(false).
+	px := testkit.NewProxy(t, b.Addr(), testkit.ProxyHooks{})
+	o := paho.NewClientOptions().AddBroker("tcp://"+px.Addr()).SetClientID("lwt-drone").SetAutoReconnect(false).
 		SetWill("drones/lwt/status", "offline", 1, false)
 	c := paho.NewClient(o)
 	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
@@ -208,7 +208,7 @@ func TestStatusOfflineClosesWriter(t *testing.T) {
 		defer tr.mu.Unlock()
 		return len(tr.notes[lwt]) == 1
 	})
-	px.Cut()
+	px.SetDown(true)
 	testkit.WaitFor(t, 10*time.Second, "last will closes the writer", func() bool {
 		tr.mu.Lock()
 		defer tr.mu.Unlock()
