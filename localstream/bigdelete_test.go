@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -17,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,7 +34,7 @@ const bigDeleteBatches = 50000
 // bigDeleteKeep is how many events are appended after the deletion's cut.
 const bigDeleteKeep = 10
 
-// TestBigDeletionChildProcess is the subprocess of TestBigDeletionOnFullTmpfs:
+// bigDeleteChild is the child process (role "bigdelete") of TestBigDeletionOnFullTmpfs:
 // a store with a 1 MiB memtable on the tmpfs at $EDGE_LOCALSTREAM_BIGDELETE_DIR
 // appends bigDeleteBatches events one commit each (a record batch each) and
 // flushes them to tables, marks them replicated, appends bigDeleteKeep more,
@@ -43,11 +43,8 @@ const bigDeleteKeep = 10
 // logs), the rest held by a filler, and truncates (or sheds) the stream
 // before the kept events. It prints "T <error>" and "LEFT <n> <first seq>"
 // (the events still stored, gap markers aside) and waits to be killed.
-func TestBigDeletionChildProcess(t *testing.T) {
+func bigDeleteChild() int {
 	dir := os.Getenv(bigDeleteDirEnv)
-	if dir == "" {
-		return // only meaningful as the subprocess
-	}
 	fail := func(err error) {
 		fmt.Println("ERR", err)
 		os.Exit(3)
@@ -135,7 +132,7 @@ func TestBigDeletionChildProcess(t *testing.T) {
 // truncation finishes the deletion, and for a shed the next Open does,
 // with its gap marker.
 func TestBigDeletionOnFullTmpfs(t *testing.T) {
-	for round := range testRounds(1) {
+	for round := range testkit.Rounds(1) {
 		for _, mode := range []string{"truncate", "shed"} {
 			t.Run(fmt.Sprintf("%s/r%d", mode, round), func(t *testing.T) { bigDeletion(t, mode) })
 		}
@@ -143,24 +140,10 @@ func TestBigDeletionOnFullTmpfs(t *testing.T) {
 }
 
 func bigDeletion(t *testing.T, mode string) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
 	dir := filepath.Join(t.TempDir(), "fs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(64<<20)); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBigDeletionChildProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), bigDeleteDirEnv+"="+dir, bigDeleteModeEnv+"="+mode)
-	stderr := &syncBuilder{}
+	testkit.MountTmpfs(t, dir, 64<<20)
+	cmd := testkit.ChildCommand("bigdelete", bigDeleteDirEnv+"="+dir, bigDeleteModeEnv+"="+mode)
+	stderr := &testkit.SyncBuffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -208,9 +191,7 @@ func bigDeletion(t *testing.T, mode string) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err = cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+	if err := cmd.Wait(); !testkit.KilledBySIGKILL(cmd) {
 		t.Fatalf("the child ended with %v, not SIGKILL", err)
 	}
 	total := bigDeleteBatches + bigDeleteKeep

@@ -9,12 +9,13 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 const (
@@ -36,14 +37,11 @@ func crashPayload(w, seq uint64) []byte {
 	return b
 }
 
-// TestCrashChildProcess is the subprocess of TestSIGKILLDuringAppends: it
+// crashChild is the child process (role "crash") of TestSIGKILLDuringAppends: it
 // appends from concurrent writers and scales until killed, printing each
 // acknowledged append.
-func TestCrashChildProcess(t *testing.T) {
+func crashChild() int {
 	dir := os.Getenv(crashDirEnv)
-	if dir == "" {
-		return // only meaningful as the subprocess
-	}
 	window, _ := time.ParseDuration(os.Getenv(crashWindowEnv))
 	s, err := Open(dir, Options{Logger: slog.New(slog.DiscardHandler), GroupCommitWindow: window})
 	if err != nil {
@@ -103,14 +101,13 @@ func TestCrashChildProcess(t *testing.T) {
 // long group commit window (20 ms), so that the kill often lands while a
 // batch is held open.
 func TestSIGKILLDuringAppends(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	dir := t.TempDir()
-	rounds := testRounds(20)
+	rounds := testkit.Rounds(20)
 	for round := range rounds {
 		acked := map[string]map[uint64]Position{}
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChildProcess$", "-test.v=false")
-		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
+		cmd := testkit.ChildCommand("crash", crashDirEnv+"="+dir)
 		if round%2 == 1 {
 			cmd.Env = append(cmd.Env, crashWindowEnv+"=20ms")
 		}
@@ -173,8 +170,7 @@ func TestSIGKILLDuringAppends(t *testing.T) {
 		}
 		werr := cmd.Wait()
 		<-done
-		ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
-		if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		if !testkit.KilledBySIGKILL(cmd) {
 			t.Fatalf("round %d: child was not killed by SIGKILL: %v", round, werr)
 		}
 		n := 0

@@ -6,38 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
-
-// testSeed returns a seed from EDGE_SEED or the clock, and logs it.
-func testSeed(t *testing.T) uint64 {
-	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed=%d (rerun with EDGE_SEED=%d)", seed, seed)
-	return seed
-}
-
-// testRounds returns EDGE_ROUNDS or def.
-func testRounds(def int) int {
-	if n, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && n > 0 {
-		return n
-	}
-	return def
-}
 
 // TestOrderAcrossRandomScales appends from concurrent writers (one key
 // each, sequence numbers in the payload) while random splits and merges
 // run, and reads concurrently from the head: every key comes out
 // complete and in order, from the live reader and from a reread.
 func TestOrderAcrossRandomScales(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	s := openStore(t, t.TempDir(), Options{})
 	st := mustStream(t, s, "telemetry", 2)

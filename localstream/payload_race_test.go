@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // appendChunks appends n video chunks of size random bytes for drones
@@ -101,7 +103,7 @@ func TestShedDeletesThePayloadFileBeingRead(t *testing.T) {
 // readers reading from the head again and again while sheds move it and
 // delete the payload files behind it never fail.
 func TestReadersRacePayloadFileDeletion(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	s := openStore(t, t.TempDir(), Options{ValueLogFileSize: 1 << 20, MinFreeBytes: -1})
 	st := mustStream(t, s, "video", 1)
 	ctx, cancel := context.WithCancel(context.Background())

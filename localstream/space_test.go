@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
 // fillVideo appends n video chunks of size bytes (random: Badger cannot
@@ -46,7 +48,7 @@ func fillVideo(t testing.TB, video, tele *Stream, rng *rand.Rand, n, size int) i
 // GC alone, as the store did before) nothing came back: the deleted chunks
 // stayed in the value log.
 func TestReclaimFreesShedAndTruncated(t *testing.T) {
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	const vlogFile = 4 << 20
 	s := openStore(t, t.TempDir(), Options{ValueLogFileSize: vlogFile, MinFreeBytes: -1})

@@ -9,32 +9,29 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
+
 	"golang.org/x/sys/unix"
 )
 
 const churnDirEnv = "EDGE_LOCALSTREAM_CHURN_DIR"
 
-// TestTmpfsChurnChildProcess is the subprocess of TestTmpfsChurn: a store
+// churnChild is the child process (role "churn") of TestTmpfsChurn: a store
 // with a small memtable (a flush every ~1 MiB of writes, a compaction every
 // few flushes), four writers appending until SIGTERM and retrying what the
 // store refuses, printing each acknowledged append ("A key seq"); at
 // SIGTERM it closes the store, prints how many of Badger's files could not
 // have their blocks ("F n") and exits 0.
-func TestTmpfsChurnChildProcess(t *testing.T) {
+func churnChild() int {
 	dir := os.Getenv(churnDirEnv)
-	if dir == "" {
-		return // only meaningful as the subprocess
-	}
 	s, err := Open(dir, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		MemTableSize: 1 << 20, MinFreeBytes: -1, CloseTimeout: 20 * time.Second})
 	if err != nil {
@@ -51,6 +48,7 @@ func TestTmpfsChurnChildProcess(t *testing.T) {
 	}
 	out := make(chan string, 1024)
 	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	done := make(chan struct{})
 	for w := range 4 {
 		key := fmt.Sprintf("%sw%d", os.Getenv(tmpfsRoundEnv), w)
@@ -99,7 +97,7 @@ func TestTmpfsChurnChildProcess(t *testing.T) {
 		os.Exit(4)
 	}
 	fmt.Println("F", allocRefused.Load(), "of Badger's files had no blocks")
-	os.Exit(0)
+	return 0
 }
 
 // TestTmpfsChurn: another process holds the store's tmpfs at 0 bytes free
@@ -111,27 +109,14 @@ func TestTmpfsChurnChildProcess(t *testing.T) {
 // SIGBUS, a crash, not an error), and once the space is back appends go
 // on and every acknowledged one is there, once.
 func TestTmpfsChurn(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	dir := filepath.Join(t.TempDir(), "fs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(64<<20)); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	testkit.MountTmpfs(t, dir, 64<<20)
 	storeDir := filepath.Join(dir, "store")
 	acked := map[string]map[uint64]bool{}
 	refusedFiles := 0
-	for round := range testRounds(3) {
+	for round := range testkit.Rounds(3) {
 		refusedFiles += churnRound(t, rng, dir, storeDir, fmt.Sprintf("r%d", round), acked)
 		s, err := Open(storeDir, Options{MinFreeBytes: -1, MemTableSize: 1 << 20})
 		if err != nil {
@@ -175,25 +160,6 @@ func TestTmpfsChurn(t *testing.T) {
 		t.Fatal("no file of Badger's went without blocks: the churn never hit a flush or a compaction")
 	}
 	t.Logf("%d of Badger's files had no blocks and were errors, not faults", refusedFiles)
-}
-
-// syncBuilder is a strings.Builder that cmd's copying goroutine writes
-// while the test reads it.
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *syncBuilder) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuilder) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // filler takes and gives back the free blocks of a filesystem, as another
@@ -257,8 +223,7 @@ func (f *filler) release() {
 // appends to go on, stops the child and adds what it acknowledged to acked.
 func churnRound(t *testing.T, rng *rand.Rand, dir, storeDir, round string, acked map[string]map[uint64]bool) (refusedFiles int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTmpfsChurnChildProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), churnDirEnv+"="+storeDir, tmpfsRoundEnv+"="+round)
+	cmd := testkit.ChildCommand("churn", churnDirEnv+"="+storeDir, tmpfsRoundEnv+"="+round)
 	// A pipe of our own: cmd.Wait (on its own goroutine, so that a death
 	// is seen at once) must not close what is still to be read.
 	stdout, pw, err := os.Pipe()
@@ -267,7 +232,7 @@ func churnRound(t *testing.T, rng *rand.Rand, dir, storeDir, round string, acked
 	}
 	defer stdout.Close()
 	cmd.Stdout = pw
-	var stderr syncBuilder
+	var stderr testkit.SyncBuffer
 	cmd.Stderr = &stderr
 	err = cmd.Start()
 	pw.Close()
@@ -406,23 +371,10 @@ func churnRound(t *testing.T, rng *rand.Rand, dir, storeDir, round string, acked
 // when deferred) and lost its keys — until third_party/badger's patch.
 // Every appended event is read back after the space is returned.
 func TestCompactionWithoutBlocks(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	seed := testSeed(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0xc0))
 	dir := filepath.Join(t.TempDir(), "fs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(64<<20)); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	testkit.MountTmpfs(t, dir, 64<<20)
 	storeDir := filepath.Join(dir, "store")
 	opts := Options{MinFreeBytes: -1, MemTableSize: 1 << 20}
 	s, err := Open(storeDir, opts)
@@ -519,21 +471,8 @@ func TestCompactionWithoutBlocks(t *testing.T) {
 // ErrDiskFull, nothing deleted, when it cannot), and the commits after it
 // allocate past them.
 func TestTruncateOnFullTmpfs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
 	dir := filepath.Join(t.TempDir(), "fs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(128<<20)); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	testkit.MountTmpfs(t, dir, 128<<20)
 	s, err := Open(filepath.Join(dir, "store"), Options{MinFreeBytes: -1, MemTableSize: 16 << 20})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -26,16 +28,13 @@ const (
 	tmpfsRoundEnv = "EDGE_LOCALSTREAM_TMPFS_ROUND"
 )
 
-// TestTmpfsChildProcess is the subprocess of TestFullTmpfs: four writers
+// tmpfsChild is the child process (role "tmpfs") of TestFullTmpfs: four writers
 // append until SIGTERM, each retrying an append the store refused (as
 // intake waits for space), printing each acknowledged append ("A key
 // seq") and each refusal ("R key err"); at SIGTERM it closes the store
 // and exits 0.
-func TestTmpfsChildProcess(t *testing.T) {
+func tmpfsChild() int {
 	dir := os.Getenv(tmpfsDirEnv)
-	if dir == "" {
-		return // only meaningful as the subprocess
-	}
 	s, err := Open(dir, Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		MinFreeBytes: 8 << 20})
 	if err != nil {
@@ -49,6 +48,7 @@ func TestTmpfsChildProcess(t *testing.T) {
 	}
 	out := make(chan string, 1024)
 	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	done := make(chan struct{})
 	for w := range 4 {
 		key := fmt.Sprintf("%sw%d", os.Getenv(tmpfsRoundEnv), w)
@@ -96,7 +96,7 @@ func TestTmpfsChildProcess(t *testing.T) {
 		fmt.Println("ERR close", err)
 		os.Exit(4)
 	}
-	os.Exit(0)
+	return 0
 }
 
 // TestFullTmpfs: another process fills the store's tmpfs to 0 bytes while
@@ -115,26 +115,13 @@ func TestTmpfsChildProcess(t *testing.T) {
 // (flushspace.go); now the close skips the flush, an Open while full is
 // refused with ErrDiskFull, and the next Open with room replays the log.
 func TestFullTmpfs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
 	dir := filepath.Join(t.TempDir(), "fs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(96<<20)); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	testkit.MountTmpfs(t, dir, 96<<20)
 	storeDir := filepath.Join(dir, "store")
-	for round := range testRounds(3) + 1 {
+	for round := range testkit.Rounds(3) + 1 {
 		// The last round stops the child while the tmpfs is still full:
 		// Badger flushes its memtable to a new table when it closes.
-		acked, refused := fillTmpfsRound(t, dir, storeDir, fmt.Sprintf("r%d", round), round == testRounds(3))
+		acked, refused := fillTmpfsRound(t, dir, storeDir, fmt.Sprintf("r%d", round), round == testkit.Rounds(3))
 		s, err := Open(storeDir, Options{MinFreeBytes: -1})
 		if err != nil {
 			t.Fatalf("round %d: reopen: %v", round, err)
@@ -178,8 +165,7 @@ type refusals struct {
 // stops the child and returns what it acknowledged and refused.
 func fillTmpfsRound(t *testing.T, dir, storeDir, round string, stopWhileFull bool) (acked map[string]map[uint64]bool, refused refusals) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestTmpfsChildProcess$", "-test.v=false")
-	cmd.Env = append(os.Environ(), tmpfsDirEnv+"="+storeDir, tmpfsRoundEnv+"="+round)
+	cmd := testkit.ChildCommand("tmpfs", tmpfsDirEnv+"="+storeDir, tmpfsRoundEnv+"="+round)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

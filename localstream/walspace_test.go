@@ -4,8 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
+
+	"github.com/edge-agent/edge-agent/internal/testkit"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,21 +40,8 @@ func BenchmarkCommitChecks(b *testing.B) {
 // Failed before the check: the commit was allowed with 4 MiB free for a
 // table of up to 5 MiB.
 func TestWALSpaceRefusesAFlushWithoutRoom(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
 	dir := filepath.Join(t.TempDir(), "fs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.Itoa(32<<20)); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	testkit.MountTmpfs(t, dir, 32<<20)
 	const memtable = 8 << 20
 	if err := os.WriteFile(filepath.Join(dir, "00001.mem"), nil, 0o644); err != nil {
 		t.Fatal(err)
