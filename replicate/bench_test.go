@@ -261,13 +261,13 @@ func BenchmarkRecoveryAfterLinkCut(b *testing.B) {
 	rounds := 0
 	for range b.N {
 		for range 3 {
-			px.setDown(true)
+			px.SetDown(true)
 			time.Sleep(2 * time.Second) // the outage measured, not a wait
 			for len(commits) > 0 {
 				<-commits
 			}
 			up := time.Now()
-			px.setDown(false)
+			px.SetDown(false)
 			var at time.Time
 			select {
 			case at = <-commits:

@@ -133,9 +133,9 @@ func TestIdentityChaos(t *testing.T) {
 		}
 		if rng.IntN(3) == 0 { // a link cut of 0.2-1.7 s at a random moment: the fault
 			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
-			px.setDown(true)
+			px.SetDown(true)
 			time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
-			px.setDown(false)
+			px.SetDown(false)
 			linkCuts++
 		}
 		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("round %d: a commit of the station's agent", i), func() bool {
@@ -190,14 +190,14 @@ func TestIdentityChaos(t *testing.T) {
 		lost++
 	}
 	p.mu.Unlock()
-	if linkCuts > 0 && px.cuts.Load() == 0 {
+	if linkCuts > 0 && px.Cuts() == 0 {
 		t.Fatal("no link was cut")
 	}
 	if len(rep.lost) < restores {
 		t.Fatalf("%d restores, %d gaps reported", restores, len(rep.lost))
 	}
 	t.Logf("%d SIGKILLs, %d link cuts (%d connections cut), %d twins refused, %d backups restored; the station's agent acknowledged %d events: %d at the centre once, %d lost inside %d reported gaps (%d events at the centre in all, some appended by a child killed before it printed the ack)",
-		kills, linkCuts, px.cuts.Load(), twins, restores, acked, delivered, lost, len(rep.lost), len(rep.events))
+		kills, linkCuts, px.Cuts(), twins, restores, acked, delivered, lost, len(rep.lost), len(rep.events))
 }
 
 // inGapOfStore reports whether an acknowledged event that is not at the

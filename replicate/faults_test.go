@@ -220,9 +220,9 @@ func TestOutageLongerThanDuplicateWindow(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "first commits", func() bool { return rp.r.Stats().Txns > 2 })
 	px.dropAfterCommit.Store(true)
 	testkit.WaitFor(t, 10*time.Second, "a dropped ack", func() bool { return px.droppedAcks.Load() == 1 })
-	px.setDown(true)
+	px.SetDown(true)
 	time.Sleep(3 * window) // an outage beyond the duplicate window: the fault
-	px.setDown(false)
+	px.SetDown(false)
 	before := rp.r.Stats().Txns
 	testkit.WaitFor(t, 10*time.Second, "commits after the outage", func() bool { return rp.r.Stats().Txns > before+2 })
 	cancel()

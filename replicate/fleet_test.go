@@ -155,7 +155,7 @@ func TestStallIsReported(t *testing.T) {
 	}
 	rp := startReplica(t, connect(t, px.URL()), st, "stalls", ReplicatorConfig{}, JetStreamOptions{})
 	testkit.WaitFor(t, 20*time.Second, "a first commit", func() bool { return rp.r.Stats().Txns > 0 })
-	px.setDown(true)
+	px.SetDown(true)
 	for range 5 {
 		if err := app.append(app.event(0)); err != nil {
 			t.Fatal(err)
@@ -166,6 +166,6 @@ func TestStallIsReported(t *testing.T) {
 	if p := problem(); !strings.Contains(p, "events waiting") {
 		t.Fatalf("stall message %q", p)
 	}
-	px.setDown(false)
+	px.SetDown(false)
 	testkit.WaitFor(t, 20*time.Second, "the stall cleared", func() bool { return problem() == "" && rp.r.Stats().BacklogEvents == 0 })
 }

@@ -189,14 +189,14 @@ func runFleet(t testing.TB, fc fleetConfig) fleetResult {
 		cutAt = time.Now()
 		for _, s := range cut {
 			for _, px := range s.proxies {
-				px.setDown(true)
+				px.SetDown(true)
 			}
 		}
 		time.Sleep(fc.cut)
 		upAt = time.Now()
 		for _, s := range cut {
 			for _, px := range s.proxies {
-				px.setDown(false)
+				px.SetDown(false)
 			}
 		}
 		time.Sleep(max(3*fc.run/4-time.Since(start), 0))

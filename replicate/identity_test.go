@@ -40,7 +40,7 @@ func TestIncumbentOutageNotTakenOver(t *testing.T) {
 	p.add(t, a.st, 10)
 	waitAllAt(t, ncB, a, "agent-out", p, 20*time.Second)
 
-	px.setDown(true)
+	px.SetDown(true)
 	var cur atomic.Pointer[localstream.Stream]
 	cur.Store(a.st)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -57,11 +57,11 @@ func TestIncumbentOutageNotTakenOver(t *testing.T) {
 	// itself, not a wait).
 	time.Sleep(5 * time.Second)
 	before := a.rp.r.Stats().Txns
-	px.setDown(false)
+	px.SetDown(false)
 	testkit.WaitFor(t, 30*time.Second, "the incumbent's commits after its outage", func() bool { return a.rp.r.Stats().Txns > before })
 	cancel()
 	<-flowDone
-	if px.cuts.Load() == 0 {
+	if px.Cuts() == 0 {
 		t.Fatal("the fault did not happen: the incumbent's link was never cut")
 	}
 	sb := b.rp.r.Stats()

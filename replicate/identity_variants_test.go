@@ -26,7 +26,7 @@ import (
 func TestTwinFirstDuringOutage(t *testing.T) {
 	srv := rigs.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
-	px.setDown(true)
+	px.SetDown(true)
 	ncA, ncB := connect(t, px.URL()), connect(t, srv.ClientURL())
 	p, q := newProducer(), newProducer()
 	a := startNode(t, ncA, t.TempDir(), "agent-first", ReplicatorConfig{})
@@ -37,7 +37,7 @@ func TestTwinFirstDuringOutage(t *testing.T) {
 	defer b.stop(t)
 	q.add(t, b.st, 30)
 	waitAllAt(t, ncB, b, "agent-first", q, 20*time.Second)
-	px.setDown(false)
+	px.SetDown(false)
 	testkit.Until(20*time.Second, func() bool { return a.rp.r.Stats().Stopped != "" })
 	sa := a.rp.r.Stats()
 	if sa.Stopped == "" || !strings.Contains(sa.Stopped, a.store.ID()) || !strings.Contains(sa.Stopped, b.store.ID()) {

@@ -67,7 +67,7 @@ func TestStatsOfARebaseBeforeItsFirstCommit(t *testing.T) {
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
 	// The link goes down as the rebase is decided (its loss is logged
 	// then), before anything is sent under the new base.
-	logger := slog.New(&logHook{prefix: "events lost", do: func() { px.setDown(true) }})
+	logger := slog.New(&logHook{prefix: "events lost", do: func() { px.SetDown(true) }})
 	n = startNode(t, connect(t, px.URL()), dir, "agent-rs", ReplicatorConfig{Logger: logger})
 	defer n.stop(t)
 	p.add(t, n.st, 10)
@@ -77,14 +77,14 @@ func TestStatsOfARebaseBeforeItsFirstCommit(t *testing.T) {
 	})
 	s := n.rp.r.Stats()
 	last := mustLast(t, nc, "agent-rs")
-	if px.cuts.Load() == 0 || last.Record.Instance == n.rp.r.instance {
-		t.Fatalf("the fault did not happen: %d link cuts, the chain's last record by %s (this run %s)", px.cuts.Load(), last.Record.Instance, n.rp.r.instance)
+	if px.Cuts() == 0 || last.Record.Instance == n.rp.r.instance {
+		t.Fatalf("the fault did not happen: %d link cuts, the chain's last record by %s (this run %s)", px.Cuts(), last.Record.Instance, n.rp.r.instance)
 	}
 	if s.EpochBase == last.Record.EpochBase || s.BacklogEvents != 10 || s.Problem(time.Now(), 0) == "" {
 		t.Fatalf("a decided rebase, link down: epoch base %d (the chain's last %d), backlog %d (want the 10 waiting), problem %q (want the failing stream)",
 			s.EpochBase, last.Record.EpochBase, s.BacklogEvents, s.Problem(time.Now(), 0))
 	}
-	px.setDown(false)
+	px.SetDown(false)
 	waitAllAt(t, nc, n, "agent-rs", p, 30*time.Second)
 	rep := readLoss(t, nc, "agent-rs")
 	checkAccounted(t, rep, p, 0)
