@@ -129,9 +129,9 @@ func (p *agentProc) alive() bool {
 // while the agent subprocess is SIGKILLed and restarted several times; the
 // store then holds every (drone, seq) exactly once, in publish order per drone.
 func TestAgentKilledWhilePublishing(t *testing.T) {
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 5))
-	kills := rounds(4)
+	kills := testkit.Rounds(4)
 	b := startBroker(t)
 	dir := t.TempDir()
 	const client = "agent-crash"

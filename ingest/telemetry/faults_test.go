@@ -69,7 +69,7 @@ func TestBrokerRestartLosesNothing(t *testing.T) {
 // (closing live connections and refusing new ones) while the simulator keeps
 // publishing; nothing is lost or duplicated.
 func TestNetworkCutLosesNothing(t *testing.T) {
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	b := startBroker(t)
 	px := testkit.NewProxy(t, b.Addr(), testkit.ProxyHooks{})
@@ -80,13 +80,13 @@ func TestNetworkCutLosesNothing(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "connect", func() bool { return in.Stats().Connects > 0 })
 
 	const drones = 3
-	n := 400 * rounds(2)
+	n := 400 * testkit.Rounds(2)
 	simDone := make(chan error, 1)
 	go func() {
 		_, err := mqttsim.Simulate(context.Background(), mqttsim.Config{Broker: b.URL(), Drones: drones, Count: n, Rate: 400, Window: 4, NoStatus: true})
 		simDone <- err
 	}()
-	cuts := rounds(2)
+	cuts := testkit.Rounds(2)
 	for i := 0; i < cuts; i++ {
 		testkit.WaitFor(t, 15*time.Second, "agent connected", func() bool { return in.Stats().Connects == uint64(i+1) })
 		time.Sleep(time.Duration(150+rng.IntN(300)) * time.Millisecond) // the cut comes at a random point of the flow

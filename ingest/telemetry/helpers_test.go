@@ -145,25 +145,3 @@ func publisher(t testing.TB, url string) paho.Client {
 	t.Cleanup(func() { c.Disconnect(50) })
 	return c
 }
-
-// seedFor returns the test's random seed: EDGE_SEED if set, else the clock.
-func seedFor(t testing.TB) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("EDGE_SEED: %v", err)
-		}
-		seed = v
-	}
-	t.Logf("seed=%d (rerun with EDGE_SEED=%d)", seed, seed)
-	return seed
-}
-
-// rounds returns EDGE_ROUNDS or def.
-func rounds(def int) int {
-	if v, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && v > 0 {
-		return v
-	}
-	return def
-}

@@ -81,7 +81,7 @@ func TestListenerHostileClients(t *testing.T) {
 	go func() { goodDone <- good.publish(1, 200, nil) }()
 
 	t.Run("garbage", func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(seedFor(t), 1))
+		rng := rand.New(rand.NewPCG(testkit.Seed(t), 1))
 		for range 5 {
 			c := dialRaw(t, addr)
 			junk := make([]byte, 64+rng.IntN(512))
