@@ -98,7 +98,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: a fault test of a minute")
 	}
-	rng := rand.New(rand.NewPCG(seedFor(t), 31))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 31))
 	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel0()
 	nodes, err := central.StartLocalCluster(ctx0, t.TempDir(), "unpack", 3, true, nil)
@@ -140,7 +140,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	derived := DerivedStreamName(testStream)
 	testkit.WaitFor(t, 60*time.Second, "the derived stream to grow", func() bool { return derivedLast(nc, testStream) > 50 })
 
-	n := rounds(4)
+	n := testkit.Rounds(4)
 	var kills, leaderKills int
 	for round := range n {
 		// Kill while the derived stream moves, after a random number of

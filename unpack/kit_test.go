@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,24 +24,6 @@ import (
 const testStream = "telemetry"
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// seedFor returns EDGE_SEED or a fresh seed, logged.
-func seedFor(t testing.TB) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed=%d (EDGE_SEED to replay)", seed)
-	return seed
-}
-
-// rounds returns EDGE_ROUNDS or def.
-func rounds(def int) int {
-	if n, err := strconv.Atoi(os.Getenv("EDGE_ROUNDS")); err == nil && n > 0 {
-		return n
-	}
-	return def
-}
 
 func connect(t testing.TB, urls ...string) *nats.Conn {
 	t.Helper()

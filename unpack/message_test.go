@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -51,7 +52,7 @@ func TestDerivedMessageRoundTrip(t *testing.T) {
 // stays behind in the next), for events with and without every flag,
 // local header, hashed routing key, marker and oversize payload.
 func TestBuilderMatchesFresh(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seedFor(t), 7))
+	rng := rand.New(rand.NewPCG(testkit.Seed(t), 7))
 	b := newBuilder(testStream, 4000)
 	for i := range 2000 {
 		s := testEvent()
