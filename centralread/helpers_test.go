@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -36,16 +34,6 @@ func newInstance() string {
 	b := make([]byte, 8)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// seedFor returns the test's random seed (EDGE_SEED overrides) and logs it.
-func seedFor(t testing.TB) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed=%d (EDGE_SEED to replay)", seed)
-	return seed
 }
 
 func testCtx(t testing.TB, d time.Duration) context.Context {

@@ -118,7 +118,7 @@ func (a *cutAgent) ingest(t *testing.T, d cutDrone, rng *rand.Rand) {
 // a T in the future returns only once every stream's committed watermark
 // passed it.
 func TestTimeCutProperty(t *testing.T) {
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 14))
 	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
