@@ -104,7 +104,7 @@ func TestIdentityChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short")
 	}
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 29))
 	srv := rigs.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
@@ -112,7 +112,7 @@ func TestIdentityChaos(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "store")
 	backup := filepath.Join(t.TempDir(), "backup")
 	p := newProducer()
-	n := rounds(10)
+	n := testkit.Rounds(10)
 	var kills, twins, restores, linkCuts int
 	haveBackup := false
 	for i := range n {

@@ -19,7 +19,7 @@ import (
 // TestExactlyOnceAcrossServerRestarts (c): the central server restarts
 // several times while events are appended and replicated.
 func TestExactlyOnceAcrossServerRestarts(t *testing.T) {
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 3))
 	srv := rigs.StartCentral(t, central.Config{})
 	store, st := openStore(t, t.TempDir())
@@ -33,7 +33,7 @@ func TestExactlyOnceAcrossServerRestarts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	appDone := make(chan error, 1)
 	go func() { appDone <- app.run(ctx, 2*time.Millisecond, 4) }()
-	n := rounds(4)
+	n := testkit.Rounds(4)
 	for range n {
 		before := rp.r.Stats().Txns
 		testkit.WaitFor(t, 20*time.Second, "a commit before the restart", func() bool { return rp.r.Stats().Txns > before })
@@ -62,7 +62,7 @@ func TestExactlyOnceAcrossServerRestarts(t *testing.T) {
 // TestExactlyOnceAcrossLeaderFailover (d): in a 3-node cluster the R3
 // stream's leader is killed (and comes back) while events flow.
 func TestExactlyOnceAcrossLeaderFailover(t *testing.T) {
-	seedFor(t)
+	testkit.Seed(t)
 	ctx0 := testCtx(t, 60*time.Second)
 	nodes, err := central.StartLocalCluster(ctx0, t.TempDir(), "edge", 3, true, nil)
 	if err != nil {
@@ -86,7 +86,7 @@ func TestExactlyOnceAcrossLeaderFailover(t *testing.T) {
 	appDone := make(chan error, 1)
 	go func() { appDone <- app.run(ctx, 3*time.Millisecond, 3) }()
 	name := wire.StreamName(testStream)
-	kills := rounds(2)
+	kills := testkit.Rounds(2)
 	for range kills {
 		before := rp.r.Stats().Txns
 		testkit.WaitFor(t, 30*time.Second, "a commit before the kill", func() bool { return rp.r.Stats().Txns > before+2 })

@@ -83,7 +83,7 @@ type fleetAgent struct {
 // share the stream. Every agent must keep committing; none may go without
 // a commit for longer than the stated bound.
 func TestFleetNoStarvationUnderBatchLimit(t *testing.T) {
-	seedFor(t)
+	testkit.Seed(t)
 	srv := rigs.StartCentral(t, central.Config{MaxBatchInflightPerStream: 2})
 	const agents = 3
 	const bound = 3 * time.Second // generous: the machine is shared

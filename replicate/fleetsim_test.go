@@ -70,7 +70,7 @@ type fleetStation struct {
 }
 
 func runFleet(t testing.TB, fc fleetConfig) fleetResult {
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 13))
 	ctx0 := testCtx(t, 120*time.Second)
 	nodes, err := central.StartLocalCluster(ctx0, t.TempDir(), "fleet", 3, true, nil)

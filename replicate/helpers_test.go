@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -40,26 +38,6 @@ func newSink(t testing.TB, nc *nats.Conn, agent string) *JetStreamSink {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// seedFor returns the test's random seed (EDGE_SEED overrides) and logs it.
-func seedFor(t testing.TB) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed=%d (EDGE_SEED to replay)", seed)
-	return seed
-}
-
-// rounds returns EDGE_ROUNDS or def.
-func rounds(def int) int {
-	if s := os.Getenv("EDGE_ROUNDS"); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n > 0 {
-			return n
-		}
-	}
-	return def
 }
 
 func testCtx(t testing.TB, d time.Duration) context.Context {

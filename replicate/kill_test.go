@@ -92,7 +92,7 @@ func childAgent() int {
 // the central layouts 1 and 2, so one agent's commit chain crosses from
 // one layout to the other and back, and the reader reads both.
 func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 2))
 	srv := rigs.StartCentral(t, central.Config{MaxBatchTimeout: 300 * time.Millisecond})
 	nc := connect(t, srv.ClientURL())
@@ -103,7 +103,7 @@ func TestExactlyOnceAcrossSIGKILL(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	dir := t.TempDir()
-	n := rounds(20)
+	n := testkit.Rounds(20)
 	var landedUnacked int
 	for i := range n {
 		cmd := testkit.ChildCommand("agent", "EDGE_SYNC_DIR="+dir, "EDGE_SYNC_URL="+srv.ClientURL(), "EDGE_SYNC_AGENT=agent-k",

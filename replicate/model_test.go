@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
 	"github.com/edge-agent/edge-agent/wire"
@@ -592,8 +593,8 @@ func (m *model) preIdentity(legacy bool) {
 // holds two events, no committed event lies inside a reported gap, and
 // the chain never stops moving (every interleaving ends caught up).
 func TestResumePropertiesModel(t *testing.T) {
-	seed := seedFor(t)
-	for round := range rounds(40) {
+	seed := testkit.Seed(t)
+	for round := range testkit.Rounds(40) {
 		rng := rand.New(rand.NewPCG(seed, uint64(round)))
 		m := &model{t: t, rng: rng, now: time.Unix(1_700_000_000, 0), central: &mCentral{ever: map[localstream.Position]int{}}, stats: map[string]int{}}
 		m.central.trace = &m.trace

@@ -60,7 +60,7 @@ func (rp *replica) close() error {
 // at random while events are appended (and the stream splits). Central
 // ends with every local event exactly once.
 func TestExactlyOnceThroughLinkFaults(t *testing.T) {
-	seed := seedFor(t)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	srv := rigs.StartCentral(t, central.Config{})
 	px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
@@ -76,7 +76,7 @@ func TestExactlyOnceThroughLinkFaults(t *testing.T) {
 	appDone := make(chan error, 1)
 	go func() { appDone <- app.run(ctx, 2*time.Millisecond, 4) }()
 
-	n := rounds(12)
+	n := testkit.Rounds(12)
 	for i := range n {
 		if i == n/2 {
 			if _, err := st.Split(st.Topology().Open()[0].ID, 2); err != nil {
