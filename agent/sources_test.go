@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,20 +25,7 @@ import (
 func TestRTSPSourcesOnStatusAndPage(t *testing.T) {
 	plain := rtsptest.Start(t, rtsptest.Plain, rtsptest.Options{})
 	auth := rtsptest.Start(t, rtsptest.Auth, rtsptest.Options{})
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	go func() {
-		for {
-			c, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			go io.Copy(io.Discard, c)
-		}
-	}()
+	silent := testkit.SilentServer(t)
 	const secret = "Zq9SourcePw"
 	rtsptest.Publish(t, plain.URL("", "cam"), rtsptest.H264, 100000, 25, 10)
 	rtsptest.Publish(t, auth.URL(rtsptest.PublishUser+":"+rtsptest.PublishPass, "cam"), rtsptest.H264, 100000, 25, 10)
@@ -54,7 +39,7 @@ func TestRTSPSourcesOnStatusAndPage(t *testing.T) {
 	cfg.Video.Sources = []video.SourceConfig{
 		{URL: plain.URL("", "cam"), Drone: "good"},
 		{URL: auth.URL(rtsptest.ReadUser+":"+secret, "cam"), Drone: "wrong-pw"},
-		{URL: "rtsp://u:" + secret + "@" + silent.Addr().String() + "/cam", Drone: "silent"},
+		{URL: "rtsp://u:" + secret + "@" + silent + "/cam", Drone: "silent"},
 	}
 	a, cancel, done := startAgent(t, cfg)
 	base := "http://" + a.HTTPAddr()
