@@ -136,13 +136,9 @@ type child struct {
 // lane goes on: each drone's value at the centre is again from after the
 // fault within 10 s.
 func TestKillsAndCutsDuringDrain(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("EDGE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed=%d (EDGE_SEED to replay)", seed)
+	seed := testkit.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 28))
-	rounds := envInt("EDGE_ROUNDS", 6)
+	rounds := testkit.Rounds(6)
 	const link = 2_000_000 / 8
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
