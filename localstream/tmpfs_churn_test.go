@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -46,56 +45,7 @@ func churnChild() int {
 		fmt.Println("ERR", err)
 		os.Exit(3)
 	}
-	out := make(chan string, 1024)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	done := make(chan struct{})
-	for w := range 4 {
-		key := fmt.Sprintf("%sw%d", os.Getenv(tmpfsRoundEnv), w)
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for seq := uint64(0); ctx.Err() == nil; {
-				payload := binary.BigEndian.AppendUint64(make([]byte, 0, 1024), seq)
-				payload = payload[:1024]
-				if _, err := st.Append(ctx, Event{RoutingKey: key, Writer: "churn/" + key, Payload: payload}); err != nil {
-					if ctx.Err() == nil {
-						out <- fmt.Sprintf("R %s %v", key, strings.ReplaceAll(err.Error(), "\n", " "))
-						time.Sleep(5 * time.Millisecond)
-					}
-					continue
-				}
-				out <- fmt.Sprintf("A %s %d", key, seq)
-				seq++
-			}
-		}()
-	}
-	term := make(chan os.Signal, 1)
-	signal.Notify(term, syscall.SIGTERM)
-	fmt.Println("READY")
-	w := bufio.NewWriter(os.Stdout)
-	for running := 4; running > 0; {
-		select {
-		case line := <-out:
-			fmt.Fprintln(w, line)
-			if len(out) == 0 {
-				w.Flush()
-			}
-		case <-term:
-			stop()
-		case <-done:
-			running--
-		}
-	}
-	for len(out) > 0 {
-		fmt.Fprintln(w, <-out)
-	}
-	w.Flush()
-	if err := s.Close(); errors.Is(err, ErrDiskFull) {
-		fmt.Println("C", err)
-	} else if err != nil {
-		fmt.Println("ERR close", err)
-		os.Exit(4)
-	}
+	appendUntilTerm(s, st, "churn/", 1024, 5*time.Millisecond)
 	fmt.Println("F", allocRefused.Load(), "of Badger's files had no blocks")
 	return 0
 }

@@ -46,6 +46,17 @@ func tmpfsChild() int {
 		fmt.Println("ERR", err)
 		os.Exit(3)
 	}
+	appendUntilTerm(s, st, "tmpfs/", 2048, 20*time.Millisecond)
+	return 0
+}
+
+// appendUntilTerm is a tmpfs child's work: four writers append size-byte
+// events to st until SIGTERM, each retrying (after backoff) what the
+// store refused, the acknowledged appends printed ("A key seq") and the
+// refusals ("R key err"); at SIGTERM it closes the store ("C err" for a
+// close without room to flush: the log is replayed at the next open) and
+// returns, or exits 4 for any other close error.
+func appendUntilTerm(s *Store, st *Stream, writer string, size int, backoff time.Duration) {
 	out := make(chan string, 1024)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -55,12 +66,12 @@ func tmpfsChild() int {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			for seq := uint64(0); ctx.Err() == nil; {
-				payload := binary.BigEndian.AppendUint64(make([]byte, 0, 2048), seq)
-				payload = payload[:2048]
-				if _, err := st.Append(ctx, Event{RoutingKey: key, Writer: "tmpfs/" + key, Payload: payload}); err != nil {
+				payload := binary.BigEndian.AppendUint64(make([]byte, 0, size), seq)
+				payload = payload[:size]
+				if _, err := st.Append(ctx, Event{RoutingKey: key, Writer: writer + key, Payload: payload}); err != nil {
 					if ctx.Err() == nil {
 						out <- fmt.Sprintf("R %s %v", key, strings.ReplaceAll(err.Error(), "\n", " "))
-						time.Sleep(20 * time.Millisecond)
+						time.Sleep(backoff) // the intake's wait before it tries again
 					}
 					continue
 				}
@@ -96,7 +107,6 @@ func tmpfsChild() int {
 		fmt.Println("ERR close", err)
 		os.Exit(4)
 	}
-	return 0
 }
 
 // TestFullTmpfs: another process fills the store's tmpfs to 0 bytes while
