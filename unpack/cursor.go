@@ -23,6 +23,9 @@ type cursor struct {
 	last uint64
 	// pos is the last event republished (zero: none).
 	pos position
+	// skipped is set when the last derived message is a skip marker: the
+	// source message at pos.seq is skipped whole.
+	skipped bool
 }
 
 // msgGetResponse is the $JS.API.STREAM.MSG.GET answer.
@@ -60,48 +63,48 @@ func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stre
 	if c.last == 0 {
 		return c, nil
 	}
-	seq, pos, found, err := getDerived(ctx, nc, stream, map[string]any{"seq": c.last})
+	seq, pos, skipped, found, err := getDerived(ctx, nc, stream, map[string]any{"seq": c.last})
 	if err != nil {
 		return cursor{}, err
 	}
 	if !found || seq != c.last {
 		return cursor{}, fmt.Errorf("%w: %s seq %d", ErrCursorLost, name, c.last)
 	}
-	c.pos = pos
+	c.pos, c.skipped = pos, skipped
 	return c, nil
 }
 
 // getDerived reads one derived message from the stream leader
 // ($JS.API.STREAM.MSG.GET with req) and the source position it names;
 // found is false when there is no such message.
-func getDerived(ctx context.Context, nc *nats.Conn, stream string, req map[string]any) (seq uint64, pos position, found bool, err error) {
+func getDerived(ctx context.Context, nc *nats.Conn, stream string, req map[string]any) (seq uint64, pos position, skipped, found bool, err error) {
 	name := DerivedStreamName(stream)
 	b, _ := json.Marshal(req)
 	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+name, b)
 	if err != nil {
-		return 0, position{}, false, fmt.Errorf("unpack: read %s: %w", name, err)
+		return 0, position{}, false, false, fmt.Errorf("unpack: read %s: %w", name, err)
 	}
 	var r msgGetResponse
 	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return 0, position{}, false, fmt.Errorf("unpack: read %s: bad answer: %w", name, err)
+		return 0, position{}, false, false, fmt.Errorf("unpack: read %s: bad answer: %w", name, err)
 	}
 	if r.Error != nil {
 		if r.Error.ErrorCode == errCodeNoMessage {
-			return 0, position{}, false, nil
+			return 0, position{}, false, false, nil
 		}
-		return 0, position{}, false, fmt.Errorf("unpack: read %s: %w", name, r.Error)
+		return 0, position{}, false, false, fmt.Errorf("unpack: read %s: %w", name, r.Error)
 	}
 	if r.Message == nil {
-		return 0, position{}, false, fmt.Errorf("unpack: read %s: empty answer", name)
+		return 0, position{}, false, false, fmt.Errorf("unpack: read %s: empty answer", name)
 	}
 	h, err := parseHeaders(r.Message.Header)
 	if err != nil {
-		return 0, position{}, false, fmt.Errorf("%w: %s seq %d: %v", ErrBadCursor, name, r.Message.Seq, err)
+		return 0, position{}, false, false, fmt.Errorf("%w: %s seq %d: %v", ErrBadCursor, name, r.Message.Seq, err)
 	}
-	if pos, err = cursorOf(h); err != nil {
-		return 0, position{}, false, fmt.Errorf("%s seq %d: %w", name, r.Message.Seq, err)
+	if pos, skipped, err = cursorOf(h); err != nil {
+		return 0, position{}, false, false, fmt.Errorf("%s seq %d: %w", name, r.Message.Seq, err)
 	}
-	return r.Message.Seq, pos, true, nil
+	return r.Message.Seq, pos, skipped, true, nil
 }
 
 // parseHeaders decodes a message's raw header block ("NATS/1.0\r\n",

@@ -33,7 +33,7 @@ func Decode(subj string, h nats.Header, data []byte) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	pos, err := cursorOf(h)
+	pos, _, err := cursorOf(h)
 	if err != nil {
 		return Event{}, err
 	}

@@ -1,6 +1,9 @@
 package unpack
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrConfig is returned for invalid options.
@@ -19,7 +22,25 @@ var (
 	// ErrDerivedMisconfigured is returned when the derived stream exists
 	// with subjects that do not include the unpacker's.
 	ErrDerivedMisconfigured = errors.New("unpack: derived stream misconfigured")
+	// ErrUndecodable is the error of a source message the unpacker cannot
+	// decode (a pack of a newer version, a failed checksum): it stops
+	// there, its cursor kept, until the operator skips that sequence
+	// (Options.Skip, `central unpack --skip SEQ`).
+	ErrUndecodable = errors.New("unpack: a source message does not decode")
 	// errBatchTooLarge: the server's max batch size is below the batch
 	// sent; the next session halves it.
 	errBatchTooLarge = errors.New("unpack: atomic batch too large for the server")
 )
+
+// undecodableError is ErrUndecodable at one source message.
+type undecodableError struct {
+	seq     uint64
+	subject string
+	err     error
+}
+
+func (e *undecodableError) Error() string {
+	return fmt.Sprintf("%v: source seq %d (%s): %v", ErrUndecodable, e.seq, e.subject, e.err)
+}
+
+func (e *undecodableError) Unwrap() []error { return []error{ErrUndecodable, e.err} }

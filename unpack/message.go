@@ -3,10 +3,12 @@ package unpack
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -17,6 +19,10 @@ const (
 	HdrWatermarkUpper = "Edge-Watermark-Upper"
 	HdrSourceSeq      = "Edge-Source-Seq"
 	HdrSourceIndex    = "Edge-Source-Index"
+	// HdrSourceSkipped is "1" on a skip marker: the source message at
+	// Edge-Source-Seq did not decode and was skipped whole by the
+	// operator (Options.Skip).
+	HdrSourceSkipped = "Edge-Source-Skipped"
 )
 
 // position is an event's place in the source stream: the sequence of the
@@ -65,6 +71,31 @@ func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, maxPayload int6
 		m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, true))
 	}
 	return m, true
+}
+
+// skipMarker is the marker of source message seq on subject, skipped by
+// the operator because it does not decode (cause): on the subject of
+// its agent and the empty routing key, with no position, transaction or
+// watermark (all 0), Edge-Dropped naming it and Edge-Source-Skipped.
+func skipMarker(stream string, seq uint64, subject string, cause error) *nats.Msg {
+	agent := ""
+	if parts := strings.Split(subject, "."); len(parts) == 4 {
+		if a, err := wire.UnescapeToken(parts[2]); err == nil {
+			agent = a
+		}
+	}
+	reason := fmt.Sprintf("unpack: source message %d (%s) skipped by the operator (--skip %d): %v", seq, subject, seq, cause)
+	m := wire.EncodeMarker(stream, agent, 0, localstream.Record{}, reason, false)
+	if msgSize(m) > 4096 {
+		m = wire.EncodeMarker(stream, agent, 0, localstream.Record{}, reason[:2048], false)
+	}
+	m.Subject = EventSubject(stream, agent, "")
+	m.Header[HdrWatermarkLower] = []string{"0"}
+	m.Header[HdrWatermarkUpper] = []string{"0"}
+	m.Header[HdrSourceSeq] = []string{strconv.FormatUint(seq, 10)}
+	m.Header[HdrSourceIndex] = []string{"0"}
+	m.Header[HdrSourceSkipped] = []string{"1"}
+	return m
 }
 
 // builder builds derived messages into one reused message and header
@@ -155,12 +186,13 @@ func msgSize(m *nats.Msg) int64 {
 	return n
 }
 
-// cursorOf reads the source position a derived message names.
-func cursorOf(h nats.Header) (position, error) {
+// cursorOf reads the source position a derived message names;
+// skipped is set on a skip marker (the whole source message skipped).
+func cursorOf(h nats.Header) (pos position, skipped bool, err error) {
 	seq, err1 := strconv.ParseUint(h.Get(HdrSourceSeq), 10, 64)
 	idx, err2 := strconv.Atoi(h.Get(HdrSourceIndex))
 	if err1 != nil || err2 != nil || seq == 0 || idx < 0 {
-		return position{}, fmt.Errorf("%w: %s=%q %s=%q", ErrBadCursor, HdrSourceSeq, h.Get(HdrSourceSeq), HdrSourceIndex, h.Get(HdrSourceIndex))
+		return position{}, false, fmt.Errorf("%w: %s=%q %s=%q", ErrBadCursor, HdrSourceSeq, h.Get(HdrSourceSeq), HdrSourceIndex, h.Get(HdrSourceIndex))
 	}
-	return position{seq: seq, index: idx}, nil
+	return position{seq: seq, index: idx}, h.Get(HdrSourceSkipped) == "1", nil
 }

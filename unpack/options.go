@@ -50,6 +50,12 @@ type Options struct {
 	// DiscoverInterval is how often a Service without a fixed stream list
 	// looks for new EDGE_<STREAM> streams. Default 10 s.
 	DiscoverInterval time.Duration
+	// Skip lists source sequences the operator allows the unpacker to
+	// skip when they do not decode (a pack of a newer version, a failed
+	// checksum): each is replaced in the derived stream by a skip marker
+	// that names it and why (docs/unpack.md). A sequence that decodes is
+	// never skipped. Default none: the unpacker stops at such a message.
+	Skip []uint64
 	// Logger receives session starts, failures and fencing. Default
 	// slog.Default().
 	Logger *slog.Logger

@@ -86,7 +86,7 @@ func derivedAtOrAfter(ctx context.Context, nc *nats.Conn, stream string, src uin
 	filter := DerivedSubjects(stream)
 	// The first message at or after n and its source sequence.
 	at := func(n uint64) (uint64, uint64, bool, error) {
-		seq, pos, found, err := getDerived(ctx, nc, stream, map[string]any{"seq": n, "next_by_subj": filter})
+		seq, pos, _, found, err := getDerived(ctx, nc, stream, map[string]any{"seq": n, "next_by_subj": filter})
 		return seq, pos.seq, found, err
 	}
 	if _, s, found, err := at(hi); err != nil || !found || s < src {

@@ -18,9 +18,13 @@ const (
 	StateRetrying
 	// StateStopped: Run returned.
 	StateStopped
+	// StateBlocked: a source message does not decode (Stats.Error says
+	// which); the unpacker waits there, its cursor kept, until it is
+	// restarted with that sequence in Options.Skip.
+	StateBlocked
 )
 
-var stateNames = [...]string{"starting", "active", "standby", "retrying", "stopped"}
+var stateNames = [...]string{"starting", "active", "standby", "retrying", "stopped", "blocked"}
 
 func (s State) String() string {
 	if s < 0 || int(s) >= len(stateNames) {
@@ -43,8 +47,16 @@ type Stats struct {
 	// Oversize counts events republished as markers: too large for the
 	// max payload with their headers.
 	Oversize uint64 `json:"oversize"`
-	// Corrupt counts source messages skipped because they did not decode.
+	// Corrupt counts source messages that did not decode (the unpacker
+	// stops at the first; see StateBlocked).
 	Corrupt uint64 `json:"corrupt"`
+	// Skipped counts undecodable source messages skipped by the operator
+	// (Options.Skip), each replaced by a skip marker.
+	Skipped uint64 `json:"skipped"`
+	// BlockedSeq is the source sequence it is blocked at (StateBlocked).
+	BlockedSeq uint64 `json:"blocked_seq,omitempty"`
+	// Error is why it is blocked, or the last session's failure.
+	Error string `json:"error,omitempty"`
 	// OrphanParts counts part messages dropped because their commit did
 	// not follow (never written by an agent; counted to be seen).
 	OrphanParts uint64 `json:"orphan_parts"`
@@ -60,6 +72,7 @@ type Stats struct {
 
 // counters are Stats kept with atomics.
 type counters struct {
-	state                                                            atomic.Int32
-	events, oversize, corrupt, orphans, fenced, sessions, src, deriv atomic.Uint64
+	state                                                                              atomic.Int32
+	events, oversize, corrupt, skipped, blocked, orphans, fenced, sessions, src, deriv atomic.Uint64
+	err                                                                                atomic.Pointer[string]
 }

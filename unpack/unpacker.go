@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -51,16 +52,31 @@ func (u *Unpacker) Stream() string { return u.stream }
 func (u *Unpacker) Stats() Stats {
 	return Stats{
 		Stream: u.stream, State: State(u.c.state.Load()),
-		Events: u.c.events.Load(), Oversize: u.c.oversize.Load(), Corrupt: u.c.corrupt.Load(),
+		Events: u.c.events.Load(), Oversize: u.c.oversize.Load(), Corrupt: u.c.corrupt.Load(), Skipped: u.c.skipped.Load(),
 		OrphanParts: u.c.orphans.Load(), Fenced: u.c.fenced.Load(), Sessions: u.c.sessions.Load(),
-		SourceSeq: u.c.src.Load(), DerivedSeq: u.c.deriv.Load(),
+		SourceSeq: u.c.src.Load(), DerivedSeq: u.c.deriv.Load(), BlockedSeq: u.c.blocked.Load(), Error: u.lastError(),
 	}
+}
+
+func (u *Unpacker) lastError() string {
+	if p := u.c.err.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (u *Unpacker) setError(err error) {
+	s := err.Error()
+	u.c.err.Store(&s)
 }
 
 // Run unpacks until ctx ends (then it returns nil) or a permanent error:
 // ErrCursorLost, ErrBadCursor, ErrDerivedMisconfigured. Failed sessions
 // (no leader, a lost link, a missing source stream) are retried; a fenced
-// session makes it a standby.
+// session makes it a standby. A source message that does not decode
+// (ErrUndecodable) and is not in Options.Skip blocks it there until ctx
+// ends (StateBlocked, the error in Stats and the log): the other streams'
+// unpackers of a Service go on.
 func (u *Unpacker) Run(ctx context.Context) error {
 	defer u.c.state.Store(int32(StateStopped))
 	for {
@@ -70,10 +86,21 @@ func (u *Unpacker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if err != nil {
+			u.setError(err)
+		}
+		var blocked *undecodableError
 		switch {
 		case errors.Is(err, ErrCursorLost), errors.Is(err, ErrBadCursor), errors.Is(err, ErrDerivedMisconfigured):
 			u.log.Error("unpack: stopped", "err", err)
 			return err
+		case errors.As(err, &blocked):
+			u.c.blocked.Store(blocked.seq)
+			u.c.state.Store(int32(StateBlocked))
+			u.log.Error("unpack: blocked: a source message does not decode; its events stay out of the derived stream until an operator skips it (central unpack --skip SEQ)",
+				"seq", blocked.seq, "subject", blocked.subject, "err", blocked.err)
+			<-ctx.Done()
+			return nil
 		case errors.Is(err, errBatchTooLarge):
 			n := max(u.batch.Load()/2, 1)
 			u.batch.Store(n)
@@ -279,12 +306,16 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 	}
 	seq := md.Sequence.Stream
 	u.c.src.Store(seq)
+	if s.cur.skipped && seq == s.cur.pos.seq {
+		return nil // skipped before (the derived stream's last message says so)
+	}
 	evs, commit, err := wire.DecodeMessage(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
-		if u.c.corrupt.Add(1) == 1 {
-			u.log.Error("unpack: a source message does not decode; skipped (counted in corrupt)", "seq", seq, "err", err)
+		u.c.corrupt.Add(1)
+		if !slices.Contains(u.opts.Skip, seq) {
+			return &undecodableError{seq: seq, subject: m.Subject(), err: err}
 		}
-		return nil
+		return s.skip(ctx, seq, m.Subject(), err)
 	}
 	if commit == nil {
 		for i, ev := range evs {
@@ -325,6 +356,27 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 		}
 	}
 	return s.pub.flush(ctx)
+}
+
+// skip replaces the undecodable source message seq with a skip marker
+// (Options.Skip).
+func (s *sessionState) skip(ctx context.Context, seq uint64, subject string, cause error) error {
+	u := s.u
+	if !s.cur.exists {
+		if err := s.createDerived(ctx); err != nil {
+			return err
+		}
+	}
+	m := skipMarker(u.stream, seq, subject, cause)
+	if err := s.pub.add(ctx, m); err != nil {
+		return err
+	}
+	if err := s.pub.flush(ctx); err != nil {
+		return err
+	}
+	u.c.skipped.Add(1)
+	u.log.Warn("unpack: skipped an undecodable source message (Options.Skip); a skip marker names it", "seq", seq, "subject", subject, "err", cause)
+	return nil
 }
 
 // createDerived creates the derived stream (or finds it made by another

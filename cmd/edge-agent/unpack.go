@@ -2,10 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nats-io/nats.go"
 
@@ -22,11 +30,24 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 	var streams stringList
 	fs.Var(&streams, "stream", "stream `NAME` to unpack (repeatable; default: every EDGE_<STREAM> at the centre, looked for every 10 s)")
 	replicas := fs.Int("replicas", 0, "replicas of a derived stream it creates (0: as its source stream)")
+	var skips stringList
+	fs.Var(&skips, "skip", "source `SEQ` of the one --stream to skip if it does not decode (a pack of a newer version, a failed checksum); a skip marker in the derived stream names it (repeatable)")
+	status := fs.String("status", "", "serve GET /status (JSON: each stream's state, counters and error) on `HOST:PORT`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	opts := unpack.DefaultOptions()
 	opts.Replicas = *replicas
+	for _, v := range skips {
+		seq, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || seq == 0 {
+			return usagef("--skip %q: want a source stream sequence (1 or more)", v)
+		}
+		opts.Skip = append(opts.Skip, seq)
+	}
+	if len(skips) > 0 && len(streams) != 1 {
+		return usagef("--skip names sequences of one source stream: give exactly one --stream with it")
+	}
 	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	for _, s := range streams {
 		if err := localstream.ValidateStreamName(s); err != nil {
@@ -49,7 +70,42 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 		return usagef("%v", err)
 	}
 	fmt.Fprintf(stdout, "central unpack: %s → EDGEEV_<STREAM> (edgeev.<stream>.<agent>.<drone>)\n", nc.ConnectedUrlRedacted())
-	return svc.Run(ctx)
+	if *status == "" {
+		return svc.Run(ctx)
+	}
+	ln, err := net.Listen("tcp", *status)
+	if err != nil {
+		return usagef("--status %s: %v", *status, err)
+	}
+	fmt.Fprintf(stdout, "central unpack: status on http://%s/status\n", ln.Addr())
+	g, gctx := errgroup.WithContext(ctx)
+	hs := &http.Server{Handler: unpackStatusHandler(svc), ReadHeaderTimeout: 5 * time.Second}
+	g.Go(func() error {
+		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		defer hs.Close()
+		return svc.Run(gctx)
+	})
+	return g.Wait()
+}
+
+// unpackStatus is the JSON document at `central unpack --status`'s
+// /status: one entry per source stream, in start order.
+type unpackStatus struct {
+	Streams []unpack.Stats `json:"streams"`
+}
+
+func unpackStatusHandler(svc *unpack.Service) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(unpackStatus{Streams: svc.Stats()})
+	})
+	return mux
 }
 
 // runUnpackBeside runs the unpack service inside `edge-agent central
