@@ -36,9 +36,7 @@ type drone struct {
 
 // component is what a drone's component carries from frame to frame.
 type component struct {
-	seen bool
-	seq  uint8
-	crc  uint16 // checksum of the last frame: a repeat of it is a duplicate
+	seq seqTrack // its sequence numbers (sequence.go)
 	// A time mapping from SYSTEM_TIME: Unix ns = offsetNs + time_boot_ms·1e6.
 	mapped   bool
 	offsetNs int64
@@ -60,8 +58,8 @@ type DroneStats struct {
 	// reordered or restarted sequence, a drop by the store, and the first
 	// frame of each component in a run: what came before it is unknown).
 	Discontinuities uint64 `json:"discontinuities"`
-	// Duplicates: frames equal to the last one of their component (same
-	// sequence number and checksum): dropped.
+	// Duplicates: copies of a frame among the last 64 of their component
+	// (same sequence number and checksum): dropped.
 	Duplicates uint64 `json:"duplicates"`
 	// Sampled: frames dropped by Rates.
 	Sampled uint64 `json:"sampled"`

@@ -53,6 +53,8 @@ type Intake struct {
 	mu    sync.Mutex
 	slots slots
 	batch batch
+	// holes are the components with sequence holes pending (sequence.go).
+	holes []holeRef
 	ctx   context.Context
 	// flushTimer ends a batch's window (armed by its first frame).
 	flushTimer *time.Timer
@@ -189,6 +191,7 @@ func (in *Intake) Run(ctx context.Context) error {
 	var dropWG sync.WaitGroup
 	dropWG.Go(func() { droplog.Run(dropStop, in.drops, in.reportDrops) })
 	dropWG.Go(func() { in.flushLoop(dropStop) })
+	dropWG.Go(func() { in.holeLoop(dropStop) })
 	close(in.ready)
 	in.cfg.Logger.Info("mavlink: running", "udp", in.UDPAddr(), "tcp", in.TCPAddr(),
 		"udp_connect", in.cfg.UDPConnect, "tcp_connect", in.cfg.TCPConnect, "signing", in.signer != nil)
@@ -330,19 +333,9 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64, src source) {
 	d.lastActive, d.st.Last = recv, recv
 	d.st.Frames++
 	c := &d.comps[f.CompID]
-	crc := uint16(f.Raw[len(f.Raw)-2-sigLen(f)]) | uint16(f.Raw[len(f.Raw)-1-sigLen(f)])<<8
-	flags := localstream.Flags(0)
-	switch out, lost := c.note(f.Seq, crc); out {
-	case seqDuplicate:
-		d.st.Duplicates++
-		in.c.duplicates.Add(1)
+	drop, flags := in.noteSeq(d, f, recv)
+	if drop {
 		return
-	case seqGap:
-		d.st.Lost += uint64(lost)
-		in.c.lost.Add(uint64(lost))
-		flags |= localstream.FlagDiscontinuity
-	case seqJump, seqFirst:
-		flags |= localstream.FlagDiscontinuity
 	}
 	d.st.Vehicle.note(f, recv)
 	evTime, mapped := c.eventTime(f, f.info)

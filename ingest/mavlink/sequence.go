@@ -1,38 +1,121 @@
 package mavlink
 
-// seqOutcome is what a frame's sequence number says about its component's stream.
-type seqOutcome int
+import (
+	"time"
 
-const (
-	seqNext      seqOutcome = iota // the next number
-	seqFirst                       // the component's first frame in this run: what came before is unknown
-	seqGap                         // numbers were skipped: frames lost
-	seqDuplicate                   // the last frame again (same number and checksum)
-	seqJump                        // a number behind the last: reordered or restarted
+	"github.com/edge-agent/edge-agent/ingest/sequence"
+	"github.com/edge-agent/edge-agent/localstream"
 )
 
-// reorderWindow: a number up to this far behind the expected one is taken
-// for a reordered or restarted sequence, not for the loss of ~200 frames.
-const reorderWindow = 64
+// seqWindow is how many of a component's newest sequence numbers the
+// intake remembers (a quarter of MAVLink's 8-bit space): a copy of any of
+// them is a duplicate, dropped, and a frame behind the newest that was
+// not seen fills its hole (reordered, not lost). A hole is counted lost
+// once it leaves the window, or once it has waited holeWait.
+const seqWindow = 64
 
-// note records f's sequence number in its component and says what it
-// means; lost is the number of frames skipped (seqGap only).
-func (c *component) note(seq uint8, crc uint16) (seqOutcome, int) {
-	if !c.seen {
-		c.seen, c.seq, c.crc = true, seq, crc
-		return seqFirst, 0
+// holeWait is how long a hole waits for its frame before it is counted
+// lost, for a component that does not send the seqWindow frames that
+// would decide it (a slow one, or one that went quiet after a loss).
+const holeWait = 100 * time.Millisecond
+
+// seqConfig is the shared window's shape for MAVLink: 8-bit numbers; a
+// frame's checksum as its tag, so that a number seen again with other
+// bytes is the component's numbering restarted (a reboot), not a copy.
+var seqConfig = sequence.Config{Bits: 8, Window: seqWindow, Tags: true}
+
+// seqTrack is a component's sequence state.
+type seqTrack struct {
+	w *sequence.Window // nil before the component's first frame in this run
+	// holeSince is the receive time when the oldest pending hole opened.
+	holeSince int64
+	// listed: the component is in Intake.holes.
+	listed bool
+}
+
+// holeRef names a component with holes pending (Intake.holes).
+type holeRef struct {
+	d    *drone
+	comp uint8
+}
+
+// noteSeq classifies f's sequence number in its component: drop is a
+// duplicate (counted); flags says a discontinuity. Lost frames are
+// counted here, as the window decides them. in.mu is held.
+func (in *Intake) noteSeq(d *drone, f *Frame, recv int64) (drop bool, flags localstream.Flags) {
+	t := &d.comps[f.CompID].seq
+	if t.w == nil {
+		t.w = sequence.MustNew(seqConfig)
 	}
-	if seq == c.seq && crc == c.crc {
-		return seqDuplicate, 0
+	n := len(f.Raw) - sigLen(f)
+	crc := uint32(f.Raw[n-2]) | uint32(f.Raw[n-1])<<8
+	pending := t.w.Pending()
+	r := t.w.Observe(uint32(f.Seq), crc)
+	in.countLost(d, r.Lost)
+	if t.w.Pending() > pending {
+		if pending == 0 {
+			t.holeSince = recv
+		}
+		if !t.listed {
+			t.listed = true
+			in.holes = append(in.holes, holeRef{d: d, comp: f.CompID})
+		}
 	}
-	skipped := int(seq - c.seq - 1) // mod 256
-	c.seq, c.crc = seq, crc
-	switch {
-	case skipped == 0:
-		return seqNext, 0
-	case skipped >= 256-reorderWindow:
-		return seqJump, 0
+	switch r.Kind {
+	case sequence.Duplicate:
+		d.st.Duplicates++
+		in.c.duplicates.Add(1)
+		return true, 0
+	case sequence.Next, sequence.Reordered:
+		return false, 0
 	default:
-		return seqGap, skipped
+		// First: what came before is unknown. Ahead: frames skipped (a gap
+		// before this one in the store). Restart: a new numbering. Late: a
+		// frame whose loss was already counted, stored out of order.
+		return false, localstream.FlagDiscontinuity
+	}
+}
+
+func (in *Intake) countLost(d *drone, n int) {
+	if n > 0 {
+		d.st.Lost += uint64(n)
+		in.c.lost.Add(uint64(n))
+	}
+}
+
+// expireHoles counts lost the holes that waited holeWait. in.mu is held.
+func (in *Intake) expireHoles(now int64) {
+	keep := in.holes[:0]
+	for _, h := range in.holes {
+		t := &h.d.comps[h.comp].seq
+		switch {
+		case t.w.Pending() == 0:
+			t.listed = false
+		case now-t.holeSince >= int64(holeWait):
+			in.countLost(h.d, t.w.Flush())
+			t.listed = false
+		default:
+			keep = append(keep, h)
+		}
+	}
+	clear(in.holes[len(keep):])
+	in.holes = keep
+}
+
+// holeLoop expires holes every holeWait/2 until stop is closed.
+func (in *Intake) holeLoop(stop <-chan struct{}) {
+	tick := time.NewTicker(holeWait / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			in.mu.Lock()
+			if len(in.holes) > 0 {
+				in.expireHoles(in.cfg.Now().UnixNano())
+			}
+			in.mu.Unlock()
+		}
 	}
 }
