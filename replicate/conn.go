@@ -28,6 +28,8 @@ type ConnConfig struct {
 	NkeySeedFile string
 	// User and Password authenticate by user/password.
 	User, Password string
+	// Token authenticates by token.
+	Token string
 	// MaxReconnectWait caps the jittered wait between reconnect attempts.
 	// Default 250 ms: the NATS default (2 s) alone would miss the 1 s
 	// recovery target after a link cut.
@@ -55,13 +57,13 @@ func (c ConnConfig) Validate() error {
 		return fmt.Errorf("%w: client certificate needs both cert and key files", ErrConfig)
 	}
 	auth := 0
-	for _, set := range []bool{c.CredsFile != "", c.NkeySeedFile != "", c.User != ""} {
+	for _, set := range []bool{c.CredsFile != "", c.NkeySeedFile != "", c.User != "", c.Token != ""} {
 		if set {
 			auth++
 		}
 	}
 	if auth > 1 {
-		return fmt.Errorf("%w: choose one of credentials file, nkey seed file, user/password", ErrConfig)
+		return fmt.Errorf("%w: choose one of credentials file, nkey seed file, user/password, token", ErrConfig)
 	}
 	return nil
 }
@@ -76,6 +78,8 @@ func (c ConnConfig) String() string {
 		auth = "nkey"
 	case c.User != "":
 		auth = "user-password"
+	case c.Token != "":
+		auth = "token"
 	}
 	return fmt.Sprintf("urls=%s tls=%t auth=%s", c.redactedURLs(), c.CAFile != "" || c.CertFile != "", auth)
 }
@@ -179,6 +183,8 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 		opts = append(opts, o)
 	case cfg.User != "":
 		opts = append(opts, nats.UserInfo(cfg.User, cfg.Password))
+	case cfg.Token != "":
+		opts = append(opts, nats.Token(cfg.Token))
 	}
 	if cfg.Dialer != nil {
 		opts = append(opts, nats.SetCustomDialer(cfg.Dialer))

@@ -31,7 +31,7 @@ type cutOutput struct {
 // Exit status 0 when complete; 1 when not (or the wait timed out).
 func runCut(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("cut", stderr)
-	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")
+	conn := addCentralFlags(fs)
 	at := fs.String("at", "", "`TIME` T (RFC 3339 or Unix ns); required")
 	agent := fs.String("agent", "", "only this agent `ID` (default: every agent at the centre)")
 	var streams stringList
@@ -53,7 +53,7 @@ func runCut(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			return usagef("--stream: %v", err)
 		}
 	}
-	nc, err := connectCentral(*url)
+	nc, err := conn.connect("edge-agent-cut")
 	if err != nil {
 		return err
 	}

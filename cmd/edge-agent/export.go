@@ -24,7 +24,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usagef("usage: edge-agent export video|telemetry --drone D --from T1 --to T2 -o FILE")
 	}
 	fs := newFlagSet("export video", stderr)
-	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")
+	conn := addCentralFlags(fs)
 	stream := fs.String("stream", "video", "central video stream `NAME`")
 	agent := fs.String("agent", "", "only this agent `ID` (required when several agents captured the drone)")
 	drone := fs.String("drone", "", "drone `ID` (required)")
@@ -48,7 +48,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if t2 < t1 {
 		return usagef("--to is before --from")
 	}
-	nc, err := connectCentral(*url)
+	nc, err := conn.connect("edge-agent-export")
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 // else when the agent received it.
 func runExportTelemetry(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("export telemetry", stderr)
-	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")
+	conn := addCentralFlags(fs)
 	stream := fs.String("stream", "telemetry", "central telemetry stream `NAME`")
 	agent := fs.String("agent", "", "only this agent `ID`")
 	drone := fs.String("drone", "", "drone `ID` (required)")
@@ -49,7 +49,7 @@ func runExportTelemetry(ctx context.Context, args []string, stdout, stderr io.Wr
 	if t2 == 0 {
 		t2 = 1<<63 - 1
 	}
-	nc, err := connectCentral(*url)
+	nc, err := conn.connect("edge-agent-export")
 	if err != nil {
 		return err
 	}

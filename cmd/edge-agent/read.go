@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,13 +12,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go"
-
-	agentpkg "github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
 	"github.com/edge-agent/edge-agent/localstream"
-	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -55,32 +50,6 @@ func parseCutFlag(name, v string) (*localstream.StreamCut, error) {
 	}
 	return &c, nil
 }
-
-func connectCentral(url string) (*nats.Conn, error) {
-	if url == "" {
-		return nil, usagef("--central URL is required (nats://host:port)")
-	}
-	nc, err := replicate.Connect(replicate.ConnConfig{URLs: strings.Split(url, ","), Name: "edge-agent-read"}, nil)
-	if err != nil {
-		return nil, err
-	}
-	// The connection retries in the background: a request on one that never
-	// came up fails as "outbound buffer limit exceeded", which says nothing
-	// of the centre. Wait for it, and say why it is not there.
-	for deadline := time.Now().Add(centralConnectWait); !nc.IsConnected(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			nc.Close()
-			return nil, fmt.Errorf("%w: %s: %s", errCentralUnreachable, agentpkg.RedactURLs(url), dialReason(url))
-		}
-	}
-	return nc, nil
-}
-
-// errCentralUnreachable: no server of --central answered.
-var errCentralUnreachable = errors.New("central unreachable")
-
-// centralConnectWait is how long a command waits for the centre.
-const centralConnectWait = 5 * time.Second
 
 // dialReason says why the servers of a URL list cannot be reached: each
 // one's TCP dial error (connection refused, a timeout), or that TCP
@@ -184,7 +153,7 @@ func toLine(it centralread.Item) readLine {
 
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("read", stderr)
-	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")
+	conn := addCentralFlags(fs)
 	stream := fs.String("stream", "", "local stream `NAME` (telemetry, video, health, ...); required")
 	agent := fs.String("agent", "", "only this agent `ID`")
 	drone := fs.String("drone", "", "only this drone (routing key)")
@@ -200,9 +169,9 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if *liveFlag {
 		if *from != "" || *to != "" || *fromCut != "" || *toCut != "" || *follow || *commits {
-			return usagef("--live takes --central, --stream, --agent and --drone only")
+			return usagef("--live takes the connection flags, --stream, --agent and --drone only")
 		}
-		return readLive(ctx, *url, *stream, *agent, *drone, stdout)
+		return readLive(ctx, conn, *stream, *agent, *drone, stdout)
 	}
 	if err := localstream.ValidateStreamName(*stream); err != nil {
 		return usagef("--stream: %v", err)
@@ -224,7 +193,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if (q.FromCut != nil || q.ToCut != nil) && *agent == "" {
 		return usagef("--from-cut/--to-cut need --agent")
 	}
-	nc, err := connectCentral(*url)
+	nc, err := conn.connect("edge-agent-read")
 	if err != nil {
 		return err
 	}

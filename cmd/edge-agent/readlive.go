@@ -50,13 +50,13 @@ func toLiveLine(v live.Value) liveLine {
 }
 
 // readLive prints the latest live value of every drone that matches.
-func readLive(ctx context.Context, url, stream, agent, drone string, stdout io.Writer) error {
+func readLive(ctx context.Context, conn *centralConn, stream, agent, drone string, stdout io.Writer) error {
 	if stream != "" {
 		if err := localstream.ValidateStreamName(stream); err != nil {
 			return usagef("--stream: %v", err)
 		}
 	}
-	nc, err := connectCentral(url)
+	nc, err := conn.connect("edge-agent-read")
 	if err != nil {
 		return err
 	}

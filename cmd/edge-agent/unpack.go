@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -26,7 +25,7 @@ import (
 // against a running centre (docs/unpack.md).
 func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("central unpack", stderr)
-	url := fs.String("central", "nats://127.0.0.1:4222", "central `URLS` (comma-separated)")
+	conn := addCentralFlags(fs)
 	var streams stringList
 	fs.Var(&streams, "stream", "stream `NAME` to unpack (repeatable; default: every EDGE_<STREAM> at the centre, looked for every 10 s)")
 	replicas := fs.Int("replicas", 0, "replicas of a derived stream it creates (0: as its source stream)")
@@ -57,10 +56,11 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 	if *replicas < 0 || *replicas > 5 {
 		return usagef("--replicas %d: want 0 (as the source) or 1..5", *replicas)
 	}
-	if *url == "" {
-		return usagef("--central URL is required (nats://host:port)")
+	cfg, err := conn.config("edge-agent-unpack")
+	if err != nil {
+		return err
 	}
-	nc, err := replicate.Connect(replicate.ConnConfig{URLs: strings.Split(*url, ","), Name: "edge-agent-unpack"}, nil)
+	nc, err := replicate.Connect(cfg, opts.Logger)
 	if err != nil {
 		return err
 	}
