@@ -10,7 +10,10 @@
 // stream's) and inside its own share of the uplink cap. It is a preview:
 // its own JetStream stream and subjects, one message kept per subject and a
 // per-message TTL, never in a commit chain, never fencing, never counted as
-// replicated. A value is covered — also in the backlog at the centre — once
+// replicated. A value is published with an acknowledgement, into EDGELIVE
+// only, and counts as sent once acknowledged; the stream is checked on each
+// connection, after every reconnect and after a failed publish, and nothing
+// is sent until a check succeeds. A value is covered — also in the backlog at the centre — once
 // the committed watermark of its stream has passed its event time.
 //
 // # Central layout
@@ -30,6 +33,7 @@
 //	                                       wire.EncodeHeaderValue)
 //	         Edge-Keyframe: 1              a video keyframe
 //	         Nats-TTL                      the configured TTL (Config.TTL)
+//	         Nats-Expected-Stream          EDGELIVE
 //
 // Nothing of the backlog's layout (EDGE_<STREAM>, commit records) changes
 // with the lane on or off.

@@ -56,10 +56,17 @@ type Lane struct {
 	shareChunk int
 	streams    []*streamLane
 
-	// ensured is the connection the EDGELIVE stream was checked on;
-	// ensureAt when that was last tried (Run's goroutine only).
-	ensured  *nats.Conn
-	ensureAt time.Time
+	// ensured is the connection the EDGELIVE stream was last checked on
+	// and ensuredGen its reconnect count then (nats.go reconnects on the
+	// same Conn: a centre back without the stream is only found by a new
+	// check); nil after a publish failed. ensureAt is when a check was
+	// last tried. js is the JetStream context of jsConn. All are Run's
+	// goroutine's only.
+	ensured    *nats.Conn
+	ensuredGen uint64
+	ensureAt   time.Time
+	js         jetstream.JetStream
+	jsConn     *nats.Conn
 
 	// ensureErrs counts failed attempts to create the live stream.
 	ensureErrs atomic.Uint64
@@ -79,6 +86,8 @@ type streamLane struct {
 	sentVersion map[string]uint64
 	sentAt      map[string]time.Time
 
+	// sent and bytes count values the centre acknowledged, pubErrs
+	// publishes that failed or were not acknowledged.
 	sent, bytes, pubErrs, tooLarge atomic.Uint64
 	lastSentNs                     atomic.Int64
 }
@@ -154,15 +163,38 @@ func (l *Lane) Run(ctx context.Context) error {
 
 // sendDue sends every drone's value that changed since it was last sent
 // and whose interval is up, streams in priority order, while the centre
-// is reachable.
+// is reachable and holds the EDGELIVE stream. A value counts as sent when
+// the centre acknowledged it; one that is not stays due and goes again
+// (its drone's newest value then) once the stream is checked again.
 func (l *Lane) sendDue(ctx context.Context) error {
 	nc := l.opts.Conn()
 	if nc == nil || !nc.IsConnected() {
 		return nil
 	}
-	if err := l.ensure(ctx, nc); err != nil {
+	js, err := l.ensure(ctx, nc)
+	if js == nil {
 		return err
 	}
+	var out []inflight
+	err = l.publishDue(ctx, nc, js, &out)
+	if aerr := l.acked(ctx, out); err == nil {
+		err = aerr
+	}
+	return err
+}
+
+// inflight is a value published and not yet acknowledged.
+type inflight struct {
+	s       *streamLane
+	drone   string
+	version uint64
+	n       int       // its bytes on the link
+	at      time.Time // when it was due
+	ack     jetstream.PubAckFuture
+}
+
+// publishDue publishes the values due, appending each to out.
+func (l *Lane) publishDue(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, out *[]inflight) error {
 	for _, s := range l.streams {
 		due := s.f.pending(s.sentVersion)
 		slices.SortFunc(due, func(a, b slot) int { return cmp.Compare(a.v.drone, b.v.drone) })
@@ -177,7 +209,8 @@ func (l *Lane) sendDue(ctx context.Context) error {
 				continue
 			}
 			m := sl.v.message(l.agent, s.name, now, l.cfg.TTL)
-			n := wireSize(m)
+			m.Header.Set(jetstream.ExpectedStreamHeader, StreamName)
+			n := wireSize(m) + ackReplySize(nc)
 			if err := l.wait(ctx, n); err != nil {
 				return nil // ctx ended
 			}
@@ -186,17 +219,64 @@ func (l *Lane) sendDue(ctx context.Context) error {
 			}
 			// Stamped when it leaves, after the wait for the uplink.
 			m.Header.Set(hdrSentTime, fmt.Sprint(l.opts.Now().UnixNano()))
-			if err := nc.PublishMsg(m); err != nil {
+			f, err := js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
+			if err != nil {
 				s.pubErrs.Add(1)
+				l.ensured = nil
 				return fmt.Errorf("live: publish %s: %w", m.Subject, err)
 			}
-			s.sentVersion[sl.v.drone], s.sentAt[sl.v.drone] = sl.version, now
-			s.sent.Add(1)
-			s.bytes.Add(uint64(n))
-			s.lastSentNs.Store(now.UnixNano())
+			*out = append(*out, inflight{s: s, drone: sl.v.drone, version: sl.version, n: n, at: now, ack: f})
 		}
 	}
 	return nil
+}
+
+// acked waits for the acknowledgements of out (each bounded by ackTimeout)
+// and counts the values acknowledged as sent. A value not acknowledged
+// stays due, and the stream is checked again before the next publish (a
+// centre that lost EDGELIVE answers "no responders").
+func (l *Lane) acked(ctx context.Context, out []inflight) error {
+	var first error
+	for _, f := range out {
+		var err error
+		select {
+		case <-f.ack.Ok():
+		case err = <-f.ack.Err():
+		case <-ctx.Done():
+			return nil
+		}
+		if err != nil {
+			f.s.pubErrs.Add(1)
+			l.ensured = nil
+			if first == nil {
+				first = fmt.Errorf("live: publish %s: %w", f.ack.Msg().Subject, err)
+			}
+			continue
+		}
+		s := f.s
+		if f.version > s.sentVersion[f.drone] {
+			s.sentVersion[f.drone], s.sentAt[f.drone] = f.version, f.at
+		}
+		s.sent.Add(1)
+		s.bytes.Add(uint64(f.n))
+		s.lastSentNs.Store(f.at.UnixNano())
+	}
+	return first
+}
+
+// ackTimeout bounds the wait for a value's acknowledgement.
+const ackTimeout = 5 * time.Second
+
+// ackReplySize is the bytes an acknowledged publish adds to the HPUB line:
+// the reply subject of nats.go's asynchronous JetStream publish (the
+// connection's inbox prefix, six characters, a dot and six more: its
+// jetstream.registerPAF) and its space.
+func ackReplySize(nc *nats.Conn) int {
+	prefix := nats.InboxPrefix
+	if p := nc.Opts.InboxPrefix; p != "" {
+		prefix = p + "."
+	}
+	return len(prefix) + 6 + 1 + 6 + 1
 }
 
 // wait takes n bytes from the shared uplink ahead of the backlog, then
@@ -222,29 +302,37 @@ func (l *Lane) wait(ctx context.Context, n int) error {
 	return nil
 }
 
-// ensure creates or updates the EDGELIVE stream once per connection
-// (retried at most every second after a failure).
-func (l *Lane) ensure(ctx context.Context, nc *nats.Conn) error {
-	if l.ensured == nc {
-		return nil
+// ensure returns the JetStream context to publish values with once the
+// EDGELIVE stream is checked (created or updated) on nc since its last
+// reconnect: a centre that comes back without the stream (restored, or
+// another server behind the URL) gets it again. A failed check, and a
+// failed publish, make the next check wait a second from the last one;
+// until a check succeeds nothing is sent (nil, and the check's error).
+func (l *Lane) ensure(ctx context.Context, nc *nats.Conn) (jetstream.JetStream, error) {
+	gen := nc.Stats().Reconnects
+	if l.ensured == nc && l.ensuredGen == gen {
+		return l.js, nil
 	}
 	now := l.opts.Now()
 	if now.Sub(l.ensureAt) < time.Second {
-		return nil
+		return nil, nil
 	}
 	l.ensureAt = now
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
+	if l.jsConn != nc {
+		js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(ackTimeout))
+		if err != nil {
+			return nil, err
+		}
+		l.js, l.jsConn = js, nc
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	if _, err := js.CreateOrUpdateStream(cctx, CentralStreamConfig(l.cfg.Replicas)); err != nil {
+	if _, err := l.js.CreateOrUpdateStream(cctx, CentralStreamConfig(l.cfg.Replicas)); err != nil {
 		l.ensureErrs.Add(1)
-		return fmt.Errorf("live: create stream %s: %w", StreamName, err)
+		return nil, fmt.Errorf("live: create stream %s: %w", StreamName, err)
 	}
-	l.ensured = nc
-	return nil
+	l.ensured, l.ensuredGen = nc, gen
+	return l.js, nil
 }
 
 // CentralStreamConfig is the EDGELIVE stream's configuration: one message kept

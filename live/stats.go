@@ -23,11 +23,12 @@ type StreamStats struct {
 	Keyframes bool `json:"keyframes,omitempty"`
 	// Drones is how many drones have a latest value.
 	Drones int `json:"drones"`
-	// Sent and Bytes count values sent and their bytes on the link
-	// (protocol line and headers included).
+	// Sent and Bytes count values the centre acknowledged and their
+	// bytes on the link (protocol line and headers included).
 	Sent  uint64 `json:"sent"`
 	Bytes uint64 `json:"bytes"`
-	// PublishErrors counts publishes that failed (the value stays due).
+	// PublishErrors counts publishes that failed or were not
+	// acknowledged (the value stays due).
 	PublishErrors uint64 `json:"publish_errors"`
 	// TooLarge counts values above Config.MaxValueBytes, not sent.
 	TooLarge uint64 `json:"too_large"`
@@ -35,7 +36,7 @@ type StreamStats struct {
 	DronesRefused uint64 `json:"drones_refused"`
 	// Undecodable counts video chunks whose keyframe could not be read.
 	Undecodable uint64 `json:"undecodable"`
-	// LastSent is when a value was last sent (zero: never).
+	// LastSent is when the last value acknowledged was sent (zero: never).
 	LastSent time.Time `json:"last_sent,omitzero"`
 }
 

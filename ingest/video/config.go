@@ -30,8 +30,10 @@ type Config struct {
 	// as one drone (see SourceConfig).
 	Sources []SourceConfig `yaml:"sources"`
 	// SourceReconnectMin and SourceReconnectMax bound the wait before an
-	// RTSP source's next attempt: min after a stream that played ends,
-	// doubling after each failed attempt up to max. Defaults 250ms, 5s.
+	// RTSP source's next attempt: min after a steady session ends (one
+	// that played for max with media arriving), doubling after each
+	// failed attempt and each shorter session, up to max. Defaults 250ms,
+	// 5s.
 	SourceReconnectMin time.Duration `yaml:"source_reconnect_min"`
 	SourceReconnectMax time.Duration `yaml:"source_reconnect_max"`
 	// SourceTimeout bounds each RTSP request and the silence of a

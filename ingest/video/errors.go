@@ -14,6 +14,9 @@ var (
 	ErrFragment = errors.New("video: fragment without start")
 	// ErrChunk reports a stored chunk whose headers do not match its payload.
 	ErrChunk = errors.New("video: malformed chunk")
+	// ErrRedirects reports an RTSP source that redirected more often than
+	// one connection attempt follows (maxRedirects).
+	ErrRedirects = errors.New("video: too many RTSP redirects")
 	// ErrClosed is returned by a second Run (an Ingest runs once).
 	ErrClosed = errors.New("video: ingest closed")
 )

@@ -31,6 +31,9 @@ type source struct {
 	in    *Ingest
 	log   *slog.Logger
 	state sourceState
+	// flapping is set while the source's sessions end before they are
+	// steady (its log then stays quiet until one is).
+	flapping atomic.Bool
 }
 
 // sourceConn is one played connection of a source: the items of its
@@ -48,17 +51,21 @@ func newSource(in *Ingest, cfg *SourceConfig) *source {
 }
 
 // run connects, streams and reconnects until ctx ends. The wait between
-// attempts starts at source_reconnect_min after a connection that played
-// and doubles after each failed attempt up to source_reconnect_max.
+// attempts doubles after each failed attempt and each session that ended
+// before it was steady, from source_reconnect_min up to
+// source_reconnect_max; only a steady session (steadyAfter) makes the next
+// wait source_reconnect_min again. A camera that accepts PLAY and closes
+// at once so reconnects at most once every source_reconnect_max, not
+// every source_reconnect_min (issue 37 case 9).
 func (s *source) run(ctx context.Context) {
 	wait := s.in.cfg.SourceReconnectMin
 	for {
-		played, err := s.connect(ctx)
+		steady, err := s.connect(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		s.failed(err)
-		if played {
+		s.failed(err, steady)
+		if steady {
 			wait = s.in.cfg.SourceReconnectMin
 		}
 		t := time.NewTimer(wait)
@@ -72,18 +79,28 @@ func (s *source) run(ctx context.Context) {
 	}
 }
 
+// steadyAfter is how long a session must have played, with media
+// arriving, to count as steady: source_reconnect_max. A steady session
+// clears the source's last error and resets the backoff; with it the
+// source connects at most once every source_reconnect_max however its
+// camera fails (a session that ends before is followed by a doubled wait,
+// one that lasts is itself that long).
+func (s *source) steadyAfter() time.Duration { return s.in.cfg.SourceReconnectMax }
+
 // connect makes one connection and streams until it ends. It reports
-// whether the server played (so the next wait is the shortest).
-func (s *source) connect(ctx context.Context) (played bool, err error) {
+// whether the session became steady (see steadyAfter).
+func (s *source) connect(ctx context.Context) (steady bool, err error) {
 	s.state.update(func(st *SourceStatus) { st.Attempts++ })
 	u, err := base.ParseURL(s.cfg.URL)
 	if err != nil {
 		return false, fmt.Errorf("%w: not an RTSP URL", ErrConfig)
 	}
+	g := newHostGuard(s.cfg.u)
 	var transport atomic.Value
 	c := &gortsplib.Client{
 		Scheme: u.Scheme, Host: u.Host,
 		ReadTimeout: s.in.cfg.SourceTimeout, WriteTimeout: s.in.cfg.SourceTimeout,
+		DialContext: g.dial, OnRequest: g.onRequest, OnResponse: g.onResponse,
 		OnTransportSwitch: func(error) {
 			s.state.switches.Add(1)
 			transport.Store("TCP")
@@ -116,14 +133,14 @@ func (s *source) connect(ctx context.Context) (played bool, err error) {
 	}()
 	desc, _, err := c.Describe(u)
 	if err != nil {
-		return false, explain("describe", err, s.in.cfg.SourceTimeout)
+		return false, s.explainGuarded("describe", err, g)
 	}
 	medi, forma, dc, err := videoMedia(desc, s.cfg.Drone)
 	if err != nil {
 		return false, err
 	}
 	if _, err := c.Setup(desc.BaseURL, medi, 0, 0); err != nil {
-		return false, explain("setup", err, s.in.cfg.SourceTimeout)
+		return false, s.explainGuarded("setup", err, g)
 	}
 	conn := &sourceConn{dc: dc}
 	c.OnPacketRTP(medi, forma, func(p *rtp.Packet) {
@@ -142,20 +159,60 @@ func (s *source) connect(ctx context.Context) (played bool, err error) {
 		}
 		s.in.enqueueSource(conn, item{b: b, owned: true, arrival: s.in.now(), rtcp: true, conn: conn})
 	})
+	rtp0 := s.state.rtp.Load()
 	if _, err := c.Play(nil); err != nil {
-		return false, explain("play", err, s.in.cfg.SourceTimeout)
+		return false, s.explainGuarded("play", err, g)
 	}
 	s.playing(transport.Load().(string), dc.Codec)
+	ended := make(chan struct{})
+	watched := make(chan bool, 1)
+	go func() { watched <- s.watchSteady(ended, rtp0) }()
 	err = c.Wait()
+	close(ended)
+	steady = <-watched
 	if t, _ := transport.Load().(string); t != "" {
 		s.state.update(func(st *SourceStatus) { st.Transport = t })
 	}
-	return true, explain("stream", err, s.in.cfg.SourceTimeout)
+	return steady, explain("stream", err, s.in.cfg.SourceTimeout)
+}
+
+// watchSteady waits until the session that started playing when the
+// source had received rtp0 packets is steady — it has played for
+// steadyAfter and packets arrived since — or until ended is closed. It
+// reports whether the session became steady; a steady session clears the
+// source's last error (its cause is gone).
+func (s *source) watchSteady(ended <-chan struct{}, rtp0 uint64) bool {
+	t := time.NewTicker(s.steadyAfter())
+	defer t.Stop()
+	for {
+		select {
+		case <-ended:
+			return false
+		case <-t.C:
+		}
+		if s.state.rtp.Load() > rtp0 {
+			s.steady()
+			return true
+		}
+	}
+}
+
+// explainGuarded is explain, saying so when the error is the refusal of a
+// host the credentials were withheld from.
+func (s *source) explainGuarded(step string, err error, g *hostGuard) error {
+	var bad liberrors.ErrClientBadStatusCode
+	if h := g.withheldFrom(); h != "" && errors.As(err, &bad) && bad.Code == base.StatusUnauthorized {
+		return fmt.Errorf("%s: %w: redirected to %s, which asks for credentials; the source's are sent to %s only: put %s in the source URL if it is the camera's",
+			step, err, h, s.cfg.u.Hostname(), h)
+	}
+	return explain(step, err, s.in.cfg.SourceTimeout)
 }
 
 func ptr[T any](v T) *T { return &v }
 
-// playing records a connection that plays.
+// playing records a connection that plays. It logs unless the source
+// flaps (its last session ended before it was steady): a flapping source
+// logs once when it starts flapping and again when a session is steady.
 func (s *source) playing(transport string, codec Codec) {
 	now := s.in.now()
 	var outage time.Duration
@@ -171,27 +228,51 @@ func (s *source) playing(transport string, codec Codec) {
 			st.Reconnects++
 		}
 	})
-	s.log.Info("video: RTSP source streaming", "transport", transport, "codec", codec, "reconnect", !first, "outage", outage.String())
+	if !s.flapping.Load() {
+		s.log.Info("video: RTSP source streaming", "transport", transport, "codec", codec, "reconnect", !first, "outage", outage.String())
+	}
 }
 
-// failed records a failed attempt or an ended stream; it logs the first
-// failure of an outage and each new error, not every retry.
-func (s *source) failed(err error) {
+// steady records a session that has been playing with media for
+// steadyAfter: the last error's cause is gone.
+func (s *source) steady() {
+	s.state.update(func(st *SourceStatus) { st.LastError = "" })
+	if s.flapping.Swap(false) {
+		s.log.Info("video: RTSP source streaming steadily again", "after", s.steadyAfter().String())
+	}
+}
+
+// failed records a failed attempt or an ended stream (steady: a session
+// that had become steady). It logs the first failure of an outage and
+// each new error, not every retry; sessions that end before they are
+// steady log once, when the flapping starts.
+func (s *source) failed(err error, steady bool) {
 	if err == nil {
 		err = errors.New("the server ended the stream")
 	}
 	now := s.in.now()
 	msg := err.Error()
+	wasFlapping := s.flapping.Load()
+	var played bool
 	var changed bool
 	s.state.update(func(st *SourceStatus) {
+		played = st.State == SourceStreaming
 		if st.State != SourceFailing {
 			st.State, st.Since = SourceFailing, now
-			changed = true
+			changed = !wasFlapping
 		}
 		changed = changed || st.LastError != msg
 		st.LastError = msg
 	})
-	if changed {
+	if played && !steady {
+		s.flapping.Store(true)
+	}
+	switch {
+	case !changed:
+	case played && !steady:
+		s.log.Warn("video: RTSP source plays, then the stream ends before it is steady; reconnecting with backoff", "err", msg,
+			"steady_after", s.steadyAfter().String(), "reconnect_max", s.in.cfg.SourceReconnectMax.String())
+	default:
 		s.log.Warn("video: RTSP source failing; reconnecting with backoff", "err", msg,
 			"reconnect_max", s.in.cfg.SourceReconnectMax.String())
 	}

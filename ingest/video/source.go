@@ -165,7 +165,8 @@ type SourceStatus struct {
 	Transport string `json:"transport,omitempty"`
 	Codec     Codec  `json:"codec,omitempty"`
 	// LastError is the last failure (connect, authentication, stream
-	// end), kept while streaming to tell what the last outage was.
+	// end); cleared once a session is steady (it has played for
+	// source_reconnect_max with media arriving): its cause is gone.
 	LastError string `json:"last_error,omitempty"`
 	// Attempts are connection attempts; Connects those that played;
 	// Reconnects plays after the first (each a discontinuity).
