@@ -130,6 +130,9 @@ func (p *fastPublisher) fail(err error) {
 
 func (p *fastPublisher) failedC() <-chan struct{} { return p.failed }
 
+// reserve: the fence.
+func (p *fastPublisher) reserve() int64 { return fenceReserve }
+
 // flush does nothing: add sends each message at once.
 func (p *fastPublisher) flush(context.Context) error { return p.error() }
 
@@ -142,12 +145,7 @@ func (p *fastPublisher) error() error {
 // add sends m behind the previous message, waiting while the window is
 // full.
 func (p *fastPublisher) add(ctx context.Context, m *nats.Msg) error {
-	size := int64(len(m.Data)) + int64(len(m.Subject))
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			size += int64(len(k) + len(v) + 4)
-		}
-	}
+	size := msgSize(m) + fenceReserve
 	if err := p.wait(ctx, func() bool {
 		return p.next-p.acked < p.window && (p.inFlight == 0 || p.inFlight+size <= p.maxBytes) && (p.done || !p.committing)
 	}); err != nil {

@@ -43,10 +43,20 @@ type sourced struct {
 	ev  wire.CentralEvent
 }
 
+// limit is what a derived message may take on the wire: the server's max
+// payload, less the headers the sender adds to every message (its fence,
+// a batch's headers; sender.reserve). A zero max is no limit.
+type limit struct {
+	max, reserve int64
+}
+
+// fits reports whether m fits with the sender's headers.
+func (l limit) fits(m *nats.Msg) bool { return l.max <= 0 || msgSize(m)+l.reserve <= l.max }
+
 // derivedMsg builds the derived message of ev, committed with watermark
-// wm. An event that would not fit maxPayload becomes a marker
-// (oversize reports it).
-func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, maxPayload int64) (m *nats.Msg, oversize bool) {
+// wm. An event that would not fit lim becomes a marker (oversize reports
+// it).
+func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, lim limit) (m *nats.Msg, oversize bool) {
 	ev := s.ev
 	if ev.Dropped != "" {
 		m = wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, ev.Dropped, false)
@@ -62,12 +72,12 @@ func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, maxPayload int6
 		return m
 	}
 	m = finish(m)
-	if maxPayload <= 0 || msgSize(m) <= maxPayload {
+	if lim.fits(m) {
 		return m, false
 	}
-	reason := fmt.Sprintf("unpack: %d bytes with headers, over the max payload %d", msgSize(m), maxPayload)
+	reason := fmt.Sprintf("unpack: %d bytes with headers, over the max payload %d", msgSize(m)+lim.reserve, lim.max)
 	m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, false))
-	if msgSize(m) > maxPayload {
+	if !lim.fits(m) {
 		m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, true))
 	}
 	return m, true
@@ -104,9 +114,9 @@ func skipMarker(stream string, seq uint64, subject string, cause error) *nats.Ms
 // publishes). Markers and oversize events are built fresh, by derivedMsg.
 // It is not safe for concurrent use.
 type builder struct {
-	stream     string
-	maxPayload int64
-	msg        nats.Msg
+	stream string
+	lim    limit
+	msg    nats.Msg
 	// subjects caches each agent and routing key's subject and token
 	// (cleared when it reaches maxSubjects).
 	subjects map[subjectKey]subjectToken
@@ -124,8 +134,8 @@ type subjectToken struct{ subject, token string }
 // maxSubjects bounds the builder's subject cache.
 const maxSubjects = 1 << 14
 
-func newBuilder(stream string, maxPayload int64) *builder {
-	return &builder{stream: stream, maxPayload: maxPayload, msg: nats.Msg{Header: make(nats.Header, 24)}, subjects: map[subjectKey]subjectToken{}}
+func newBuilder(stream string, lim limit) *builder {
+	return &builder{stream: stream, lim: lim, msg: nats.Msg{Header: make(nats.Header, 24)}, subjects: map[subjectKey]subjectToken{}}
 }
 
 // event returns the derived message of s, committed with watermark wm:
@@ -133,7 +143,7 @@ func newBuilder(stream string, maxPayload int64) *builder {
 func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize bool) {
 	ev := s.ev
 	if ev.Dropped != "" {
-		return derivedMsg(b.stream, s, wm, b.maxPayload)
+		return derivedMsg(b.stream, s, wm, b.lim)
 	}
 	if s.pos.seq != b.seq || wm.LowerNs != b.lowerNs || wm.UpperNs != b.upperNs || b.seqText == "" {
 		b.seq, b.lowerNs, b.upperNs = s.pos.seq, wm.LowerNs, wm.UpperNs
@@ -159,8 +169,8 @@ func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize
 	putHeader(h, HdrSourceSeq, b.seqText)
 	putHeader(h, HdrSourceIndex, strconv.Itoa(s.pos.index))
 	m.Subject, m.Reply, m.Data = st.subject, "", ev.Record.Payload
-	if b.maxPayload > 0 && msgSize(m) > b.maxPayload {
-		return derivedMsg(b.stream, s, wm, b.maxPayload)
+	if !b.lim.fits(m) {
+		return derivedMsg(b.stream, s, wm, b.lim)
 	}
 	return m, false
 }
@@ -175,7 +185,9 @@ func putHeader(h nats.Header, k, v string) {
 }
 
 // msgSize is what the server counts against its max payload: the
-// payload and the encoded headers.
+// payload and the encoded header block ("NATS/1.0\r\n", a "k: v\r\n"
+// line per value, "\r\n"). It is the one size of a derived message: the
+// oversize check (with the sender's reserve) and the bytes in flight.
 func msgSize(m *nats.Msg) int64 {
 	n := int64(len(m.Data)) + int64(len("NATS/1.0\r\n\r\n"))
 	for k, vs := range m.Header {
@@ -196,3 +208,6 @@ func cursorOf(h nats.Header) (pos position, skipped bool, err error) {
 	}
 	return position{seq: seq, index: idx}, h.Get(HdrSourceSkipped) == "1", nil
 }
+
+// headerLine is the bytes one header of a value of n bytes adds.
+func headerLine(k string, n int) int64 { return int64(len(k) + n + 4) }

@@ -23,6 +23,9 @@ type sender interface {
 	flush(ctx context.Context) error
 	// idle says the source has nothing more for now.
 	idle() error
+	// reserve is the most bytes of headers the sender adds to a message
+	// (see limit).
+	reserve() int64
 	error() error
 	failedC() <-chan struct{}
 	// close stops the sender and returns the first failure.
@@ -151,6 +154,22 @@ func (p *publisher) flush(ctx context.Context) error {
 	p.acks <- pending{f: f, want: p.last}
 	return nil
 }
+
+// fenceReserve is the fence header at its longest: every sender puts it
+// on the messages that carry an expectation.
+var fenceReserve = headerLine(jetstream.ExpectedLastSeqHeader, len("18446744073709551615"))
+
+// reserve: the fence, and in a batch of more than one the batch headers
+// (a nuid id, a sequence up to the batch size, the commit flag).
+func (p *publisher) reserve() int64 {
+	if p.size == 1 {
+		return fenceReserve
+	}
+	return fenceReserve + headerLine(hdrBatchID, nuidLen) + headerLine(hdrBatchSeq, len(strconv.Itoa(p.size))) + headerLine(hdrBatchCommit, 1)
+}
+
+// nuidLen is the length of a nuid (a batch id).
+const nuidLen = 22
 
 // Atomic batch headers (ADR-50).
 const (

@@ -228,9 +228,10 @@ func (u *Unpacker) session(ctx context.Context) error {
 	} else if pub, err = newFastPublisher(u.nc, cur.last, u.opts.MaxPending, u.opts.MaxPendingBytes, u.opts.AckTimeout, onAck); err != nil {
 		return err
 	}
-	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{}, pub: pub}
+	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{}, pub: pub,
+		lim: limit{max: u.nc.MaxPayload(), reserve: pub.reserve()}}
 	if _, fast := pub.(*fastPublisher); fast {
-		s.build = newBuilder(u.stream, u.nc.MaxPayload())
+		s.build = newBuilder(u.stream, s.lim)
 	}
 	u.log.Debug("unpack: session", "derived_last", cur.last, "from_source_seq", cur.pos.seq, "from_index", cur.pos.index)
 	defer s.pub.close()
@@ -292,6 +293,8 @@ type sessionState struct {
 	// pending holds each agent's part events until their commit.
 	pending map[string][]sourced
 	pub     sender
+	// lim is what a derived message may take before pub adds its headers.
+	lim limit
 	// build reuses one message for a sender that publishes at add (nil:
 	// a fresh message each).
 	build *builder
@@ -346,7 +349,7 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 		if s.build != nil {
 			dm, over = s.build.event(e, commit.Watermark)
 		} else {
-			dm, over = derivedMsg(u.stream, e, commit.Watermark, u.nc.MaxPayload())
+			dm, over = derivedMsg(u.stream, e, commit.Watermark, s.lim)
 		}
 		if over {
 			u.c.oversize.Add(1)
