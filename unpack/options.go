@@ -44,9 +44,13 @@ type Options struct {
 	// the derived stream; it takes over once the stream has not moved for
 	// one check. Default 2 s.
 	StandbyCheck time.Duration
-	// RetryWait is the pause after a failed session (no leader, a lost
-	// link) before the next. Default 250 ms.
+	// RetryWait is the pause after a first failed session (no leader, a
+	// lost link) before the next; it doubles with each failure in a row,
+	// up to MaxRetryWait, with jitter (a wait is between half and all of
+	// its step). Default 250 ms.
 	RetryWait time.Duration
+	// MaxRetryWait caps RetryWait's doubling. Default 30 s.
+	MaxRetryWait time.Duration
 	// DiscoverInterval is how often a Service without a fixed stream list
 	// looks for new EDGE_<STREAM> streams. Default 10 s.
 	DiscoverInterval time.Duration
@@ -70,6 +74,7 @@ func DefaultOptions() Options {
 		RequestTimeout:   5 * time.Second,
 		StandbyCheck:     2 * time.Second,
 		RetryWait:        250 * time.Millisecond,
+		MaxRetryWait:     30 * time.Second,
 		DiscoverInterval: 10 * time.Second,
 		Logger:           slog.Default(),
 	}
@@ -96,6 +101,9 @@ func (o Options) withDefaults() Options {
 	if o.RetryWait == 0 {
 		o.RetryWait = d.RetryWait
 	}
+	if o.MaxRetryWait == 0 {
+		o.MaxRetryWait = max(d.MaxRetryWait, o.RetryWait)
+	}
 	if o.DiscoverInterval == 0 {
 		o.DiscoverInterval = d.DiscoverInterval
 	}
@@ -118,6 +126,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: max pending bytes %d (want > 0)", ErrConfig, o.MaxPendingBytes)
 	case o.BatchSize > 1 && o.MaxPending > 50:
 		return fmt.Errorf("%w: max pending %d batches of %d (want at most 50 batches, the server's limit per stream by default)", ErrConfig, o.MaxPending, o.BatchSize)
+	case o.MaxRetryWait < o.RetryWait:
+		return fmt.Errorf("%w: max retry wait %s below retry wait %s", ErrConfig, o.MaxRetryWait, o.RetryWait)
 	case o.AckTimeout < 0, o.RequestTimeout < 0, o.StandbyCheck < 0, o.RetryWait < 0, o.DiscoverInterval < 0:
 		return fmt.Errorf("%w: a negative duration (ack timeout %s, request timeout %s, standby check %s, retry wait %s, discover interval %s)",
 			ErrConfig, o.AckTimeout, o.RequestTimeout, o.StandbyCheck, o.RetryWait, o.DiscoverInterval)

@@ -1,6 +1,9 @@
 package unpack
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // State is what an unpacker is doing.
 type State int
@@ -64,6 +67,10 @@ type Stats struct {
 	Fenced uint64 `json:"fenced"`
 	// Sessions counts sessions started.
 	Sessions uint64 `json:"sessions"`
+	// Failures counts the sessions failed in a row (0 once one makes
+	// progress); RetryIn is the wait before the next (StateRetrying).
+	Failures uint64        `json:"failures"`
+	RetryIn  time.Duration `json:"retry_in_ns,omitempty"`
 	// SourceSeq is the last source sequence read; DerivedSeq the last
 	// derived sequence acked.
 	SourceSeq  uint64 `json:"source_seq"`
@@ -74,5 +81,7 @@ type Stats struct {
 type counters struct {
 	state                                                                              atomic.Int32
 	events, oversize, corrupt, skipped, blocked, orphans, fenced, sessions, src, deriv atomic.Uint64
+	failures                                                                           atomic.Uint64
+	retryIn                                                                            atomic.Int64
 	err                                                                                atomic.Pointer[string]
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,7 @@ func (u *Unpacker) Stats() Stats {
 		Events: u.c.events.Load(), Oversize: u.c.oversize.Load(), Corrupt: u.c.corrupt.Load(), Skipped: u.c.skipped.Load(),
 		OrphanParts: u.c.orphans.Load(), Fenced: u.c.fenced.Load(), Sessions: u.c.sessions.Load(),
 		SourceSeq: u.c.src.Load(), DerivedSeq: u.c.deriv.Load(), BlockedSeq: u.c.blocked.Load(), Error: u.lastError(),
+		Failures: u.c.failures.Load(), RetryIn: time.Duration(u.c.retryIn.Load()),
 	}
 }
 
@@ -110,11 +112,38 @@ func (u *Unpacker) Run(ctx context.Context) error {
 			u.log.Info("unpack: another instance writes the derived stream; standing by", "err", err)
 			u.standby(ctx)
 		default:
+			n := u.c.failures.Add(1)
+			wait := backoff(u.opts.RetryWait, u.opts.MaxRetryWait, n)
+			u.c.retryIn.Store(int64(wait))
 			u.c.state.Store(int32(StateRetrying))
-			u.log.Warn("unpack: session failed; retrying", "err", err, "after", u.opts.RetryWait)
-			sleep(ctx, u.opts.RetryWait)
+			if n&(n-1) == 0 {
+				// Failures 1, 2, 4, 8, ...: a centre away for an hour
+				// writes a dozen lines, not one per retry.
+				u.log.Warn("unpack: session failed; retrying", "err", err, "failures", n, "after", wait)
+			}
+			sleep(ctx, wait)
+			u.c.retryIn.Store(0)
 		}
 	}
+}
+
+// recovered notes a session that reads the source and can publish
+// after failures.
+func (u *Unpacker) recovered() {
+	if n := u.c.failures.Swap(0); n > 0 {
+		u.log.Info("unpack: recovered", "failures", n)
+	}
+}
+
+// backoff is the wait after the n-th failure in a row: base doubled
+// n-1 times, at most most, then a random point in its upper half (so
+// that the instances of a cluster do not retry in step).
+func backoff(base, most time.Duration, n uint64) time.Duration {
+	d := most
+	if n <= 32 && base<<(n-1) < most && base<<(n-1) > 0 {
+		d = base << (n - 1)
+	}
+	return d/2 + rand.N(d/2+1)
 }
 
 // standby waits until the derived stream has not moved for one
@@ -191,6 +220,7 @@ func (u *Unpacker) session(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("unpack: read %s: %w", wire.StreamName(u.stream), err)
 	}
+	u.recovered()
 	ended := make(chan struct{})
 	stopped := make(chan struct{})
 	defer func() { close(ended); it.Stop(); <-stopped }()
