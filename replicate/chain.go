@@ -89,6 +89,9 @@ func (r *Replicator) load() error {
 	} else if ok {
 		r.recordedBy = string(v)
 	}
+	if err := r.loadPreIdentity(); err != nil {
+		return err
+	}
 	if v, ok, err := s.GetMeta(r.metaKey("high")); err != nil {
 		return fmt.Errorf("replicate: read committed high-water mark: %w", err)
 	} else if ok {
@@ -299,7 +302,7 @@ func (r *Replicator) decide(c Committed) (ResumeAction, bool, error) {
 		Stream: r.st.Name(), Store: r.store, Instance: r.instance, KnownInstance: r.knownInstance, Station: r.cfg.Station,
 		Takeover: r.cfg.Takeover, Base: r.base,
 		Topo: topo, Head: r.st.HeadCut(), Recovered: r.recovered, RecoveredAfter: func(i string) (localstream.StreamCut, bool) { return r.recoveredAfter(topo, i) },
-		Committed: r.committedLocal(topo), RecordedAtOpen: r.recordedAtOpen, RecordedBy: r.recordedBy, Last: c,
+		Committed: r.committedLocal(topo), RecordedAtOpen: r.recordedAtOpen, RecordedBy: r.recordedBy, PreIdentity: r.preIdentity, Last: c,
 		Started: r.started, StartSeq: r.startSeq, KnownSeq: r.lastSeq(), OwnCommits: r.ownCommits, Adopted: r.foreign, Decided: r.decided,
 		Now: r.cfg.Now(),
 	}
@@ -493,6 +496,45 @@ func (r *Replicator) lastSeq() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.last.Seq
+}
+
+// loadPreIdentity finds whether this store wrote its chain's records
+// from before store identities. The first Open by a version with
+// identities sees it as a local record of the committed cut with no
+// recorder noted; that run notes itself as the recorder at its first
+// read, so the fact is kept apart (meta "preidentity") and holds across
+// restarts until the store's first commit under its identity — after
+// which a record without a store at the chain's end is a stranger's.
+func (r *Replicator) loadPreIdentity() error {
+	s := r.st.Store()
+	key := r.metaKey("preidentity")
+	if _, ok, err := s.GetMeta(key); err != nil {
+		return fmt.Errorf("replicate: read pre-identity mark: %w", err)
+	} else if ok {
+		r.preIdentity = true
+		return nil
+	}
+	if r.recordedAtOpen == nil || r.recordedBy != "" {
+		return nil
+	}
+	if err := s.PutMeta(key, []byte("1")); err != nil {
+		return fmt.Errorf("replicate: note pre-identity mark: %w", err)
+	}
+	r.preIdentity = true
+	return nil
+}
+
+// dropPreIdentity forgets the pre-identity mark at this store's first
+// commit under its identity.
+func (r *Replicator) dropPreIdentity() error {
+	if !r.preIdentity {
+		return nil
+	}
+	if err := r.st.Store().DeleteMeta(r.metaKey("preidentity")); err != nil {
+		return fmt.Errorf("replicate: clear pre-identity mark: %w", err)
+	}
+	r.preIdentity = false
+	return nil
 }
 
 // noteRecorder records, once per run and before its first local record

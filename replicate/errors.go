@@ -19,7 +19,9 @@ var (
 	// locally. It wraps ErrFenced. Permanent until an operator stops one
 	// or takes over (--takeover); never decided by how long the other was
 	// silent.
-	ErrTwin = fmt.Errorf("%w: another live store writes this agent's chain", ErrFenced)
+	// Its text claims no more than is known: the other writer may be a
+	// record from before store identities whose store cannot be told.
+	ErrTwin = fmt.Errorf("%w: the agent's chain is not this store's to write", ErrFenced)
 	// ErrNoStation: the machine has no usable machine id, so the station
 	// identity is unknown (MachineStation).
 	ErrNoStation = errors.New("replicate: no machine id for the station identity")

@@ -125,3 +125,67 @@ func TestBackupRestoredTwice(t *testing.T) {
 	}
 	t.Logf("backup restored twice: bases %v, %d events at the centre, %d lost inside %d gaps", bases, len(rep.events), lost, len(rep.lost))
 }
+
+// TestUpgradedStoreRestartedBeforeFirstCommit (issue 37 case 6): a store
+// upgraded in place (its chain's last record was written before store
+// identities, by this store's old version) is restarted after its first
+// read of the centre and before its first commit — idle, and with events
+// flowing while its uplink is down. It is still the store that wrote
+// that record: it continues the chain with every event and no gap,
+// never refused as a twin of itself.
+//
+// Failed before: "restarted upgraded store (idle): stopped \"replicate:
+// fenced: another agent uses this agent id: another live store writes
+// this agent's chain: ...\"; 0 of 20
+// events at the centre".
+func TestUpgradedStoreRestartedBeforeFirstCommit(t *testing.T) {
+	for _, flowing := range []bool{false, true} {
+		name := map[bool]string{false: "idle", true: "events flowing"}[flowing]
+		t.Run(name, func(t *testing.T) {
+			srv := rigs.StartCentral(t, central.Config{})
+			px := newFaultProxy(t, srv.ClientURL()[len("nats://"):])
+			nc, ncP := connect(t, srv.ClientURL()), connect(t, px.URL())
+			agent := "agent-upr"
+			p := newProducer()
+			dir := t.TempDir()
+			s0, st := openStore(t, dir)
+			p.add(t, st, 40)
+			cut := st.TailCut()
+			if err := st.SetCommittedCut("central", cut); err != nil {
+				t.Fatal(err)
+			}
+			s0.Close()
+			preIdentityChain(t, srv.ClientURL(), agent, cut)
+			p = newProducer() // the 40 are the old version's, committed
+
+			n := startNode(t, ncP, dir, agent, ReplicatorConfig{})
+			testkit.WaitFor(t, 20*time.Second, "the first read of the centre", func() bool { return n.rp.r.Stats().LastSeq > 0 })
+			if flowing {
+				px.SetDown(true)
+				p.add(t, n.st, 20)
+				testkit.WaitFor(t, 20*time.Second, "a send tried on the cut link", func() bool { return n.rp.r.Stats().LastError != "" })
+			}
+			if s := n.rp.r.Stats(); s.Txns != 0 || s.Stopped != "" {
+				t.Fatalf("the fault did not happen: the first run committed %d txns (stopped %q)", s.Txns, s.Stopped)
+			}
+			n.stop(t)
+			px.SetDown(false)
+
+			n = startNode(t, nc, dir, agent, ReplicatorConfig{})
+			defer n.stop(t)
+			if !flowing {
+				p.add(t, n.st, 20)
+			}
+			testkit.WaitFor(t, 20*time.Second, "the restarted store refused or caught up", func() bool {
+				c, ok := n.rp.r.localCut(mustLast(t, nc, agent))
+				return n.rp.r.Stats().Stopped != "" || ok && c.Equal(n.st.TailCut())
+			})
+			s := n.rp.r.Stats()
+			rep := readLoss(t, nc, agent)
+			if s.Stopped != "" || len(rep.events) != 20 || len(rep.lost) != 0 || s.EpochBase != 0 {
+				t.Fatalf("restarted upgraded store (%s): stopped %q; %d of 20 events at the centre, gaps %v, base %d", name, s.Stopped, len(rep.events), rep.lost, s.EpochBase)
+			}
+			checkAccounted(t, rep, p, 0)
+		})
+	}
+}

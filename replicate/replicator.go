@@ -234,6 +234,10 @@ type Replicator struct {
 	// recorderNoted is set once this run noted itself as the recorder.
 	recordedBy    string
 	recorderNoted bool
+	// preIdentity is set while this store is the writer of its chain's
+	// records from before store identities and has committed none under
+	// its identity yet (meta "preidentity", chain.go).
+	preIdentity bool
 	// pendingKept is set while a decision is kept (resume meta).
 	pendingKept bool
 	decided     bool
@@ -602,6 +606,9 @@ func (r *Replicator) watermarkMoved(prev Committed, wm watermark.Watermark) bool
 func (r *Replicator) committed(fl *inflight) error {
 	c := fl.c
 	r.ownCommits++
+	if err := r.dropPreIdentity(); err != nil {
+		return err
+	}
 	r.txns.Add(1)
 	r.events.Add(uint64(c.Record.Events))
 	r.bytes.Add(uint64(c.Record.Bytes))

@@ -47,7 +47,8 @@ import (
 //     (--takeover). A store that existed before identities (its local
 //     record of the committed cut was written by a version that noted no
 //     run) takes a record without a store for its own: it is the store
-//     that wrote it, upgraded in place.
+//     that wrote it, upgraded in place. It keeps knowing so across
+//     restarts until its first commit under its identity lands.
 //   - A store that took over writes from a new epoch base: every position
 //     it sends is beyond every position the centre has seen. The old
 //     store, if it is live, finds a foreign record in its chain and stops
@@ -145,6 +146,12 @@ type ResumeInput struct {
 	RecordedAtOpen *localstream.StreamCut
 	// RecordedBy is the run that wrote it ("": unknown).
 	RecordedBy string
+	// PreIdentity: this store wrote the chain's records from before store
+	// identities and has committed none under its identity since. It is
+	// what RecordedAtOpen with no RecordedBy showed at the store's first
+	// Open by a version with identities, kept by the store so that it
+	// still holds once a run of that version noted itself as recorder.
+	PreIdentity bool
 	// Last is the chain's last record at the centre (Seq 0: none).
 	Last Committed
 	// Started is set after the first read of this run; StartSeq is the
@@ -219,6 +226,10 @@ func Decide(in ResumeInput) ResumeAction {
 			// The operator's order, or this station's replaced disk.
 			return in.takeover(wire.LossStoreReplaced)
 		}
+		if rec.Store == "" {
+			return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: agent %s's chain was last written before store identities (seq %d, instance %s), and this store %s (station %s) holds no sign that it wrote it: another station uses this agent id, or this station's store was replaced before its upgrade; stop the other, or restart this one with --takeover",
+				ErrTwin, in.Stream, rec.Agent, last.Seq, rec.Instance, in.Store, stationName(in.Station))}
+		}
 		return ResumeAction{Kind: ResumeRefuse, Err: fmt.Errorf("%w: stream %s: agent %s's chain was last written by %s (seq %d, instance %s); this store %s is of station %s: another station uses this agent id; stop one, or restart this one with --takeover",
 			ErrTwin, in.Stream, rec.Agent, writerName(rec), last.Seq, rec.Instance, in.Store, stationName(in.Station))}
 	case !known:
@@ -247,9 +258,10 @@ func Decide(in ResumeInput) ResumeAction {
 
 // legacyStore reports whether this store wrote commit records before
 // store identities: its local record of the committed cut, as it was
-// opened, was written by a version that noted no run as its recorder.
+// opened, was written by a version that noted no run as its recorder —
+// or was at an earlier Open, and the store kept that (PreIdentity).
 func (in ResumeInput) legacyStore() bool {
-	return in.RecordedAtOpen != nil && in.RecordedBy == ""
+	return in.PreIdentity || in.RecordedAtOpen != nil && in.RecordedBy == ""
 }
 
 // writerName names a record's store and station for messages.
