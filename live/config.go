@@ -39,8 +39,10 @@ type Config struct {
 	// TTL is how long the centre keeps a drone's last value (Nats-TTL):
 	// a drone gone longer than that drops out of the preview. Default 1 h.
 	TTL time.Duration `yaml:"ttl"`
-	// MaxDrones bounds the drones tracked per stream; values of further
-	// drones are dropped and counted (Stats.DronesRefused). Default 1,024.
+	// MaxDrones bounds the drones tracked per stream; when all are
+	// taken, a new drone takes the slot of one with no event for a
+	// minute, else its values are dropped and counted
+	// (Stats.DronesRefused). Default 1,024.
 	MaxDrones int `yaml:"max_drones"`
 	// MaxValueBytes bounds one value's payload; a larger one is not sent
 	// and is counted (Stats.TooLarge). Default 256 KiB.

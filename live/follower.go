@@ -9,12 +9,20 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/edge-agent/edge-agent/ingest/guard"
 	"github.com/edge-agent/edge-agent/ingest/video"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
+// droneIdle: a drone with no new event for this long (by the events'
+// ingest times, the intakes' clock) gives its slot to a new drone when
+// the table is full. Its last value was sent long since (the intervals
+// are seconds); the centre keeps it for the TTL.
+const droneIdle = time.Minute
+
 // follower keeps the latest value of every drone of one local stream by
-// reading its tail. Its table is bounded (Config.MaxDrones); a value is
+// reading its tail. Its table is bounded (Config.MaxDrones) and gives
+// back the slots of drones silent for droneIdle (guard.Table); a value is
 // a copy, never the reader's memory. Safe for concurrent use.
 type follower struct {
 	st        *localstream.Stream
@@ -24,9 +32,11 @@ type follower struct {
 	log       *slog.Logger
 
 	mu sync.Mutex
-	// latest holds each drone's latest value and its version (bumped at
-	// every new value). Guarded by mu.
-	latest map[string]*slot
+	// latest holds each drone's latest value and its version. Guarded by mu.
+	latest *guard.Table[string, *slot]
+	// version numbers the values, across drones (mu): a drone released
+	// and back gets versions above any the lane sent it before.
+	version uint64
 
 	// refused counts values of drones beyond maxDrones; skipped counts
 	// video events without a keyframe that could be read (keyframes
@@ -41,7 +51,8 @@ type slot struct {
 }
 
 func newFollower(st *localstream.Stream, cfg StreamConfig, maxDrones, seed int, log *slog.Logger) *follower {
-	return &follower{st: st, cfg: cfg, maxDrones: maxDrones, seed: seed, log: log, latest: map[string]*slot{}}
+	return &follower{st: st, cfg: cfg, maxDrones: maxDrones, seed: seed, log: log,
+		latest: guard.NewTable(guard.TableConfig[string, *slot]{Max: maxDrones, Idle: droneIdle})}
 }
 
 // run follows the stream until ctx ends. A reader error (retention
@@ -141,22 +152,21 @@ func hasKey(rec *localstream.Record) bool {
 	return k != ""
 }
 
-// put makes v the drone's latest value (a drone beyond the table's
-// bound is refused and counted).
+// put makes v the drone's latest value (a new drone while every slot is
+// held by a live one is refused and counted).
 func (f *follower) put(v value) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s := f.latest[v.drone]
-	if s == nil {
-		if len(f.latest) >= f.maxDrones {
+	s, ok := f.latest.Get(v.drone, v.ingestNs)
+	if !ok {
+		s = &slot{}
+		if !f.latest.Add(v.drone, s, v.ingestNs) {
 			f.refused.Add(1)
 			return
 		}
-		s = &slot{}
-		f.latest[v.drone] = s
 	}
-	s.v = v
-	s.version++
+	f.version++
+	s.v, s.version = v, f.version
 }
 
 // pending returns the drones whose version is above sent's, with their
@@ -165,7 +175,7 @@ func (f *follower) pending(sent map[string]uint64) []slot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []slot
-	for d, s := range f.latest {
+	for d, s := range f.latest.All() {
 		if s.version > sent[d] {
 			out = append(out, *s)
 		}
@@ -177,5 +187,5 @@ func (f *follower) pending(sent map[string]uint64) []slot {
 func (f *follower) drones() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.latest)
+	return f.latest.Len()
 }

@@ -50,8 +50,13 @@ type Config struct {
 	Rates map[string]float64 `yaml:"rates"`
 	// Signing verifies MAVLink 2 signatures. Default off.
 	Signing SigningConfig `yaml:"signing"`
-	// MaxConnections bounds the TCP connections accepted at once. Default 16.
+	// MaxConnections bounds the TCP connections accepted at once; when
+	// all are open, a newcomer takes the slot of the one that has sent
+	// nothing the longest (for 2 s at least), else it is closed. Default 16.
 	MaxConnections int `yaml:"max_connections"`
+	// TCPIdleTimeout cuts an accepted TCP connection that sends nothing
+	// this long. Default 30s.
+	TCPIdleTimeout time.Duration `yaml:"tcp_idle_timeout"`
 	// HeartbeatInterval is how often a HEARTBEAT goes to each UDPConnect
 	// endpoint. Default 1s.
 	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
@@ -112,7 +117,7 @@ const (
 
 // NewDefaultConfig returns the defaults (no endpoint set).
 func NewDefaultConfig() Config {
-	return Config{Discover: true, MaxDrones: 64, DroneIdleTimeout: time.Minute, MaxConnections: 16,
+	return Config{Discover: true, MaxDrones: 64, DroneIdleTimeout: time.Minute, MaxConnections: 16, TCPIdleTimeout: 30 * time.Second,
 		HeartbeatInterval: time.Second, SystemID: 254, SocketBuffer: 4 << 20,
 		BatchWindow: 250 * time.Millisecond, BatchFrames: 1024, RebindAfter: 5 * time.Second}
 }
@@ -127,6 +132,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = d.MaxConnections
+	}
+	if c.TCPIdleTimeout == 0 {
+		c.TCPIdleTimeout = d.TCPIdleTimeout
 	}
 	if c.HeartbeatInterval == 0 {
 		c.HeartbeatInterval = d.HeartbeatInterval
@@ -179,6 +187,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 1 {
 		return fmt.Errorf("%w: max_connections %d: want ≥ 1", ErrConfig, c.MaxConnections)
+	}
+	if c.TCPIdleTimeout < 0 {
+		return fmt.Errorf("%w: tcp_idle_timeout %v: want > 0", ErrConfig, c.TCPIdleTimeout)
 	}
 	if c.HeartbeatInterval < 0 {
 		return fmt.Errorf("%w: heartbeat_interval %v: want > 0", ErrConfig, c.HeartbeatInterval)

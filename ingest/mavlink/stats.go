@@ -9,11 +9,16 @@ import (
 type Stats struct {
 	// Datagrams: UDP datagrams received; Connections: TCP connections
 	// accepted or dialled; ConnectionsRefused: accepted over
-	// MaxConnections and closed; ConnectionsLost: dialled ones that ended.
-	Datagrams          uint64 `json:"datagrams"`
-	Connections        uint64 `json:"connections"`
-	ConnectionsRefused uint64 `json:"connections_refused"`
-	ConnectionsLost    uint64 `json:"connections_lost"`
+	// MaxConnections, none quiet long enough to evict, and closed;
+	// ConnectionsEvicted: quiet ones closed to admit a newcomer;
+	// ConnectionsTimedOut: silent for TCPIdleTimeout, cut;
+	// ConnectionsLost: dialled ones that ended.
+	Datagrams           uint64 `json:"datagrams"`
+	Connections         uint64 `json:"connections"`
+	ConnectionsRefused  uint64 `json:"connections_refused"`
+	ConnectionsEvicted  uint64 `json:"connections_evicted"`
+	ConnectionsTimedOut uint64 `json:"connections_timed_out"`
+	ConnectionsLost     uint64 `json:"connections_lost"`
 	// ReadErrors: socket errors (a UDP server not up yet, a refused dial).
 	ReadErrors uint64 `json:"read_errors"`
 	// KernelDrops: datagrams the kernel dropped at the intake's UDP
@@ -80,6 +85,7 @@ type counters struct {
 	unmapped, dronesOverLimit, dronesReleased                                    atomic.Uint64
 	lost, duplicates, sampled, late, clockSkew, spoofed, rebinds                 atomic.Uint64
 	diskFullDrops, storeDrops, markErrors                                        atomic.Uint64
+	connectionsEvicted, connectionsTimedOut                                      atomic.Uint64
 }
 
 // Stats returns a snapshot of the counters and of every drone's.
@@ -87,6 +93,7 @@ func (in *Intake) Stats() Stats {
 	c := &in.c
 	s := Stats{Datagrams: c.datagrams.Load(), Connections: c.connections.Load(),
 		ConnectionsRefused: c.connectionsRefused.Load(), ConnectionsLost: c.connectionsLost.Load(),
+		ConnectionsEvicted: c.connectionsEvicted.Load(), ConnectionsTimedOut: c.connectionsTimedOut.Load(),
 		ReadErrors: c.readErrors.Load(), KernelDrops: in.kernelDrops.total(), Frames: c.frames.Load(), Stored: c.stored.Load(),
 		GarbageBytes: c.garbageBytes.Load(), BadTlogTime: c.badTlogTime.Load(), BadCRC: c.badCRC.Load(), UnknownMessage: c.unknownMessage.Load(),
 		Truncated: c.truncated.Load(), Unsigned: c.unsigned.Load(), BadSignature: c.badSignature.Load(),

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"time"
+
+	"github.com/edge-agent/edge-agent/ingest/guard"
 )
 
 // readStream takes frames from a byte stream with consume (plain frames,
@@ -29,7 +32,10 @@ func (in *Intake) readStream(c net.Conn, consume func([]byte, int64, source) int
 				in.c.garbageBytes.Add(uint64(have)) // a frame cut by the end of the stream
 				in.c.truncated.Add(1)
 			}
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				in.c.connectionsTimedOut.Add(1)
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 				in.c.readErrors.Add(1)
 			}
 			return
@@ -37,9 +43,24 @@ func (in *Intake) readStream(c net.Conn, consume func([]byte, int64, source) int
 	}
 }
 
+// evictAfter: when MaxConnections are open, a newcomer takes the slot of
+// the connection that has sent nothing the longest, once that has been
+// quiet this long (a drone sends a HEARTBEAT every second at least).
+const evictAfter = 2 * time.Second
+
 // acceptTCP serves TCP connections until ctx ends, at most MaxConnections
-// at once per listener (more are closed at once, counted).
-func (in *Intake) acceptTCP(ctx context.Context, l net.Listener, consume func([]byte, int64, source) int) {
+// at once per listener, through a guard.Limiter: a connection that sends
+// nothing for TCPIdleTimeout is cut, and when every slot is held a
+// newcomer takes the slot of the one quiet the longest (quiet for
+// evictAfter), else it is closed at once (counted). Idle sockets cannot
+// lock a drone's link out.
+func (in *Intake) acceptTCP(ctx context.Context, ln net.Listener, consume func([]byte, int64, source) int) {
+	l := guard.NewLimiter(ln, guard.LimiterConfig{
+		Max: in.cfg.MaxConnections, EvictAfter: evictAfter, ReadTimeout: in.cfg.TCPIdleTimeout,
+		ReadsAreActivity: true, Now: in.cfg.Now,
+		OnRefuse: func(guard.Refusal, string) { in.c.connectionsRefused.Add(1) },
+		OnEvict:  func(bool) { in.c.connectionsEvicted.Add(1) },
+	})
 	var mu sync.Mutex
 	conns := map[net.Conn]struct{}{}
 	var wg sync.WaitGroup
@@ -62,12 +83,6 @@ func (in *Intake) acceptTCP(ctx context.Context, l net.Listener, consume func([]
 			continue
 		}
 		mu.Lock()
-		if len(conns) >= in.cfg.MaxConnections {
-			mu.Unlock()
-			in.c.connectionsRefused.Add(1)
-			c.Close()
-			continue
-		}
 		conns[c] = struct{}{}
 		mu.Unlock()
 		in.c.connections.Add(1)
