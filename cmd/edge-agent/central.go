@@ -15,8 +15,9 @@ import (
 
 func init() {
 	commands["central"] = command{
-		summary: "run an embedded JetStream server (the central store) for one box, a demo or an R3 cluster; `central unpack`: per-drone events from the packed streams",
-		run:     runCentral,
+		summary:     "run an embedded JetStream server (the central store) for one box, a demo or an R3 cluster; `central unpack`: per-drone events from the packed streams",
+		run:         runCentral,
+		subcommands: []string{"unpack"},
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,14 +12,19 @@ import (
 
 func init() {
 	commands["export"] = command{
-		summary: "export video|telemetry: write a drone's video (playable file) or MAVLink telemetry (tlog) between two times from the central store",
-		run:     runExport,
+		summary:     "export video|telemetry: write a drone's video (playable file) or MAVLink telemetry (tlog) between two times from the central store",
+		run:         runExport,
+		subcommands: []string{"video", "telemetry"},
 	}
 }
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "telemetry" {
 		return runExportTelemetry(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && asksHelp(args[:1]) {
+		commandUsage(newFlagSet("export", stderr), "export")
+		return usageError{flag.ErrHelp}
 	}
 	if len(args) == 0 || args[0] != "video" {
 		return usagef("usage: edge-agent export video|telemetry --drone D --from T1 --to T2 -o FILE")

@@ -25,6 +25,9 @@ import (
 type command struct {
 	// summary is the one line shown by `edge-agent help`.
 	summary string
+	// subcommands are the words that may follow the command's name
+	// (`export video`), for help and shell completion.
+	subcommands []string
 	// run parses args and does the work. It returns a usageError for bad
 	// usage or config (exit 2) and any other error for runtime failures (exit 1).
 	run func(ctx context.Context, args []string, stdout, stderr io.Writer) error
@@ -44,10 +47,12 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Errorf(format, args...)}
 }
 
-// newFlagSet returns a FlagSet that reports parse errors as usage errors.
+// newFlagSet returns a FlagSet that reports parse errors as usage errors;
+// its usage (-h, --help) names the command and what it does.
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("edge-agent "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() { commandUsage(fs, name) }
 	return fs
 }
 
@@ -94,13 +99,25 @@ func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return dispatch(ctx, args, out, errOut)
 }
 
-// dispatch runs the subcommand of args.
+// dispatch runs the subcommand of args, after the global flags.
 func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+	args, err := parseGlobal(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "edge-agent: %v\n", err)
+		return 2
+	}
+	defer useLogger(commandLogger(stderr))()
+	switch {
+	case len(args) == 0:
 		printHelp(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	case args[0] == "--version" || args[0] == "-version":
+		args = []string{"version"}
+	case len(args) > 1 && args[0] == "help":
+		// help CMD [SUB] is CMD [SUB] --help.
+		args = append(args[1:], "--help")
+	case args[0] == "help" || args[0] == "-h" || args[0] == "--help":
+		printHelp(stdout)
 		return 0
 	}
 	cmd, ok := commands[args[0]]
@@ -108,15 +125,18 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "edge-agent: unknown command %q; run 'edge-agent help' for the list\n", args[0])
 		return 2
 	}
-	err := cmd.run(ctx, args[1:], stdout, stderr)
+	if asksHelp(args[1:]) {
+		stderr = stdout // help asked for is output, not an error
+	}
+	err = cmd.run(ctx, args[1:], stdout, stderr)
 	var ue usageError
 	switch {
 	case err == nil:
 		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.As(err, &ue):
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "edge-agent %s: %v\n", args[0], err)
-		}
+		fmt.Fprintf(stderr, "edge-agent %s: %v\n", args[0], err)
 		return 2
 	default:
 		fmt.Fprintf(stderr, "edge-agent %s: %v\n", args[0], err)
@@ -125,7 +145,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 func printHelp(w io.Writer) {
-	fmt.Fprintln(w, "usage: edge-agent <command> [flags]\n\ncommands:")
+	fmt.Fprintln(w, "usage: edge-agent [--log-format text|json] <command> [flags]\n"+
+		"       edge-agent help <command> | --version | completion bash|zsh|fish\n\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)

@@ -4,25 +4,23 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime/debug"
+
+	"github.com/edge-agent/edge-agent/agent"
 )
 
 // version is set with -ldflags "-X main.version=..." by release builds.
 var version = "dev"
 
 func init() {
+	agent.Version = version
 	commands["version"] = command{
-		summary: "print the version",
+		summary: "print the version, the commit it was built from and the Go release",
 		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fs := newFlagSet("version", stderr)
 			if err := parseFlags(fs, args); err != nil {
 				return err
 			}
-			goVersion := "unknown"
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				goVersion = bi.GoVersion
-			}
-			fmt.Fprintf(stdout, "edge-agent %s (%s)\n", version, goVersion)
+			fmt.Fprintf(stdout, "edge-agent %s\n", agent.ReadBuild())
 			return nil
 		},
 	}
