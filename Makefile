@@ -2,10 +2,28 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: test race bench bench-peers fuzz lint staticcheck build dist
+# Every target builds and tests with the Go release named in go.mod's
+# toolchain line (the go command fetches it from the module proxy once):
+# the machine's Go or a GOTOOLCHAIN=local in the environment or in
+# `go env -w` would otherwise pick the compiler and standard library.
+# `make GOTOOLCHAIN=local …` still overrides it on purpose.
+GO_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+export GOTOOLCHAIN := $(GO_TOOLCHAIN)
+
+.PHONY: test race bench bench-peers fuzz lint staticcheck build dist toolchain
 
 build:
 	$(GO) build -o bin/edge-agent ./cmd/edge-agent
+
+# Fails unless the go command and the binaries of make build / make dist
+# are of go.mod's toolchain release.
+toolchain:
+	@v=$$($(GO) env GOVERSION); test "$$v" = "$(GO_TOOLCHAIN)" || { echo "toolchain: go is $$v, go.mod names $(GO_TOOLCHAIN)"; exit 1; }
+	@for b in bin/edge-agent bin/edge-agent-linux-*; do [ -f "$$b" ] || continue; \
+	  v=$$($(GO) version "$$b" | awk '{print $$2}'); \
+	  test "$$v" = "$(GO_TOOLCHAIN)" || { echo "toolchain: $$b built by $$v, go.mod names $(GO_TOOLCHAIN)"; exit 1; }; \
+	  echo "toolchain: $$b $$v"; done
+	@echo "toolchain: $(GO_TOOLCHAIN)"
 
 # The test suite: real Badger, real Mosquitto, embedded JetStream.
 test:

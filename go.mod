@@ -2,6 +2,8 @@ module github.com/edge-agent/edge-agent
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require (
 	github.com/bluenviron/gomavlib/v3 v3.3.5
 	github.com/bluenviron/gortsplib/v4 v4.16.2

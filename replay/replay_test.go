@@ -9,9 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/pion/rtcp"
 )
@@ -92,31 +94,54 @@ func listenPair(t *testing.T) (*net.UDPConn, *net.UDPConn) {
 	return nil, nil
 }
 
-// drain reads datagrams until none comes for 200ms.
-func drain(c *net.UDPConn) [][]byte {
-	done := make(chan struct{})
-	close(done)
-	return drainUntil(c, done)
+// datagrams keeps a copy of every datagram its conn reads, on a goroutine
+// of its own, until the conn is closed. Tests wait on the count they expect
+// rather than on a quiet spell: a loaded machine can delay the sender by
+// longer than any fixed window.
+type datagrams struct {
+	mu  sync.Mutex
+	got [][]byte // guarded by mu
 }
 
-// drainUntil reads datagrams until done is closed and none arrives for
-// 200 ms after that.
-func drainUntil(c *net.UDPConn, done <-chan struct{}) [][]byte {
-	var out [][]byte
-	buf := make([]byte, 65536)
-	for {
-		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		n, err := c.Read(buf)
-		if err != nil {
-			select {
-			case <-done:
-				return out
-			default:
-				continue
+func collect(t *testing.T, c *net.UDPConn) *datagrams {
+	d := &datagrams{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65536)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
 			}
+			d.mu.Lock()
+			d.got = append(d.got, append([]byte(nil), buf[:n]...))
+			d.mu.Unlock()
 		}
-		out = append(out, append([]byte(nil), buf[:n]...))
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return d
+}
+
+func (d *datagrams) len() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.got)
+}
+
+// wait returns the datagrams once n have arrived; it fails t if they have
+// not within 30 s, or if more than n arrived.
+func (d *datagrams) wait(t *testing.T, n int, what string) [][]byte {
+	t.Helper()
+	if !testkit.Until(30*time.Second, func() bool { return d.len() >= n }) {
+		t.Fatalf("%s: received %d of %d datagrams", what, d.len(), n)
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.got) != n {
+		t.Fatalf("%s: received %d datagrams, %d sent", what, len(d.got), n)
+	}
+	return d.got
 }
 
 // TestSend sends the capture as fast as possible, with the SSRC
@@ -128,27 +153,15 @@ func TestSend(t *testing.T) {
 		t.Fatal(err)
 	}
 	rtpC, rtcpC := listenPair(t)
-	defer rtpC.Close()
-	defer rtcpC.Close()
-	type result struct{ rtp, rtcp [][]byte }
-	done := make(chan result)
-	go func() {
-		var r result
-		r.rtp = drain(rtpC)
-		r.rtcp = drain(rtcpC)
-		done <- r
-	}()
+	rtpGot, rtcpGot := collect(t, rtpC), collect(t, rtcpC)
 	sum, err := Send(context.Background(), testdata("h264.pcap"), rtpC.LocalAddr().String(), Options{SSRC: 0xdeadbeef})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := <-done
 	if sum.RTP != 1265 || sum.RTCP != 2 || sum.RTCPMuxed || len(sum.SSRCs) != 1 || sum.SSRCs[0] != 0xdeadbeef {
 		t.Fatalf("summary %+v", sum)
 	}
-	if len(got.rtp) != 1265 || len(got.rtcp) != 2 {
-		t.Fatalf("received %d rtp, %d rtcp", len(got.rtp), len(got.rtcp))
-	}
+	got := struct{ rtp, rtcp [][]byte }{rtpGot.wait(t, 1265, "rtp"), rtcpGot.wait(t, 2, "rtcp")}
 	i := 0
 	for _, p := range pkts {
 		if p.Kind != RTP {
@@ -165,13 +178,15 @@ func TestSend(t *testing.T) {
 			t.Fatalf("rtcp %x", g[:8])
 		}
 	}
-	// Muxed: everything on the RTP port.
-	go func() { done <- result{rtp: drain(rtpC)} }()
-	if _, err := Send(context.Background(), testdata("h264.pcap"), rtpC.LocalAddr().String(), Options{Mux: true}); err != nil {
+	// Muxed: everything on the RTP port, nothing on port+1.
+	muxC, muxRTCPC := listenPair(t)
+	muxGot, muxRTCPGot := collect(t, muxC), collect(t, muxRTCPC)
+	if _, err := Send(context.Background(), testdata("h264.pcap"), muxC.LocalAddr().String(), Options{Mux: true}); err != nil {
 		t.Fatal(err)
 	}
-	if got := <-done; len(got.rtp) != 1267 {
-		t.Fatalf("muxed: %d datagrams", len(got.rtp))
+	muxGot.wait(t, 1267, "muxed")
+	if n := muxRTCPGot.len(); n != 0 {
+		t.Fatalf("muxed: %d datagrams on port+1", n)
 	}
 	if _, err := Send(context.Background(), testdata("h264.pcap"), "nowhere", Options{}); !errors.Is(err, ErrTarget) {
 		t.Fatalf("bad target: %v", err)
@@ -238,20 +253,13 @@ func TestSendLive(t *testing.T) {
 	srNTP := func(live bool) []time.Time {
 		rtpC, rtcpC := listenPair(t)
 		defer rtpC.Close()
-		defer rtcpC.Close()
-		// Read until the sender is done, then what is still queued: an
-		// idle deadline alone ends early when a loaded machine delays the
-		// sender by more than the deadline.
-		sent := make(chan struct{})
-		got := make(chan [][]byte)
-		go func() { got <- drainUntil(rtcpC, sent) }()
-		_, err := Send(context.Background(), testdata("h264.pcap"), rtpC.LocalAddr().String(), Options{Live: live})
-		close(sent)
+		rtcpGot := collect(t, rtcpC)
+		sum, err := Send(context.Background(), testdata("h264.pcap"), rtpC.LocalAddr().String(), Options{Live: live})
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out []time.Time
-		for _, b := range <-got {
+		for _, b := range rtcpGot.wait(t, sum.RTCP, "rtcp") {
 			ps, err := rtcp.Unmarshal(b)
 			if err != nil {
 				t.Fatal(err)
