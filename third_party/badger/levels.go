@@ -1587,6 +1587,11 @@ func tablesToString(tables []*table.Table) []string {
 	return res
 }
 
+// EdgeAgentPatch names the edge-agent patch in this copy (subcompact's
+// deferred inflightBuilders.Done sees the table's error);
+// third_party/patches_test.go fails to build or fails without it.
+const EdgeAgentPatch = "badger v4.9.6: subcompact defers Done(err) in a closure"
+
 var errFillTables = errors.New("Unable to fill tables")
 
 // doCompact picks some table on level l and compacts it away to the next level.

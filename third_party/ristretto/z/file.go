@@ -35,6 +35,11 @@ var NewFile = errors.New("Create a new file")
 // (edge-agent patch, see third_party/README.md.)
 var Allocate func(fd *os.File, off, size int64) error
 
+// EdgeAgentPatch names the edge-agent patch in this copy (Allocate, and
+// OpenMmapFile closing its descriptor when it returns no file);
+// third_party/patches_test.go fails to build or fails without it.
+const EdgeAgentPatch = "ristretto v2.2.0: z.Allocate, OpenMmapFile closes its fd on error"
+
 func OpenMmapFileUsing(fd *os.File, sz int, writable bool) (*MmapFile, error) {
 	filename := fd.Name()
 	fi, err := fd.Stat()
