@@ -14,7 +14,7 @@
 //	with bounded backoff; gortsplib)        │  a new session, discontinuity)
 //	                                        │ bounded queue per drone (drops counted)
 //	                                        ▼
-//	drone: reorder (seq, 16-bit wrap, max packets / max wait) → depacketize
+//	drone: reorder (ingest/sequence classifies: 16-bit, 512 newest; buffer of max packets / max wait) → depacketize
 //	       (H.264 RFC 6184 single/STAP-A/FU-A, H.265 RFC 7798 single/AP/FU)
 //	       → frames (same RTP timestamp; marker ends) → PTS (RTCP SR NTP↔RTP)
 //	       → chunker (new chunk at each keyframe; cut at max duration/bytes)

@@ -4,48 +4,54 @@ import (
 	"time"
 
 	"github.com/pion/rtp"
+
+	"github.com/edge-agent/edge-agent/ingest/sequence"
 )
 
 // reorderWindow is the ring size of the reorder buffer: a packet more than
-// this many sequence numbers ahead is a jump, not a reordering.
+// this many sequence numbers ahead cannot wait in it.
 const reorderWindow = 512
 
-// maxMisorder is how far behind a packet may be and still count as late
-// (RFC 3550 A.1 MAX_MISORDER); further behind, it is a possible restart.
+// maxMisorder is how far behind the start of a session a packet may be
+// and still move the start back (RFC 3550 A.1 MAX_MISORDER).
 const maxMisorder = 100
+
+// rtpSeq is the shared sequence window's shape for RTP (ingest/sequence
+// says what each packet is: new, duplicate, reordered, late, restart; the
+// buffer below only puts packets back in order for the depacketizer): 16
+// bits; the 512 newest numbers remembered; ahead by more than 512 is a
+// jump, taken for a restart of the sender's numbering once the next
+// packet follows it (RFC 3550 A.1); the RTP timestamp as the tag, so a
+// number seen before with another timestamp is a restarted sender, not a
+// copy.
+var rtpSeq = sequence.Config{Bits: 16, Window: reorderWindow, MaxJump: reorderWindow, Probation: true, Tags: true}
 
 // reorder puts the packets of one SSRC back in sequence-number order (16-bit
 // wrap). It holds at most maxPackets packets, and a packet waits at most
-// maxWait for the gap before it to fill; then the gap is declared lost.
-// A jump of more than the window in either direction is taken as a restart
-// of the sender's numbering once two consecutive packets confirm it
-// (RFC 3550 A.1).
+// maxWait for the gap before it to fill; then the gap is given up (the
+// window counts it lost). What each packet is — and so the duplicates,
+// late packets, losses and restarts counted — is the shared window's
+// answer (rtpSeq).
 type reorder struct {
 	maxPackets int
 	maxWait    time.Duration
 	c          *droneCounters
+	seq        *sequence.Window
 
 	started bool
 	// warm: the first packets are held until warmPackets arrived or maxWait
 	// passed, so that a reordered start is not taken for late packets.
-	warm   bool
-	next   uint16 // next sequence number to deliver
-	count  int    // packets buffered
-	badSeq int32  // expected next seq of a suspected restart, -1 if none
+	warm  bool
+	next  uint16 // next sequence number to deliver
+	count int    // packets buffered
 	// gapSince is when the oldest buffered packet arrived.
 	gapSince time.Time
 	slots    [reorderWindow]reorderSlot
-	// delivered[s%window] = s+1 when s was delivered (0 = unknown), to tell
-	// duplicates from packets that came after their gap was given up.
-	delivered [reorderWindow]uint32
-	// dropped is how many packets the drone's queue dropped right before
-	// the one pushed next (afterDrops): a jump ahead they explain is a
-	// loss, not a restart of the numbering.
-	dropped int
 }
 
-// afterDrops says that the queue dropped n packets before the next push.
-func (r *reorder) afterDrops(n int) { r.dropped = n }
+// afterDrops says that the queue dropped n packets before the next push:
+// a jump ahead they explain is a loss, not a restart of the numbering.
+func (r *reorder) afterDrops(n int) { r.seq.AfterDrops(n) }
 
 type reorderSlot struct {
 	ok      bool
@@ -61,14 +67,30 @@ func newReorder(maxPackets int, maxWait time.Duration, c *droneCounters) *reorde
 	if maxPackets >= reorderWindow {
 		maxPackets = reorderWindow - 1
 	}
-	return &reorder{maxPackets: maxPackets, maxWait: maxWait, c: c, badSeq: -1}
+	return &reorder{maxPackets: maxPackets, maxWait: maxWait, c: c, seq: sequence.MustNew(rtpSeq)}
 }
 
 // push adds one packet and delivers whatever is now in order.
 func (r *reorder) push(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 	s := p.SequenceNumber
-	dropped := r.dropped
-	r.dropped = 0
+	res := r.seq.Observe(uint32(s), p.Timestamp)
+	r.lost(res.Lost)
+	switch res.Kind {
+	case sequence.Duplicate:
+		r.c.duplicates.Add(1)
+		return
+	case sequence.Late, sequence.Suspect:
+		// Late: its gap was given up. Suspect: far off, waiting for a
+		// second packet to confirm a restart.
+		r.c.late.Add(1)
+		return
+	case sequence.Restart:
+		r.c.seqJumps.Add(1)
+		r.flushAll(out)
+		r.started, r.next = true, s
+		r.deliver(p, arrival, 1, out) // a jump is a discontinuity
+		return
+	}
 	if !r.started {
 		r.started, r.warm, r.next, r.gapSince = true, true, s, arrival
 	}
@@ -79,44 +101,22 @@ func (r *reorder) push(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 	d := int16(s - r.next)
 	switch {
 	case d == 0:
-		r.badSeq = -1
 		r.deliver(p, arrival, 0, out)
 		r.drain(out)
-	case d < 0 && d >= -maxMisorder:
-		if r.delivered[s%reorderWindow] == uint32(s)+1 {
-			r.c.duplicates.Add(1)
-		} else {
-			r.c.late.Add(1)
-		}
-	case (d < 0 || int(d) >= reorderWindow) && int(uint16(s-r.next)) <= dropped+maxMisorder:
-		// The queue dropped what lies between: lost, not a restart.
-		r.badSeq = -1
+	case d < 0:
+		// New to the window (from before the session's start) but behind
+		// what was delivered: too late for the depacketizer.
+		r.c.late.Add(1)
+	case int(d) >= reorderWindow:
+		// Further ahead than the ring holds (a jump the queue's drops
+		// explain): the gaps are given up.
 		r.flushAll(out)
 		lost := int(uint16(s - r.next))
-		r.c.lost.Add(uint64(lost))
+		r.lost(r.seq.GiveUpBefore(uint32(s)))
 		r.next = s
 		r.deliver(p, arrival, lost, out)
-		r.drain(out)
-	case d < 0 || int(d) >= reorderWindow:
-		if r.badSeq != int32(s) {
-			// One packet far off: wait for a second to confirm a restart.
-			r.badSeq = int32(s + 1)
-			r.c.late.Add(1)
-			return
-		}
-		r.badSeq = -1
-		r.c.seqJumps.Add(1)
-		r.flushAll(out)
-		r.next = s
-		r.deliver(p, arrival, 1, out) // a jump is a discontinuity
-		r.drain(out)
 	default:
-		r.badSeq = -1
 		sl := &r.slots[s%reorderWindow]
-		if sl.ok {
-			r.c.duplicates.Add(1)
-			return
-		}
 		if r.count == 0 || arrival.Before(r.gapSince) {
 			r.gapSince = arrival
 		}
@@ -126,6 +126,12 @@ func (r *reorder) push(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 		if r.count > r.maxPackets {
 			r.skipGap(out)
 		}
+	}
+}
+
+func (r *reorder) lost(n int) {
+	if n > 0 {
+		r.c.lost.Add(uint64(n))
 	}
 }
 
@@ -145,10 +151,6 @@ func (r *reorder) warmUp(p *rtp.Packet, arrival time.Time, out deliverFunc) {
 		return
 	}
 	sl := &r.slots[s%reorderWindow]
-	if sl.ok {
-		r.c.duplicates.Add(1)
-		return
-	}
 	sl.ok, sl.pkt, sl.arrival = true, *p, arrival
 	r.count++
 	if r.count >= warmPackets || r.count > r.maxPackets {
@@ -165,8 +167,8 @@ func (r *reorder) endWarm(out deliverFunc) {
 	}
 }
 
-// expire declares lost the gap that the oldest buffered packet has waited
-// for longer than maxWait, and delivers what follows it.
+// expire gives up the gap that the oldest buffered packet has waited for
+// longer than maxWait, and delivers what follows it.
 func (r *reorder) expire(now time.Time, out deliverFunc) {
 	if r.warm && now.Sub(r.gapSince) >= r.maxWait {
 		r.endWarm(out)
@@ -176,7 +178,7 @@ func (r *reorder) expire(now time.Time, out deliverFunc) {
 	}
 }
 
-// flushAll delivers every buffered packet in order, declaring the gaps lost.
+// flushAll delivers every buffered packet in order, giving up the gaps.
 func (r *reorder) flushAll(out deliverFunc) {
 	r.warm = false
 	for r.count > 0 {
@@ -186,17 +188,17 @@ func (r *reorder) flushAll(out deliverFunc) {
 
 // skipGap gives up the gap before the first buffered packet.
 func (r *reorder) skipGap(out deliverFunc) {
-	lost := 0
+	skipped := 0
 	for !r.slots[r.next%reorderWindow].ok {
+		r.lost(r.seq.GiveUp(uint32(r.next)))
 		r.next++
-		lost++
+		skipped++
 	}
-	r.c.lost.Add(uint64(lost))
 	sl := &r.slots[r.next%reorderWindow]
 	p, a := sl.pkt, sl.arrival
 	*sl = reorderSlot{}
 	r.count--
-	r.deliver(&p, a, lost, out)
+	r.deliver(&p, a, skipped, out)
 	r.drain(out)
 	r.resetGapSince()
 }
@@ -216,7 +218,6 @@ func (r *reorder) drain(out deliverFunc) {
 }
 
 func (r *reorder) deliver(p *rtp.Packet, arrival time.Time, lost int, out deliverFunc) {
-	r.delivered[p.SequenceNumber%reorderWindow] = uint32(p.SequenceNumber) + 1
 	r.next = p.SequenceNumber + 1
 	out(p, arrival, lost)
 }
