@@ -49,7 +49,7 @@ func (a *Agent) newMAVLink(d *deviceParts) error {
 	}
 	mc := a.cfg.MAVLink.Config
 	mc.Logger = a.log.With("part", "mavlink")
-	in, err := mavlink.New(mc, mavlink.Sink{Stream: d.mavlinkSink(st), Marks: tr})
+	in, err := mavlink.New(mc, mavlink.Sink{Stream: d.mavlinkSink(st), Marks: tr, Meta: st.Store()})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}

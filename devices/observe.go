@@ -80,7 +80,7 @@ func (r *Registry) ObserveAsync(a AsyncAppender) AsyncAppender { return observed
 // GroupAppender appends groups of events (the MAVLink intake's sink);
 // satisfied by *localstream.Stream.
 type GroupAppender interface {
-	AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error)) error
+	AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error), opts ...localstream.AppendOption) error
 }
 
 // ObserveGroup is ObserveAsync for AppendGroupAsync: each event of a group
@@ -92,7 +92,7 @@ type observedGroup struct {
 	r *Registry
 }
 
-func (o observedGroup) AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error)) error {
+func (o observedGroup) AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error), opts ...localstream.AppendOption) error {
 	ss := make([]sighting, len(evs)) // the callback keeps these: the caller reuses evs
 	for i := range evs {
 		ss[i] = sightingOf(&evs[i])
@@ -105,7 +105,7 @@ func (o observedGroup) AppendGroupAsync(ctx context.Context, evs []localstream.E
 	err := o.a.AppendGroupAsync(ctx, evs, func(p []localstream.Position, err error) {
 		note(err)
 		cb(p, err)
-	})
+	}, opts...)
 	if err != nil {
 		note(err)
 	}

@@ -17,8 +17,11 @@ import (
 // full or until ctx ends, and rejects an invalid event (then nothing of
 // the group is written); the free-space admission is the group's whole
 // size. A group holds at most MaxBatchEvents events and MaxBatchBytes
-// bytes (ErrInvalidEvent beyond). Safe for concurrent use.
-func (st *Stream) AppendGroupAsync(ctx context.Context, evs []Event, cb func([]Position, error)) error {
+// bytes (ErrInvalidEvent beyond). opts apply to the group's first event:
+// WithMeta's keys are then written in the transaction of the first event
+// (or before it), so that no event of the group is durable without them.
+// Safe for concurrent use.
+func (st *Stream) AppendGroupAsync(ctx context.Context, evs []Event, cb func([]Position, error), opts ...AppendOption) error {
 	if len(evs) == 0 {
 		cb(nil, nil)
 		return nil
@@ -30,7 +33,11 @@ func (st *Stream) AppendGroupAsync(ctx context.Context, evs []Event, cb func([]P
 	group := make([]*appendReq, len(evs)-1)
 	total := 0
 	for i := range evs {
-		size, err := st.prepare(&reqs[i], &evs[i], nil)
+		var o []AppendOption
+		if i == 0 {
+			o = opts
+		}
+		size, err := st.prepare(&reqs[i], &evs[i], o)
 		if err != nil {
 			return fmt.Errorf("%w (event %d of the group)", err, i)
 		}

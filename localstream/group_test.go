@@ -128,3 +128,31 @@ func TestAppendGroupRefusedWhole(t *testing.T) {
 		t.Fatalf("%d records written by refused groups", n)
 	}
 }
+
+// TestAppendGroupWithMeta: a group's WithMeta keys are durable with it
+// (read back after a reopen), and a refused group writes none.
+func TestAppendGroupWithMeta(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{})
+	st := mustStream(t, s, "telemetry", 1)
+	ev := Event{RoutingKey: "d", Writer: "mavlink/d", Payload: []byte("frame")}
+	done := make(chan error, 1)
+	if err := st.AppendGroupAsync(context.Background(), []Event{ev, ev}, func(_ []Position, err error) { done <- err },
+		WithMeta("group/k", []byte("v1"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	bad := ev
+	bad.RoutingKey = ""
+	if err := st.AppendGroupAsync(context.Background(), []Event{ev, bad}, func([]Position, error) {},
+		WithMeta("group/k", []byte("v2"))); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("a group with a bad event: %v", err)
+	}
+	s.Close()
+	s = openStore(t, dir, Options{})
+	if v, ok, err := s.GetMeta("group/k"); err != nil || !ok || string(v) != "v1" {
+		t.Fatalf("after a reopen: %q %v %v, want v1", v, ok, err)
+	}
+}

@@ -16,7 +16,9 @@ type Appender interface {
 	// AppendGroupAsync queues the events as one group, in order (one store
 	// commit), and calls cb once when all are durable, in append order
 	// with the other groups; it keeps nothing of evs after it returns.
-	AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error)) error
+	// opts (localstream.WithMeta: the signing timestamps) are written with
+	// the group's first event.
+	AppendGroupAsync(ctx context.Context, evs []localstream.Event, cb func([]localstream.Position, error), opts ...localstream.AppendOption) error
 }
 
 // A MAVLink link owes its sender no acknowledgement, so the intake need
@@ -85,10 +87,11 @@ func (in *Intake) flush() {
 		return
 	}
 	notes := b.notes
+	metas, signed := in.replay.metas()
 	in.inflight.Add(1)
 	err := in.sink.Stream.AppendGroupAsync(in.ctx, b.evs, func(pos []localstream.Position, err error) {
 		in.appended(notes, pos, err)
-	})
+	}, metas...)
 	// The store copied the events: their arrays serve the next batch.
 	clear(b.evs) // no references kept to drones' strings
 	b.evs, b.hdrs, b.raw = b.evs[:0], b.hdrs[:0], b.raw[:0]
@@ -97,6 +100,7 @@ func (in *Intake) flush() {
 		return
 	}
 	in.inflight.Done()
+	in.replay.unwritten(signed)
 	for _, n := range notes {
 		n.d.pending.Add(-1)
 		n.d.discontinue = true // the next stored event of the drone says it

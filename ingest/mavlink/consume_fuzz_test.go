@@ -17,7 +17,7 @@ import (
 // the tests use the real store).
 type memAppender struct{ evs []localstream.Event }
 
-func (m *memAppender) AppendGroupAsync(_ context.Context, evs []localstream.Event, cb func([]localstream.Position, error)) error {
+func (m *memAppender) AppendGroupAsync(_ context.Context, evs []localstream.Event, cb func([]localstream.Position, error), _ ...localstream.AppendOption) error {
 	var pos []localstream.Position
 	for _, ev := range evs { // the caller reuses their memory
 		ev.Payload, ev.Headers = bytes.Clone(ev.Payload), slices.Clone(ev.Headers)

@@ -10,22 +10,17 @@ import (
 // (its telemetry over MQTT, if any, is "telemetry/<drone>").
 func WriterFor(drone string) string { return "mavlink/" + drone }
 
-// maxSignatureStreams bounds the (component, link) pairs whose last
-// signature timestamp a drone keeps.
-const maxSignatureStreams = 1024
-
 // drone is the state of one system id holding a slot. Intake.mu guards it.
 type drone struct {
-	sysid         uint8
-	discovered    bool // not in Config.Drones: it holds one of MaxDrones slots
-	id, writer    string
-	lastActive    int64        // receive time of its last frame, Unix ns
-	pending       atomic.Int64 // appends queued in the store, not yet durable (the store's callback changes it without Intake.mu)
-	stored        atomic.Uint64
-	comps         [256]component
-	rateLast      map[uint64]int64  // (compid, msgid) → receive time of the last kept, for Rates
-	sigTimestamps map[uint16]uint64 // (compid, link id) → newest signature timestamp
-	discontinue   bool              // flag the next stored event: frames were lost before it
+	sysid       uint8
+	discovered  bool // not in Config.Drones: it holds one of MaxDrones slots
+	id, writer  string
+	lastActive  int64        // receive time of its last frame, Unix ns
+	pending     atomic.Int64 // appends queued in the store, not yet durable (the store's callback changes it without Intake.mu)
+	stored      atomic.Uint64
+	comps       [256]component
+	rateLast    map[uint64]int64 // (compid, msgid) → receive time of the last kept, for Rates
+	discontinue bool             // flag the next stored event: frames were lost before it
 	// The source the system id is bound to (source.go) and the receive
 	// time of its last frame from it (0: released, to be taken at once).
 	src     source

@@ -65,6 +65,17 @@ const (
 	splitShort                      // the buffer ends inside what may be a frame: wait for more
 )
 
+// split is the intake's own frame parser, not gomavlib's frame.Reader,
+// because the intake stores each frame byte for byte and the Reader
+// cannot give those bytes: with a dialect it decodes the payload and, for
+// a message with string fields or a v2 payload with trailing zeros,
+// re-encodes it and recomputes the checksum (the bytes change); without a
+// dialect it checks no checksum at all. It also reads an io.Reader, where
+// the intake splits datagrams and resynchronises one byte at a time from
+// buffers it owns (no copy, no allocation per frame). gomavlib's x25
+// checksum, dialect (CRC_EXTRA) and signature (signer.verify) are used.
+// TestSplitGomavlibFrames reads what gomavlib writes.
+//
 // split reads the frame at the start of b. A checksum is only known for
 // messages of the dialect (CRC_EXTRA): a frame of another message cannot
 // be told from noise and is refused (splitUnknown), as a link could

@@ -1,11 +1,15 @@
 package mavlink
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"testing"
 
+	"github.com/bluenviron/gomavlib/v3/pkg/dialects/common"
 	"github.com/bluenviron/gomavlib/v3/pkg/frame"
+	"github.com/bluenviron/gomavlib/v3/pkg/x25"
 )
 
 // TestSplitGomavlibFrames: frames written by gomavlib (v1, v2, v2 signed)
@@ -168,4 +172,35 @@ func FuzzParseKey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		parseKey(s)
 	})
+}
+
+// TestGomavlibReaderReencodes is why split is the intake's own (frame.go):
+// a STATUSTEXT with bytes after its string's end, as some senders write
+// it, is read by gomavlib's frame.Reader with a dialect and re-encoded —
+// written back, the bytes differ (junk zeroed, checksum recomputed) —
+// while split takes it byte for byte.
+func TestGomavlibReaderReencodes(t *testing.T) {
+	raw := newWriter(t, true, 4, 1, nil).frame(t, &common.MessageStatustext{Severity: 6, Text: "hi"})
+	raw[headerV1+1+3] = 'X' // after "hi\x00"
+	mp := DefaultDialect().rw.GetMessage(253)
+	h := x25.New()
+	h.Write(raw[1 : len(raw)-2])
+	h.Write([]byte{mp.CRCExtra()})
+	binary.LittleEndian.PutUint16(raw[len(raw)-2:], h.Sum16())
+	if f, n, res := split(raw, DefaultDialect()); res != splitFrame || n != len(raw) || !bytes.Equal(f.Raw, raw) {
+		t.Fatalf("split: %v, %d bytes", res, n)
+	}
+	r := &frame.Reader{BufByteReader: bufio.NewReader(bytes.NewReader(raw)), DialectRW: DefaultDialect().rw}
+	if err := r.Initialize(); err != nil {
+		t.Fatal(err)
+	}
+	fr, err := r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := gomavlibBytes(t, fr)
+	if bytes.Equal(out, raw) {
+		t.Fatal("gomavlib's reader kept the bytes: split could be replaced by it")
+	}
+	t.Logf("received % x\ngomavlib  % x", raw, out)
 }

@@ -40,6 +40,8 @@ type Intake struct {
 	cfg    Config
 	sink   Sink
 	signer *signer
+	// replay is the signing streams' last timestamps (replay.go); in.mu.
+	replay replayGuard
 	rates  map[uint32]int64 // msgid → least ns between two kept; -1 drop
 	c      counters
 	// kernelDrops are the UDP sockets' drop counts (Stats.KernelDrops).
@@ -163,6 +165,11 @@ func (in *Intake) Run(ctx context.Context) error {
 	}
 	if err := in.Bind(); err != nil {
 		return err
+	}
+	if in.signer != nil && in.sink.Meta != nil {
+		if err := in.replay.restore(in.sink.Meta); err != nil {
+			return fmt.Errorf("%w: signing timestamps: %w", ErrStore, err)
+		}
 	}
 	// The appends outlive ctx: queued ones become durable after it ends.
 	appendCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -315,6 +322,9 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64, src source) {
 		case f.Signed && !s.verify(f):
 			in.c.badSignature.Add(1)
 			return
+		case f.Signed && !in.replay.fresh(f, recv, tlogUs):
+			in.c.signatureReplayed.Add(1)
+			return
 		}
 	}
 	d := in.droneFor(f.SysID, recv)
@@ -324,10 +334,6 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64, src source) {
 	if !in.boundTo(d, src, recv) {
 		d.st.Spoofed++
 		in.c.spoofed.Add(1)
-		return
-	}
-	if f.Signed && in.signer != nil && !d.signatureFresh(f) {
-		in.c.signatureReplayed.Add(1)
 		return
 	}
 	d.lastActive, d.st.Last = recv, recv
@@ -386,25 +392,6 @@ func (d *drone) keep(f *Frame, every, recv int64) bool {
 		return false
 	}
 	d.rateLast[k] = recv
-	return true
-}
-
-// signatureFresh applies MAVLink 2's replay rule: a signed frame's
-// timestamp must be newer than the last of its (component, link).
-func (d *drone) signatureFresh(f *Frame) bool {
-	_, link, ts, _ := f.signatureParts()
-	if d.sigTimestamps == nil {
-		d.sigTimestamps = map[uint16]uint64{}
-	}
-	k := uint16(f.CompID)<<8 | uint16(link)
-	last, ok := d.sigTimestamps[k]
-	if ok && ts <= last {
-		return false
-	}
-	if !ok && len(d.sigTimestamps) >= maxSignatureStreams {
-		return false
-	}
-	d.sigTimestamps[k] = ts
 	return true
 }
 

@@ -3,10 +3,14 @@ package mavlink
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/bluenviron/gomavlib/v3/pkg/frame"
+	"github.com/bluenviron/gomavlib/v3/pkg/message"
 )
 
 // signer checks MAVLink 2 signatures with one secret key. The key lives
@@ -73,12 +77,19 @@ func parseKey(text string) ([32]byte, error) {
 	return sha256.Sum256([]byte(text)), nil
 }
 
-// verify reports whether f's signature is f's under the key.
+// verify reports whether f's signature is f's under the key. The
+// signature is gomavlib's (frame.V2Frame.GenerateSignature) over the
+// frame's fields as received, which are its bytes: the header, payload
+// and checksum are taken from Raw as they are, nothing re-encoded.
+// gomavlib's frame.Reader is not used for the check: it reads frames
+// through its own parser (frame.go says why the intake has its own), and
+// its replay rule is not MAVLink's (replay.go).
 func (s *signer) verify(f *Frame) bool {
-	signed, _, _, sig := f.signatureParts()
-	h := sha256.New()
-	h.Write(s.key[:])
-	h.Write(signed)
-	var sum [sha256.Size]byte
-	return subtle.ConstantTimeCompare(h.Sum(sum[:0])[:signatureBytes], sig) == 1
+	_, link, ts, sig := f.signatureParts()
+	n := len(f.Raw) - signatureLen
+	fr := frame.V2Frame{IncompatibilityFlag: f.Raw[2], CompatibilityFlag: f.Raw[3], SequenceNumber: f.Seq,
+		SystemID: f.SysID, ComponentID: f.CompID, Message: &message.MessageRaw{ID: f.MsgID, Payload: f.Payload},
+		Checksum: binary.LittleEndian.Uint16(f.Raw[n-2:]), SignatureLinkID: link, SignatureTimestamp: ts}
+	want := fr.GenerateSignature((*frame.V2Key)(&s.key))
+	return subtle.ConstantTimeCompare(want[:], sig) == 1
 }

@@ -10,4 +10,15 @@ type Sink struct {
 	Stream Appender
 	// Marks receives writer marks; nil disables them.
 	Marks telemetry.Marks
+	// Meta reads back what the intake keeps in the store beside the
+	// events (the signing streams' last timestamps, written with the
+	// groups): the telemetry stream's *localstream.Store. nil: nothing is
+	// read back at start, and the timestamps of the last run are not
+	// known (a new stream is still refused a minute behind the clock).
+	Meta MetaReader
+}
+
+// MetaReader reads metadata values by key prefix: *localstream.Store.
+type MetaReader interface {
+	ScanMeta(prefix string) (map[string][]byte, error)
 }

@@ -61,41 +61,28 @@ func (p *pair) observe(seq, tag uint32) Result {
 	return g
 }
 
-func (p *pair) giveUp(seq uint32) {
+// counted checks an operation that returns a count (GiveUp, GiveUpBefore,
+// Flush, Reset): g from the window, w from the reference.
+func (p *pair) counted(op string, g, w int) {
 	p.t.Helper()
-	p.note(fmt.Sprintf("giveUp(%d)", seq))
-	if g, w := p.w.GiveUp(seq), p.r.giveUp(seq); g != w {
-		p.fail("give up", g, w)
+	p.note(op)
+	if g != w {
+		p.fail(op, g, w)
 	}
 	p.check()
+}
+
+func (p *pair) giveUp(seq uint32) {
+	p.counted(fmt.Sprintf("giveUp(%d)", seq), p.w.GiveUp(seq), p.r.giveUp(seq))
 }
 
 func (p *pair) giveUpBefore(seq uint32) {
-	p.t.Helper()
-	p.note(fmt.Sprintf("giveUpBefore(%d)", seq))
-	if g, w := p.w.GiveUpBefore(seq), p.r.giveUpBefore(seq); g != w {
-		p.fail("give up before", g, w)
-	}
-	p.check()
+	p.counted(fmt.Sprintf("giveUpBefore(%d)", seq), p.w.GiveUpBefore(seq), p.r.giveUpBefore(seq))
 }
 
-func (p *pair) flush() {
-	p.t.Helper()
-	p.note("flush")
-	if g, w := p.w.Flush(), p.r.flush(); g != w {
-		p.fail("flush", g, w)
-	}
-	p.check()
-}
+func (p *pair) flush() { p.counted("flush", p.w.Flush(), p.r.flush()) }
 
-func (p *pair) reset() {
-	p.t.Helper()
-	p.note("reset")
-	if g, w := p.w.Reset(), p.r.resetAll(); g != w {
-		p.fail("reset", g, w)
-	}
-	p.check()
-}
+func (p *pair) reset() { p.counted("reset", p.w.Reset(), p.r.resetAll()) }
 
 func (p *pair) afterDrops(n int) {
 	p.note(fmt.Sprintf("afterDrops(%d)", n))
