@@ -2,10 +2,12 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -41,6 +43,8 @@ type goldenVector struct {
 	txn           uint64
 	// compress: the writer may compress (false: stored, as for video).
 	compress bool
+	// noV1: a vector added after version 2, with no version-1 twin.
+	noV1 bool
 }
 
 const goldenT0 = 1_767_225_600_000_000_000 // 2026-01-01T00:00:00Z
@@ -158,6 +162,10 @@ func goldenVectors() []goldenVector {
 		bigRec[0].Payload[i] = byte(i * 7919 >> 3)
 	}
 	bigRec[0].ContentType = "video/h265"
+	nonUTF8 := goldenRecords(1, 400, false)
+	nonUTF8[0].RoutingKey, nonUTF8[0].Writer = goldenNonUTF8Key, "telemetry/"+goldenNonUTF8Key
+	nonUTF8[0].Headers = []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + goldenNonUTF8Key + "/telemetry"}}
+	emptyReason := []localstream.Record{PackMarker(goldenRecords(1, 500, false)[0], "", false)}
 	return []goldenVector{
 		{name: "commit-json-compressed", subject: cut, recs: json20, commit: goldenCommit(42, json20, CommitMeta{}), compress: true},
 		{name: "commit-json-stored", subject: cut, recs: json20, commit: goldenCommit(42, json20, CommitMeta{}), compress: false},
@@ -173,8 +181,15 @@ func goldenVectors() []goldenVector {
 			Lost: &LostRange{Reason: LossCentralTail, Store: "0ddba11000000001", From: lostFrom.Map(), To: lostTo.Map(), CentralSeq: 17, FoundAtNs: goldenT0 + 2_000}})},
 		{name: "part-big-event", subject: part, recs: bigRec, txn: 47},
 		{name: "part-commit", subject: cut, recs: nil, commit: goldenCommit(47, bigRec, CommitMeta{Store: "5eed0123456789ab"})},
+		{name: "commit-non-utf8-key", subject: cut, recs: nonUTF8, commit: goldenCommit(48, nonUTF8, CommitMeta{}), noV1: true},
+		{name: "commit-empty-reason", subject: cut, recs: emptyReason, commit: goldenCommit(49, emptyReason, CommitMeta{}), noV1: true},
 	}
 }
+
+// goldenNonUTF8Key is the key of commit-non-utf8-key: bytes FF and 80
+// are no UTF-8 (each becomes one U+FFFD in the JSON form, by every
+// replacement rule), a dot needs escaping in a subject token.
+const goldenNonUTF8Key = "drone\xff\x80.7"
 
 // The decoded form of a pack (docs/central-format.md, "Golden vectors").
 // Every field is always present; cuts map decimal segment ids to offsets.
@@ -328,6 +343,10 @@ func TestGoldenVectors(t *testing.T) {
 				t.Errorf("compressed %v, want %v", compressed, v.compress)
 			}
 			j2 := checkGoldenJSON(t, v.subject, want, filepath.Join(goldenDir, v.name+".json"))
+			known[v.name+".pack"], known[v.name+".json"] = true, true
+			if v.noV1 {
+				return
+			}
 			old := filepath.Join(goldenDir, "v1-"+v.name+".pack")
 			v1, err := os.ReadFile(old)
 			if err != nil {
@@ -341,6 +360,9 @@ func TestGoldenVectors(t *testing.T) {
 				known[v.name+ext], known["v1-"+v.name+ext] = true, true
 			}
 		})
+	}
+	for _, r := range goldenRefused() {
+		known[r.name+".pack"], known[r.name+".json"] = true, true
 	}
 	ents, err := os.ReadDir(goldenDir)
 	if err != nil {
@@ -398,6 +420,57 @@ func sameButVersion(t *testing.T, a, b []byte) bool {
 func isCompressed(b []byte) bool {
 	_, stored := storedFrameBody(b[packEnvelopeLen:])
 	return b[1] == packCodecZstd && !stored
+}
+
+// goldenRefusal is a golden pack a reader refuses: NAME.pack, and
+// NAME.json {"subject", "refused": why}.
+type goldenRefusal struct {
+	name, subject, why string
+	pack               []byte
+}
+
+// goldenRefused are the refused vectors: commit-empty with a second
+// (empty, stored) zstd frame after its first, the checksum made anew, so
+// that only the one-frame rule refuses it.
+func goldenRefused() []goldenRefusal {
+	var empty goldenVector
+	for _, v := range goldenVectors() {
+		if v.name == "commit-empty" {
+			empty = v
+		}
+	}
+	b := goldenEncode(empty)
+	b = append(b, 0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x38, 0x01, 0x00, 0x00)
+	binary.LittleEndian.PutUint32(b[11:], crc32.Checksum(b[packEnvelopeLen:], castagnoli))
+	return []goldenRefusal{{name: "refused-second-frame", subject: empty.subject, why: "a second zstd frame after the first", pack: b}}
+}
+
+// TestGoldenRefused: the decoder refuses each refused vector, as corrupt
+// and not for its checksum.
+//
+// Failed before (the zstd library decoded both frames): "refused-second-frame: decoded".
+func TestGoldenRefused(t *testing.T) {
+	for _, r := range goldenRefused() {
+		pack, js := filepath.Join(goldenDir, r.name+".pack"), filepath.Join(goldenDir, r.name+".json")
+		if *update {
+			doc, _ := json.MarshalIndent(map[string]string{"subject": r.subject, "refused": r.why}, "", "  ")
+			if err := errors.Join(os.WriteFile(pack, r.pack, 0o644), os.WriteFile(js, append(doc, '\n'), 0o644)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if want, err := os.ReadFile(pack); err != nil || !bytes.Equal(want, r.pack) {
+			t.Errorf("%s differs from the vector made (%v); run with -update if the change is meant", pack, err)
+		}
+		var doc struct{ Subject, Refused string }
+		if b, err := os.ReadFile(js); err != nil || json.Unmarshal(b, &doc) != nil || doc.Subject != r.subject || doc.Refused != r.why {
+			t.Errorf("%s: %+v (%v)", js, doc, err)
+		}
+		_, _, err := DecodeMessage(r.subject, nil, r.pack)
+		if err == nil || !errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrPackChecksum) {
+			t.Errorf("%s: decoded (error %v), want it refused as corrupt", r.name, err)
+		}
+		t.Logf("%s: %v", r.name, err)
+	}
 }
 
 // TestGoldenFlagsCovered: the flag vector holds every localstream flag,
@@ -584,6 +657,25 @@ func TestGoldenLayout1(t *testing.T) {
 		}
 		if !reflect.DeepEqual(a, b) {
 			t.Errorf("event %d: layout 1 %+v\n pack %+v", i, a, b)
+		}
+	}
+}
+
+// TestMarkerShapeRefused: a marker (bit 15) carries exactly its dropped
+// header and no payload; one with another header, a payload or no header
+// is refused (docs/central-format.md, "Checks a reader makes").
+func TestMarkerShapeRefused(t *testing.T) {
+	base := PackMarker(goldenRecords(1, 1, false)[0], "why", false)
+	extra, payload, none := base, base, base
+	extra.Headers = append([]localstream.Header{{Key: "x", Value: "y"}}, base.Headers...)
+	payload.Payload = []byte("p")
+	none.Headers = nil
+	for name, r := range map[string]localstream.Record{"another header": extra, "a payload": payload, "no header": none} {
+		w := NewPackWriter()
+		w.Add(&r)
+		b := w.Encode(goldenCommit(1, []localstream.Record{r}, CommitMeta{}), 0, &PackHint{})
+		if _, err := decodePack("telemetry", b); !errors.Is(err, ErrCorruptRecord) || errors.Is(err, ErrPackChecksum) {
+			t.Errorf("a marker with %s: %v, want it refused", name, err)
 		}
 	}
 }

@@ -35,9 +35,11 @@ func packEvent(rec localstream.Record) (localstream.Record, string) {
 		return rec, ""
 	}
 	rec.Flags &^= packEventDropped
-	reason := "unknown"
-	if len(rec.Headers) == 1 && rec.Headers[0].Key == packDroppedKey {
-		reason = rec.Headers[0].Value
+	// decodePack admits a marker only with its one dropped header. An
+	// empty reason reads as "unknown", as layout 1's Edge-Dropped does.
+	reason := rec.Headers[0].Value
+	if reason == "" {
+		reason = "unknown"
 	}
 	rec.Headers = nil
 	return rec, reason

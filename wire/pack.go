@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -124,6 +125,52 @@ func storedFrameBody(f []byte) (body []byte, ok bool) {
 		return blocks[0], true
 	}
 	return bytes.Join(blocks, nil), true
+}
+
+// zstdFrameLen is the length of the zstd frame that starts f (RFC 8878
+// §3.1.1), from its header and block headers, without decoding it.
+func zstdFrameLen(f []byte) (int, error) {
+	if len(f) < 5 || binary.LittleEndian.Uint32(f) != zstdFrameMagic {
+		return 0, errors.New("no zstd frame")
+	}
+	fhd := f[4]
+	single := fhd>>5&1 == 1
+	n := 5 + [4]int{0, 1, 2, 4}[fhd&3] // magic, descriptor, dictionary id
+	if !single {
+		n++ // window descriptor
+	}
+	fcs := [4]int{0, 2, 4, 8}[fhd>>6]
+	if fcs == 0 && single {
+		fcs = 1
+	}
+	n += fcs
+	for {
+		if len(f)-n < 3 {
+			return 0, errors.New("zstd frame cut short")
+		}
+		h := int(f[n]) | int(f[n+1])<<8 | int(f[n+2])<<16
+		size := h >> 3
+		switch h >> 1 & 3 {
+		case 1:
+			size = 1 // RLE: one byte, repeated
+		case 3:
+			return 0, errors.New("zstd block of the reserved type")
+		}
+		if len(f)-n-3 < size {
+			return 0, errors.New("zstd frame cut short")
+		}
+		n += 3 + size
+		if h&1 == 1 {
+			break
+		}
+	}
+	if fhd>>2&1 == 1 {
+		n += 4 // content checksum
+	}
+	if n > len(f) {
+		return 0, errors.New("zstd frame cut short")
+	}
+	return n, nil
 }
 
 // packBodies holds encode's scratch bodies (each is copied, compressed
@@ -502,6 +549,9 @@ func decodePack(stream string, b []byte) (decodedPack, error) {
 			r.Headers = append(r.Headers, localstream.Header{Key: k, Value: v})
 		}
 		lens = append(lens, d.uvarint())
+		if r.Flags.Has(packEventDropped) && (len(r.Headers) != 1 || r.Headers[0].Key != packDroppedKey || lens[len(lens)-1] != 0) {
+			d.fail("marker (one header, dropped, and no payload)")
+		}
 		if d.err != nil {
 			return decodedPack{}, d.err
 		}
@@ -553,6 +603,13 @@ func openPack(b []byte) (version int, body []byte, err error) {
 		if got := crc32.Checksum(frames, castagnoli); got != want {
 			return 0, nil, fmt.Errorf("%w: stored %08x, computed %08x over %d bytes", ErrPackChecksum, want, got, len(frames))
 		}
+	}
+	// One zstd frame and nothing after it: a second frame (zstd libraries
+	// would decode it too and join the bodies) is refused.
+	if n, err := zstdFrameLen(frames); err != nil {
+		return 0, nil, fmt.Errorf("%w: pack: %v", ErrCorruptRecord, err)
+	} else if n != len(frames) {
+		return 0, nil, fmt.Errorf("%w: pack: %d bytes after its zstd frame", ErrCorruptRecord, len(frames)-n)
 	}
 	if body, ok := storedFrameBody(frames); ok {
 		return version, body, nil

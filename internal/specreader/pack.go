@@ -169,11 +169,69 @@ func open(p *Pack, data []byte) ([]byte, error) {
 			return nil, fmt.Errorf("%w: stored %08x, computed %08x", ErrChecksum, want, got)
 		}
 	}
+	// Exactly one zstd frame ("Versions and the checksum"): what follows
+	// it, another frame included, is refused.
+	n, err := frameLen(rest)
+	if err != nil {
+		return nil, err
+	}
+	if n != len(rest) {
+		return nil, fmt.Errorf("specreader: %d bytes after the zstd frame", len(rest)-n)
+	}
 	body, err := zdec.DecodeAll(rest, nil)
 	if err != nil {
 		return nil, fmt.Errorf("specreader: zstd: %w", err)
 	}
 	return body, nil
+}
+
+// frameLen walks one zstd frame (RFC 8878 3.1.1: header, blocks, optional
+// checksum) and returns its length.
+func frameLen(b []byte) (int, error) {
+	short := errors.New("specreader: zstd frame cut short")
+	if len(b) < 5 || binary.LittleEndian.Uint32(b) != 0xFD2FB528 {
+		return 0, errors.New("specreader: no zstd frame")
+	}
+	d := b[4]
+	n := 5
+	if d&0x20 == 0 {
+		n++
+	}
+	n += []int{0, 1, 2, 4}[d&3]
+	switch d >> 6 {
+	case 0:
+		if d&0x20 != 0 {
+			n++
+		}
+	case 1:
+		n += 2
+	case 2:
+		n += 4
+	case 3:
+		n += 8
+	}
+	for last := false; !last; {
+		if n+3 > len(b) {
+			return 0, short
+		}
+		h := uint32(b[n]) | uint32(b[n+1])<<8 | uint32(b[n+2])<<16
+		last = h&1 == 1
+		size := int(h >> 3)
+		switch (h >> 1) & 3 {
+		case 1:
+			size = 1
+		case 3:
+			return 0, errors.New("specreader: reserved zstd block type")
+		}
+		n += 3 + size
+	}
+	if d&4 != 0 {
+		n += 4
+	}
+	if n > len(b) {
+		return 0, short
+	}
+	return n, nil
 }
 
 // reader reads a body; the first error sticks and later reads return
@@ -275,8 +333,8 @@ func (r *reader) commit(chain bool) *Commit {
 		l := &Lost{Reason: r.str(), Store: r.str()}
 		l.From, l.To = r.cut(), r.cut()
 		l.CentralSeq, l.FoundAtNs = r.uvarint(), r.varint()
-		if r.err == nil && len(l.From) == 0 {
-			r.fail("gap marker without a start")
+		if r.err == nil && (len(l.From) == 0 || l.Reason == "") {
+			r.fail("gap marker without a start or a reason")
 		}
 		c.Lost = l
 	default:
@@ -325,6 +383,9 @@ func (r *reader) events(p *Pack) {
 				r.fail("marker without exactly its dropped header, or with a payload")
 			} else {
 				e.Dropped, e.Headers, e.Flags = e.Headers[0][1], [][2]string{}, e.Flags&^markerBit
+				if e.Dropped == "" {
+					e.Dropped = "unknown" // as layout 1's empty Edge-Dropped
+				}
 			}
 		}
 		p.Events = append(p.Events, e)
