@@ -2,6 +2,7 @@ package watermark
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -9,10 +10,10 @@ import (
 
 // maxHistory bounds the marks a writer keeps that are not yet inside the
 // committed cut. When the uplink is down for long, the history fills; it is
-// then thinned by dropping every second mark (keeping the oldest and the
-// newest), so the committed watermark keeps advancing in coarser steps.
-// Dropping a mark is always safe: the committed view then uses an older
-// mark (earlier time, smaller cut).
+// then thinned evenly over its whole span (see record), so the kept marks
+// are at most a step apart wherever they lie in the backlog, the oldest as
+// much as the newest. Dropping a mark is always safe: the committed view
+// then uses an older mark (earlier time, smaller cut).
 const maxHistory = 1024
 
 // mark is what a writer noted: a time and the positions it had reached.
@@ -53,6 +54,10 @@ type writer struct {
 	base *mark
 	// hist holds marks newer than base, oldest first, at most maxHistory.
 	hist []mark
+	// step is the thinning grid in ns, a power of two (0: keep every
+	// mark, until the history first fills). Of the marks in one interval
+	// [k·step, (k+1)·step) only the first is kept, and the newest mark.
+	step int64
 	// lastActive is when the writer last noted or asked Late, Unix ns.
 	lastActive int64
 	// closed is set by CloseWriter and cleared when the writer returns.
@@ -144,33 +149,65 @@ func (w *writer) advance(topo localstream.Topology, p localstream.Position) {
 
 // record appends the current (noted, pos) to the history, thinning it
 // when full. behind is set for a mark of an event admitted behind the
-// receiving clock. It returns how many marks thinning dropped.
+// receiving clock. It returns how many marks it dropped.
+//
+// The history is kept evenly over its span on a grid of step ns: of the
+// marks in one grid interval only the first is kept, and the newest mark
+// (which the next one replaces while they share an interval). When the
+// history is full the grid becomes the smallest power of two of at least
+// 2 × span / maxHistory (span: newest minus oldest mark's time), which
+// leaves at most maxHistory/2 + 3 marks. The grids nest, so every mark
+// ever dropped has a kept mark before it in its interval: less than step
+// before it, step < 4 × (the largest span the history had) / maxHistory.
+// A committed watermark's lower, the newest kept mark inside its cut, is
+// so less than that behind the writer's newest event inside the cut
+// (docs/watermark.md). Appends cost O(1) amortised: a thinning,
+// O(maxHistory), follows at least maxHistory/2 appends.
 func (w *writer) record(behind bool) int {
-	w.hist = append(w.hist, mark{t: w.noted, pos: w.pos, behindOnly: behind})
-	if len(w.hist) <= maxHistory {
-		return 0
+	m := mark{t: w.noted, pos: w.pos, behindOnly: behind}
+	dropped := 0
+	if n := len(w.hist); n >= 2 && w.sameCell(w.hist[n-2].t, w.hist[n-1].t) {
+		// The newest mark was kept only for being the newest: m stands
+		// for it now.
+		m.behindOnly = m.behindOnly && w.hist[n-1].behindOnly
+		w.hist = w.hist[:n-1]
+		dropped++
 	}
-	// Keep the oldest, every second one and the newest; a dropped mark's
-	// events are then stood for by the next kept one.
+	w.hist = append(w.hist, m)
+	if len(w.hist) <= maxHistory {
+		return dropped
+	}
 	n := len(w.hist)
+	need := uint64((2*(w.hist[n-1].t-w.hist[0].t) + maxHistory - 1) / maxHistory)
+	w.step = 1 << bits.Len64(max(need, 1)-1)
 	// In place: the i-th mark is read before anything is written at or
 	// after len(kept) <= i, so the array is reused (no allocation, and no
-	// regrowth of a halved one at the next append).
+	// regrowth of a thinned one at the next append).
 	kept := w.hist[:1]
-	dropped := true // every mark dropped since the last kept is behindOnly
+	allBehind := true // every mark dropped since the last kept is behindOnly
 	for i := 1; i < n; i++ {
 		m := w.hist[i]
-		if i%2 == 1 && i < n-1 {
-			dropped = dropped && m.behindOnly
+		if i < n-1 && w.sameCell(kept[len(kept)-1].t, m.t) {
+			allBehind = allBehind && m.behindOnly
 			continue
 		}
-		m.behindOnly = m.behindOnly && dropped
-		dropped = true
+		m.behindOnly = m.behindOnly && allBehind
+		allBehind = true
 		kept = append(kept, m)
 	}
-	n -= len(kept)
+	dropped += n - len(kept)
 	w.hist = kept
-	return n
+	return dropped
+}
+
+// sameCell reports whether times a and b lie in one interval of the
+// writer's thinning grid (never, before the history first filled).
+func (w *writer) sameCell(a, b int64) bool {
+	if w.step == 0 {
+		return false
+	}
+	shift := bits.TrailingZeros64(uint64(w.step))
+	return a>>shift == b>>shift
 }
 
 // isAncestor reports whether a is a (transitive) predecessor of b.
