@@ -95,7 +95,7 @@ func (s *source) connect(ctx context.Context) (steady bool, err error) {
 	if err != nil {
 		return false, fmt.Errorf("%w: not an RTSP URL", ErrConfig)
 	}
-	g := newHostGuard(s.cfg.u)
+	g := newHostGuard(u)
 	var transport atomic.Value
 	c := &gortsplib.Client{
 		Scheme: u.Scheme, Host: u.Host,
@@ -203,7 +203,7 @@ func (s *source) explainGuarded(step string, err error, g *hostGuard) error {
 	var bad liberrors.ErrClientBadStatusCode
 	if h := g.withheldFrom(); h != "" && errors.As(err, &bad) && bad.Code == base.StatusUnauthorized {
 		return fmt.Errorf("%s: %w: redirected to %s, which asks for credentials; the source's are sent to %s only: put %s in the source URL if it is the camera's",
-			step, err, h, s.cfg.u.Hostname(), h)
+			step, err, h, g.configuredHost(), h)
 	}
 	return explain(step, err, s.in.cfg.SourceTimeout)
 }

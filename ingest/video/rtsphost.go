@@ -55,7 +55,8 @@ type hostGuard struct {
 	withheld string
 }
 
-func newHostGuard(u *url.URL) *hostGuard { return &hostGuard{host: u.Hostname()} }
+// newHostGuard guards an attempt to the source URL u.
+func newHostGuard(u *base.URL) *hostGuard { return &hostGuard{host: u.Hostname()} }
 
 // onResponse is the client's OnResponse: it counts the redirects gortsplib
 // follows (301 to 305 with one Location, as Client.doDescribe does).
@@ -104,6 +105,9 @@ func (g *hostGuard) onRequest(req *base.Request) {
 		g.withheld = req.URL.Host
 	}
 }
+
+// configuredHost is the host name the credentials go to.
+func (g *hostGuard) configuredHost() string { return g.host }
 
 // withheldFrom is the other host a request went to without the
 // source's credentials ("" if none).
