@@ -71,6 +71,8 @@ type Agent struct {
 	red *Redactor
 	// history is the last minutes of each stream's lags and backlog, for the page.
 	history history
+	// centre follows the central connection, for /readyz.
+	centre centreLink
 
 	// mu guards errs and procs.
 	mu    sync.Mutex
@@ -295,6 +297,7 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 		return err
 	}
 	g.Go(func() error { return a.sampleHistory(gctx) })
+	g.Go(func() error { return a.watchCentre(gctx) })
 	// A failed store stops intake: nothing more is acknowledged.
 	g.Go(func() error {
 		select {
@@ -434,7 +437,8 @@ func (a *Agent) startCentral() error {
 	}
 	nc, err := replicate.Connect(replicate.ConnConfig{URLs: urls, Name: "edge-agent " + a.id, CAFile: c.CAFile,
 		CertFile: c.CertFile, KeyFile: c.KeyFile, CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile,
-		User: c.User, Password: password, IgnoreDiscoveredServers: c.IgnoreDiscoveredServers}, a.log)
+		User: c.User, Password: password, IgnoreDiscoveredServers: c.IgnoreDiscoveredServers,
+		OnReconnectError: a.centre.failed}, a.log)
 	if err != nil {
 		return err
 	}

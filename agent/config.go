@@ -224,6 +224,10 @@ type CentralConfig struct {
 	Priorities map[string]int `yaml:"priorities"`
 	// ShutdownTimeout bounds the final commit on shutdown. Default 5s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// UnreadyAfter is how long the centre may be unreachable, once it
+	// has been reached, before /readyz fails (a centre never reached
+	// fails it at once; /healthz is not affected). Default 5m.
+	UnreadyAfter time.Duration `yaml:"unready_after"`
 	// Takeover is the operator's order to take over this agent id's
 	// commit chains at start even when another store (or a copy of this
 	// one) wrote them last (see docs/sync.md, "Lost state"). Flag only
@@ -311,7 +315,8 @@ func defaultCentral() CentralConfig {
 	return CentralConfig{URL: "embedded", Embedded: EmbeddedCentral{Listen: "127.0.0.1:4222"}, Replicas: 1,
 		CommitInterval: r.CommitInterval, MaxTxnBytes: r.MaxTxnBytes,
 		MaxBatchSize: l.MaxBatchSize, MaxBatchInflight: l.MaxBatchInflight, BatchTimeout: l.BatchTimeout,
-		MaxControlLine: l.MaxControlLine, Priorities: prio, ShutdownTimeout: 5 * time.Second}
+		MaxControlLine: l.MaxControlLine, Priorities: prio, ShutdownTimeout: 5 * time.Second,
+		UnreadyAfter: 5 * time.Minute}
 }
 
 // defaultDevices is the devices package's defaults.
@@ -600,6 +605,9 @@ func (c CentralConfig) validate() error {
 	}
 	if c.UplinkBytesPerSec < 0 {
 		return bad("central.uplink_bytes_per_sec", "must not be negative (0 = unlimited)")
+	}
+	if c.UnreadyAfter < 0 {
+		return bad("central.unready_after", "%v: must not be negative (0: /readyz fails as soon as the centre is away)", c.UnreadyAfter)
 	}
 	auth := 0
 	for _, set := range []bool{c.CredsFile != "", c.NkeySeedFile != "", c.User != ""} {

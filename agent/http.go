@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics (Prometheus), /healthz, /status (JSON), the
+// Handler serves /metrics (Prometheus), /healthz, /readyz, /status (JSON), the
 // status page at / and, when enabled, /debug/pprof.
 func (a *Agent) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
@@ -24,21 +24,22 @@ func (a *Agent) Handler() http.Handler {
 	// Uncompressed, so that the redactor sees the text.
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := a.store.Err(); err != nil {
-			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
+		if p := a.healthProblem(time.Now()); p != "" {
+			http.Error(w, p, http.StatusServiceUnavailable)
 			return
 		}
-		if st := a.store.Stats(); st.BelowFloor {
-			http.Error(w, fmt.Sprintf("store: refusing appends: %d bytes free, below store.min_free_bytes %d", st.FreeBytes, st.MinFreeBytes),
-				http.StatusServiceUnavailable)
-			return
+		w.Write([]byte("ok\n"))
+	})
+	// Ready: healthy, and the centre reached and not away for longer than
+	// central.unready_after (readiness.go).
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		p := a.healthProblem(now)
+		if p == "" {
+			p = a.readinessProblem(now)
 		}
-		if p := a.telemetryProblems(time.Now()); len(p) > 0 {
-			http.Error(w, "telemetry: "+strings.Join(p, "; "), http.StatusServiceUnavailable)
-			return
-		}
-		if p := a.replicationProblems(time.Now()); len(p) > 0 {
-			http.Error(w, "sync: "+strings.Join(p, "; "), http.StatusServiceUnavailable)
+		if p != "" {
+			http.Error(w, p, http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))
@@ -50,6 +51,24 @@ func (a *Agent) Handler() http.Handler {
 		enc.Encode(a.Status())
 	})
 	return a.operatorRoutes(mux)
+}
+
+// healthProblem says why the agent itself is unhealthy ("" when it is
+// healthy): its store, its intakes, its replication.
+func (a *Agent) healthProblem(now time.Time) string {
+	if err := a.store.Err(); err != nil {
+		return "store: " + err.Error()
+	}
+	if st := a.store.Stats(); st.BelowFloor {
+		return fmt.Sprintf("store: refusing appends: %d bytes free, below store.min_free_bytes %d", st.FreeBytes, st.MinFreeBytes)
+	}
+	if p := a.telemetryProblems(now); len(p) > 0 {
+		return "telemetry: " + strings.Join(p, "; ")
+	}
+	if p := a.replicationProblems(now); len(p) > 0 {
+		return "sync: " + strings.Join(p, "; ")
+	}
+	return ""
 }
 
 // replicationStall is how long a stream may go without a commit, with

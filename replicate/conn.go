@@ -46,6 +46,10 @@ type ConnConfig struct {
 	IgnoreDiscoveredServers bool
 	// Dialer replaces the TCP dialer (tests). Default nil.
 	Dialer nats.CustomDialer
+	// OnReconnectError, when set, is called with each failed attempt to
+	// reach the centre (the first connect's included), on nats.go's
+	// callback goroutine: the agent's /readyz gives it as the reason.
+	OnReconnectError func(error)
 }
 
 // Validate checks the configuration.
@@ -161,6 +165,9 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Warn("central unreachable; capturing locally and retrying", "urls", cfg.redactedURLs(), "err", err)
+			if cfg.OnReconnectError != nil {
+				cfg.OnReconnectError(err)
+			}
 		}),
 	}
 	if cfg.IgnoreDiscoveredServers {
