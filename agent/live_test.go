@@ -82,7 +82,7 @@ func TestAgentLiveLane(t *testing.T) {
 	}
 	m := getText(t, "http://"+a.HTTPAddr()+"/metrics")
 	for _, want := range []string{`edge_live_sent_total{stream="telemetry"}`, `edge_live_drones{stream="health"} 1`,
-		`edge_catch_up_backlog_bytes{stream="telemetry"}`, "edge_live_share_bytes_per_sec 0"} {
+		`edge_catch_up_backlog_bytes{stream="telemetry"}`, "edge_live_share_bytes_per_second 0"} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics has no %s", want)
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,10 +13,14 @@ import (
 
 // statusCollector exposes the agent's status as Prometheus metrics at
 // scrape time: every numeric field of every part's Stats becomes a metric
-// named edge_<part>_<field> (snake case of the field or its JSON name).
-// uint64 fields are counters (suffix _total); other numbers, booleans and
-// durations (in seconds) are gauges. Maps keyed by drone become a "drone"
-// label; per-stream values carry a "stream" label.
+// named edge_<part>_<field> (snake case of the field or its JSON name),
+// its help the field's doc comment (fieldHelp). uint64 fields are counters
+// (suffix _total) unless they are levels (isLevel, gaugeFields); other
+// numbers and booleans are gauges. Names are in base units (metricName):
+// durations and Unix-ns times in seconds (_seconds, _timestamp_seconds),
+// percentages as ratios, rates per second. Maps keyed by drone become a
+// "drone" label; per-stream values carry a "stream" label.
+// docs/metrics.md maps the names before issue 40 to these.
 type statusCollector struct{ a *Agent }
 
 // Describe sends nothing: the collector is unchecked, its metric set
@@ -24,7 +29,13 @@ func (c *statusCollector) Describe(chan<- *prometheus.Desc) {}
 
 // Collect builds the metrics from a fresh Status.
 func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
-	ch := &emitter{out: out, seen: map[string]bool{}}
+	c.collect(&emitter{out: out, seen: map[string]bool{}})
+}
+
+func (c *statusCollector) collect(ch *emitter) {
+	b := ReadBuild()
+	ch.help("edge_agent_build_info", "Always 1: the labels name the running binary's version, commit (vcs.revision), whether its tree was modified, and Go release.",
+		[]string{"version", "revision", "modified", "goversion"}, []string{b.Version, b.Revision, fmt.Sprint(b.Modified), b.GoVersion}, prometheus.GaugeValue, 1)
 	s := c.a.Status()
 	emitStruct(ch, "edge_store", nil, nil, reflect.ValueOf(s.Store))
 	for _, st := range s.Streams {
@@ -37,32 +48,32 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 		if st.CatchUp != nil {
 			emitStruct(ch, "edge_catch_up", l, v, reflect.ValueOf(*st.CatchUp))
 		}
-		gauge(ch, "edge_stream_segments_open", l, v, float64(countOpen(st)))
+		ch.help("edge_stream_segments_open", "Segments of the stream open for appends (not sealed).", l, v, prometheus.GaugeValue, float64(countOpen(st)))
 		for _, w := range st.ClockSkew {
 			wl, wv := []string{"stream", "writer"}, []string{st.Name, w.Writer}
-			ch.send("edge_watermark_clock_skew_ahead_events_total", wl, wv, prometheus.CounterValue, float64(w.Ahead))
-			ch.send("edge_watermark_clock_skew_behind_events_total", wl, wv, prometheus.CounterValue, float64(w.Behind))
+			ch.help("edge_watermark_clock_skew_ahead_events_total", "Events of the writer whose event time was ahead of the receiving clock by more than watermark.max_clock_skew.", wl, wv, prometheus.CounterValue, float64(w.Ahead))
+			ch.help("edge_watermark_clock_skew_behind_events_total", "Events of the writer whose event time was behind the receiving clock by more than watermark.max_clock_behind.", wl, wv, prometheus.CounterValue, float64(w.Behind))
 			behind := 0.0
 			if w.IsBehind {
 				behind = 1
 			}
-			gauge(ch, "edge_watermark_writer_behind", wl, wv, behind)
+			ch.help("edge_watermark_writer_behind", "1 while the writer's clock is behind (it no longer holds the watermark back), else 0.", wl, wv, prometheus.GaugeValue, behind)
 		}
 		if st.LocalLagSeconds != nil {
-			gauge(ch, "edge_watermark_local_lag_seconds", l, v, *st.LocalLagSeconds)
-			gauge(ch, "edge_watermark_local_lower_seconds", l, v, float64(st.LocalWatermark.LowerNs)/1e9)
+			ch.help("edge_watermark_local_lag_seconds", "How far the local watermark's lower bound is behind the agent's clock.", l, v, prometheus.GaugeValue, *st.LocalLagSeconds)
+			ch.help("edge_watermark_local_lower_timestamp_seconds", "The local watermark's lower bound: every durable event before it is in the store (Unix time).", l, v, prometheus.GaugeValue, float64(st.LocalWatermark.LowerNs)/1e9)
 		}
 		if st.CommittedLagSeconds != nil {
-			gauge(ch, "edge_watermark_committed_lag_seconds", l, v, *st.CommittedLagSeconds)
-			gauge(ch, "edge_watermark_committed_lower_seconds", l, v, float64(st.CommittedWatermark.LowerNs)/1e9)
+			ch.help("edge_watermark_committed_lag_seconds", "How far the committed watermark's lower bound (the last commit record's) is behind the agent's clock.", l, v, prometheus.GaugeValue, *st.CommittedLagSeconds)
+			ch.help("edge_watermark_committed_lower_timestamp_seconds", "The committed watermark's lower bound: every event before it is at the centre (Unix time).", l, v, prometheus.GaugeValue, float64(st.CommittedWatermark.LowerNs)/1e9)
 		}
 	}
 	if s.Video != nil {
 		emitStruct(ch, "edge_video", nil, nil, reflect.ValueOf(*s.Video))
 	}
 	if s.Live != nil {
-		gauge(ch, "edge_live_share_bytes_per_sec", nil, nil, float64(s.Live.ShareBytesPerSec))
-		ch.send("edge_live_ensure_errors_total", nil, nil, prometheus.CounterValue, float64(s.Live.EnsureErrors))
+		ch.help("edge_live_share_bytes_per_second", "The live lane's share of the uplink cap.", nil, nil, prometheus.GaugeValue, float64(s.Live.ShareBytesPerSec))
+		ch.help("edge_live_ensure_errors_total", "Failures to create or update the live lane's central streams.", nil, nil, prometheus.CounterValue, float64(s.Live.EnsureErrors))
 		for _, ls := range s.Live.Streams {
 			emitStruct(ch, "edge_live", []string{"stream"}, []string{ls.Stream}, reflect.ValueOf(ls))
 		}
@@ -79,7 +90,7 @@ func (c *statusCollector) Collect(out chan<- prometheus.Metric) {
 	if s.Devices != nil {
 		emitStruct(ch, "edge_devices", nil, nil, reflect.ValueOf(s.Devices))
 	}
-	gauge(ch, "edge_errors", nil, nil, float64(len(s.Errors)))
+	ch.help("edge_errors", "Parts of the agent with a current error (listed in /status errors).", nil, nil, prometheus.GaugeValue, float64(len(s.Errors)))
 }
 
 func countOpen(st StreamStatus) int {
@@ -97,19 +108,19 @@ func countOpen(st StreamStatus) int {
 type emitter struct {
 	out  chan<- prometheus.Metric
 	seen map[string]bool
+	// renamed, when not nil, records the name each field had before
+	// issue 40's base units, by new name (docs/metrics.md).
+	renamed map[string]string
 }
 
-func (e *emitter) send(name string, labels, values []string, t prometheus.ValueType, v float64) {
+// help sends one sample of a metric with its help text.
+func (e *emitter) help(name, help string, labels, values []string, t prometheus.ValueType, v float64) {
 	key := name + "\x00" + strings.Join(values, "\x00")
 	if e.seen[key] {
 		return
 	}
 	e.seen[key] = true
-	e.out <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, name, labels, nil), t, v, values...)
-}
-
-func gauge(ch *emitter, name string, labels, values []string, v float64) {
-	ch.send(name, labels, values, prometheus.GaugeValue, v)
+	e.out <- prometheus.MustNewConstMetric(prometheus.NewDesc(name, help, labels, nil), t, v, values...)
 }
 
 var durationType = reflect.TypeFor[time.Duration]()
@@ -135,33 +146,34 @@ func emitStruct(ch *emitter, prefix string, labels, values []string, v reflect.V
 		if !f.Anonymous {
 			name = prefix + "_" + fieldName(f)
 		}
-		emitValue(ch, name, labels, values, v.Field(i))
+		emitValue(ch, name, fieldHelp[helpKey(t, f.Name)], labels, values, v.Field(i))
 	}
 }
 
-func emitValue(ch *emitter, name string, labels, values []string, fv reflect.Value) {
-	switch {
-	case fv.Type() == durationType:
-		gauge(ch, strings.TrimSuffix(name, "_ns")+"_seconds", labels, values, time.Duration(fv.Int()).Seconds())
+// emitValue emits one field (help is its doc) or walks into it.
+func emitValue(ch *emitter, name, help string, labels, values []string, fv reflect.Value) {
+	if fv.Type() == durationType {
+		name, _ = strings.CutSuffix(name, "_ns")
+		ch.send(name+"_seconds", help, labels, values, prometheus.GaugeValue, time.Duration(fv.Int()).Seconds())
 		return
 	}
 	switch fv.Kind() {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		t := prometheus.CounterValue
 		if isLevel(name) {
-			gauge(ch, name, labels, values, float64(fv.Uint()))
-			return
+			t = prometheus.GaugeValue
 		}
-		ch.send(name+"_total", labels, values, prometheus.CounterValue, float64(fv.Uint()))
+		ch.send(name, help, labels, values, t, float64(fv.Uint()))
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		gauge(ch, name, labels, values, float64(fv.Int()))
+		ch.send(name, help, labels, values, prometheus.GaugeValue, float64(fv.Int()))
 	case reflect.Float32, reflect.Float64:
-		gauge(ch, name, labels, values, fv.Float())
+		ch.send(name, help, labels, values, prometheus.GaugeValue, fv.Float())
 	case reflect.Bool:
 		b := 0.0
 		if fv.Bool() {
 			b = 1
 		}
-		gauge(ch, name, labels, values, b)
+		ch.send(name, help, labels, values, prometheus.GaugeValue, b)
 	case reflect.Struct, reflect.Pointer, reflect.Interface:
 		emitStruct(ch, name, labels, values, fv)
 	case reflect.Map:
@@ -180,7 +192,7 @@ func emitValue(ch *emitter, name string, labels, values []string, fv reflect.Val
 		}
 		it := fv.MapRange()
 		for it.Next() {
-			emitValue(ch, name, append(slices.Clone(labels), label), append(slices.Clone(values), it.Key().String()), it.Value())
+			emitValue(ch, name, help, append(slices.Clone(labels), label), append(slices.Clone(values), it.Key().String()), it.Value())
 		}
 	case reflect.Slice:
 		// A list of drones (structs with an ID, or RTSP sources with a
@@ -200,6 +212,82 @@ func emitValue(ch *emitter, name string, labels, values []string, fv reflect.Val
 			emitStruct(ch, name, []string{"drone"}, []string{el.FieldByName(key).String()}, el)
 		}
 	}
+}
+
+// send emits a field's sample under its name in base units (metricName).
+func (e *emitter) send(name, help string, labels, values []string, t prometheus.ValueType, v float64) {
+	old := name
+	if t == prometheus.CounterValue {
+		old += "_total" // the old rule: every uint64 not a level
+	}
+	name, t, scale := metricName(name, t)
+	if e.renamed != nil && old != name {
+		e.renamed[name] = old
+	}
+	if help == "" {
+		help = "See docs/metrics.md." // a field whose struct is not in fieldHelp (not reached from Status)
+	}
+	e.help(name, help, labels, values, t, v*scale)
+}
+
+// renamed are the fields whose generated name says nothing of the unit
+// or the kind: host sizes in bytes, counts of things that go down.
+var renamed = map[string]struct {
+	name  string
+	gauge bool
+}{
+	"edge_devices_health_mem_total":            {"edge_devices_health_mem_total_bytes", true},
+	"edge_devices_health_mem_available":        {"edge_devices_health_mem_available_bytes", true},
+	"edge_devices_health_mem_used":             {"edge_devices_health_mem_used_bytes", true},
+	"edge_devices_health_swap_total":           {"edge_devices_health_swap_total_bytes", true},
+	"edge_devices_health_swap_available":       {"edge_devices_health_swap_available_bytes", true},
+	"edge_devices_health_swap_used":            {"edge_devices_health_swap_used_bytes", true},
+	"edge_devices_health_disk_total":           {"edge_devices_health_disk_total_bytes", true},
+	"edge_devices_health_disk_used":            {"edge_devices_health_disk_used_bytes", true},
+	"edge_devices_health_disk_free":            {"edge_devices_health_disk_free_bytes", true},
+	"edge_devices_health_disk_inodes_total":    {"edge_devices_health_disk_inodes", true},
+	"edge_devices_health_disk_inodes_free":     {"edge_devices_health_disk_inodes_free", true},
+	"edge_devices_health_uptime_s":             {"edge_devices_health_uptime_seconds", true},
+	"edge_devices_health_cpu_count":            {"edge_devices_health_cpus", true},
+	"edge_devices_health_v":                    {"edge_devices_health_sample_version", true},
+	"edge_devices_health_time_ns":              {"edge_devices_health_sample_timestamp_seconds", true},
+	"edge_video_socket_buffer":                 {"edge_video_socket_buffer_bytes", true},
+	"edge_video_queue_drops":                   {"edge_video_queue_drops_total", false},
+	"edge_replication_limits_max_payload":      {"edge_replication_limits_max_payload_bytes", true},
+	"edge_replication_limits_max_control_line": {"edge_replication_limits_max_control_line_bytes", true},
+}
+
+// metricName is a field's metric name in base units and its kind: the
+// renamed table; Unix-ns times in seconds (_timestamp_seconds);
+// percentages as ratios (_ratio); metres spelled out; per-second rates spelled out; counters
+// ending in _total, gauges not.
+func metricName(name string, t prometheus.ValueType) (string, prometheus.ValueType, float64) {
+	scale := 1.0
+	if r, ok := renamed[name]; ok {
+		if r.gauge {
+			t = prometheus.GaugeValue
+		} else {
+			t = prometheus.CounterValue
+		}
+		name = r.name
+		if strings.HasSuffix(name, "_timestamp_seconds") {
+			scale = 1e-9
+		}
+	} else if base, ok := strings.CutSuffix(name, "_ns"); ok {
+		name, scale = strings.TrimSuffix(strings.TrimSuffix(base, "_unix"), "_time")+"_timestamp_seconds", 1e-9
+	} else if base, ok := strings.CutSuffix(name, "_percent"); ok {
+		name, scale = base+"_ratio", 0.01
+	} else if base, ok := strings.CutSuffix(name, "_pct"); ok {
+		name, scale = base+"_ratio", 0.01
+	} else if base, ok := strings.CutSuffix(name, "_m"); ok {
+		name = base + "_meters"
+	} else if base, ok := strings.CutSuffix(name, "_per_sec"); ok {
+		name = base + "_per_second"
+	}
+	if t == prometheus.CounterValue && !strings.HasSuffix(name, "_total") {
+		name += "_total"
+	}
+	return name, t, scale
 }
 
 // fieldName is the JSON name of a field, else its name in snake case.
@@ -226,4 +314,9 @@ func isLevel(name string) bool {
 		}
 	}
 	return false
+}
+
+// helpKey names a struct field in fieldHelp: package.Type.Field.
+func helpKey(t reflect.Type, field string) string {
+	return t.String() + "." + field
 }
