@@ -255,7 +255,7 @@ func (u *Unpacker) session(ctx context.Context) error {
 	var pub sender
 	if n := int(u.batch.Load()); n > 0 {
 		pub = newPublisher(u.nc, js, cur.last, n, u.opts.MaxPending, onAck)
-	} else if pub, err = newFastPublisher(u.nc, cur.last, u.opts.MaxPending, u.opts.MaxPendingBytes, u.opts.AckTimeout, onAck); err != nil {
+	} else if pub, err = newFastPublisher(js, cur.last, u.opts.MaxPending, u.opts.MaxPendingBytes, u.opts.AckTimeout, onAck); err != nil {
 		return err
 	}
 	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{}, pub: pub,
