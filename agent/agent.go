@@ -73,6 +73,8 @@ type Agent struct {
 	history history
 	// centre follows the central connection, for /readyz.
 	centre centreLink
+	// lastSample is when sampleHistory last ran (unix ns), for Alive.
+	lastSample atomic.Int64
 
 	// mu guards errs and procs.
 	mu    sync.Mutex

@@ -111,6 +111,7 @@ func (a *Agent) sampleHistory(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		a.history.add(time.Now(), a.streamSamples())
+		a.lastSample.Store(time.Now().UnixNano()) // Alive
 		select {
 		case <-ctx.Done():
 			return nil

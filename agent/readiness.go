@@ -124,3 +124,23 @@ func (a *Agent) readinessProblem(now time.Time) string {
 	}
 	return a.centre.problem(now, a.cfg.Central.UnreadyAfter, a.CentralURL())
 }
+
+// aliveWithin is how recent the agent's last history sample must be for
+// Alive: a few of historyEvery, so that a loaded machine's late tick is
+// no hang.
+const aliveWithin = 10 * historyEvery
+
+// Alive reports whether the agent's own loops are moving (for systemd's
+// watchdog): its history sampler, which reads every stream's watermarks
+// and replication state each historyEvery, sampled within aliveWithin. A
+// deadlock in those parts stops it. Safe for concurrent use.
+func (a *Agent) Alive(now time.Time) error {
+	last := a.lastSample.Load()
+	if last == 0 {
+		return errors.New("agent: not sampled yet")
+	}
+	if d := now.Sub(time.Unix(0, last)); d > aliveWithin {
+		return fmt.Errorf("agent: no history sample for %s (want one every %s)", d.Round(time.Second), historyEvery)
+	}
+	return nil
+}

@@ -137,6 +137,7 @@ func runAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer startProcs(cfg.Runtime, a, log)()
+	defer notifySystemd(ctx, a, log)()
 	if path := os.Getenv("EDGE_AGENT_CPUPROFILE"); path != "" {
 		// Profiling a run (BENCHMARKS.md, CPU per event): written at
 		// a graceful stop.
