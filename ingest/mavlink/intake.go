@@ -55,9 +55,11 @@ type Intake struct {
 	mu    sync.Mutex
 	slots slots
 	batch batch
-	// holes are the components with sequence holes pending (sequence.go).
-	holes []holeRef
-	ctx   context.Context
+	// holes are the components with sequence holes pending (sequence.go);
+	// holeTimer is armed while there are any.
+	holes     []holeRef
+	holeTimer *time.Timer
+	ctx       context.Context
 	// flushTimer ends a batch's window (armed by its first frame).
 	flushTimer *time.Timer
 
@@ -84,7 +86,7 @@ func New(cfg Config, sink Sink) (*Intake, error) {
 		return nil, err
 	}
 	in := &Intake{cfg: cfg, sink: sink, signer: s, rates: map[uint32]int64{},
-		ready: make(chan struct{}), fatal: make(chan error, 1), flushTimer: newFlushTimer()}
+		ready: make(chan struct{}), fatal: make(chan error, 1), flushTimer: newFlushTimer(), holeTimer: newFlushTimer()}
 	for name, hz := range cfg.Rates {
 		id, _ := cfg.Dialect.ID(name)
 		if hz == 0 {

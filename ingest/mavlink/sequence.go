@@ -58,6 +58,9 @@ func (in *Intake) noteSeq(d *drone, f *Frame, recv int64) (drop bool, flags loca
 		}
 		if !t.listed {
 			t.listed = true
+			if len(in.holes) == 0 {
+				in.holeTimer.Reset(holeWait)
+			}
 			in.holes = append(in.holes, holeRef{d: d, comp: f.CompID})
 		}
 	}
@@ -102,18 +105,18 @@ func (in *Intake) expireHoles(now int64) {
 	in.holes = keep
 }
 
-// holeLoop expires holes every holeWait/2 until stop is closed.
+// holeLoop expires holes when holeTimer fires (armed while there are
+// holes: no wakeups without loss), until stop is closed.
 func (in *Intake) holeLoop(stop <-chan struct{}) {
-	tick := time.NewTicker(holeWait / 2)
-	defer tick.Stop()
 	for {
 		select {
 		case <-stop:
 			return
-		case <-tick.C:
+		case <-in.holeTimer.C:
 			in.mu.Lock()
+			in.expireHoles(in.cfg.Now().UnixNano())
 			if len(in.holes) > 0 {
-				in.expireHoles(in.cfg.Now().UnixNano())
+				in.holeTimer.Reset(holeWait / 2)
 			}
 			in.mu.Unlock()
 		}
