@@ -54,7 +54,7 @@ func TestLaneSendsOnlyAckedValues(t *testing.T) {
 	holder := holdLiveSubjects(t, s)
 	s.appendNoted(ctx, "telemetry", telemetryEvent("d1", 1, time.Now().UnixNano())) // its last value: it landed
 	s.start(stationOpts{lane: true})
-	testkit.WaitFor(t, 5*time.Second, "a refused stream check", func() bool { return s.lane.Stats().EnsureErrors >= 1 })
+	testkit.WaitFor(t, 10*time.Second, "a refused stream check", func() bool { return s.lane.Stats().EnsureErrors >= 1 })
 	js, _ := jetstream.New(s.reader)
 	if err := js.DeleteStream(ctx, holder); err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestLaneRefusedSendsNothing(t *testing.T) {
 	fly, stop := context.WithCancel(ctx)
 	defer stop()
 	go newFleet(4, 0).fly(fly, s.append)
-	testkit.WaitFor(t, 10*time.Second, "three refused stream checks", func() bool { return s.lane.Stats().EnsureErrors >= 3 })
+	testkit.WaitFor(t, 30*time.Second, "three refused stream checks", func() bool { return s.lane.Stats().EnsureErrors >= 3 })
 	st := s.lane.Stats()
 	t.Logf("lane after %d refused checks: %+v; live frames at the link %d (%d bytes); share tokens %.0f of %d", st.EnsureErrors, st.Streams[0], s.proxy.liveMsgs.Load(), s.proxy.liveBytes.Load(), s.lane.share.Tokens(), s.lane.shareChunk)
 	if ss := st.Streams[0]; ss.Drones == 0 || ss.Sent != 0 || ss.Bytes != 0 || !ss.LastSent.IsZero() {

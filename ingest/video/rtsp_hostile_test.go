@@ -121,7 +121,7 @@ func TestRTSPCredentialsStayWithTheCamerasHost(t *testing.T) {
 		}
 		return n
 	}
-	if !testkit.Until(5*time.Second, func() bool {
+	if !testkit.Until(10*time.Second, func() bool {
 		return authed(same) > 0 && len(other.of(base.Describe)) >= 2 && in.Stats().Sources[0].Attempts >= 2
 	}) {
 		t.Fatalf("the same host got %d DESCRIBEs with credentials, the other %d DESCRIBEs", authed(same), len(other.of(base.Describe)))
