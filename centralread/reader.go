@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/internal/backoff"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
@@ -73,22 +74,29 @@ type CentralReader struct {
 	buf []jetstream.Msg
 	// items holds decoded items of a layout-2 message not yet returned.
 	items []Item
+	// fails counts fetches in a row that failed transiently (backoff).
+	fails int
 }
+
+// Retry waits of the reader (internal/backoff: doubled per failure in a
+// row, capped, jittered).
+const (
+	retryBase = 50 * time.Millisecond
+	retryMost = 2 * time.Second
+)
 
 // NewCentralReader opens a reader of the local stream's central copy. It
 // retries transient failures (elections, no responders) until ctx ends.
 func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts ReadOptions) (*CentralReader, error) {
-	for {
+	for fails := 1; ; fails++ {
 		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		r, err := newCentralReader(actx, nc, stream, opts)
 		cancel()
 		if err == nil || ctx.Err() != nil || !transientRead(err) {
 			return r, err
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, retryBase, retryMost, fails) != nil {
 			return nil, err
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }
@@ -97,7 +105,14 @@ func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 func transientRead(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled) ||
+		// The ordered consumer lost its server-side consumer (deleted, a
+		// member restarted, no heartbeat): its next fetch makes a new one
+		// from the last sequence it delivered.
+		errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		// A request while the connection reconnects (no buffering).
+		errors.Is(err, nats.ErrReconnectBufExceeded)
 }
 
 func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts ReadOptions) (*CentralReader, error) {
@@ -122,7 +137,10 @@ func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	}
 	// Layout 2 keeps events in the messages on the cut (and part)
 	// subjects; layout 1 on a data subject per routing key.
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"edge." + stream + "." + agentTok + ".cut"}}
+	// One reset attempt per fetch: the ordered consumer's own retry (1 s
+	// to 10 s, unjittered, not bounded by ctx) would hold a read past
+	// its deadline; the reader's loop retries with its backoff instead.
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{"edge." + stream + "." + agentTok + ".cut"}, MaxResetAttempts: 1}
 	if !opts.CommitsOnly {
 		cfg.FilterSubjects = append(cfg.FilterSubjects, "edge."+stream+"."+agentTok+".part",
 			"edge."+stream+"."+agentTok+".data."+keyTok)
@@ -190,7 +208,7 @@ func (r *CentralReader) Next(ctx context.Context) (Item, error) {
 		}
 		// What is there now, in one round trip; then, when nothing is,
 		// wait for one more message.
-		if err := r.fetch(r.cons.FetchNoWait(fetchBatch)); err != nil {
+		if err := r.fetch(ctx)(r.cons.FetchNoWait(fetchBatch)); err != nil {
 			return Item{}, err
 		}
 		if len(r.buf) > 0 {
@@ -200,14 +218,20 @@ func (r *CentralReader) Next(ctx context.Context) (Item, error) {
 			r.done = true
 			continue
 		}
-		if err := r.fetch(r.cons.Fetch(1, jetstream.FetchMaxWait(wait))); err != nil {
+		if err := r.fetch(ctx)(r.cons.Fetch(1, jetstream.FetchMaxWait(wait))); err != nil {
 			return Item{}, err
 		}
 	}
 }
 
-// fetch moves a fetched batch into buf.
-func (r *CentralReader) fetch(batch jetstream.MessageBatch, err error) error {
+// fetch returns what moves a fetched batch into buf (a function of the
+// fetch's two results; ctx bounds the wait after a failure).
+func (r *CentralReader) fetch(ctx context.Context) func(jetstream.MessageBatch, error) error {
+	return func(batch jetstream.MessageBatch, err error) error { return r.take(ctx, batch, err) }
+}
+
+// take moves a fetched batch into buf.
+func (r *CentralReader) take(ctx context.Context, batch jetstream.MessageBatch, err error) error {
 	if err == nil {
 		for m := range batch.Messages() {
 			r.buf = append(r.buf, m)
@@ -219,9 +243,11 @@ func (r *CentralReader) fetch(batch jetstream.MessageBatch, err error) error {
 	}
 	if err != nil && len(r.buf) == 0 && !errors.Is(err, jetstream.ErrNoMessages) {
 		// An election or reconnect: the ordered consumer recreates
-		// itself; wait a little instead of spinning.
-		time.Sleep(50 * time.Millisecond)
+		// itself at the next fetch; wait, longer each time in a row.
+		r.fails++
+		return backoff.Sleep(ctx, retryBase, retryMost, r.fails)
 	}
+	r.fails = 0
 	return nil
 }
 

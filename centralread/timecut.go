@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/edge-agent/edge-agent/internal/backoff"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/wire"
 )
@@ -198,7 +199,7 @@ func CutAt(ctx context.Context, nc *nats.Conn, atNs int64, opts TimeCutOptions) 
 func (s *timeCutState) follow(ctx context.Context, nc *nats.Conn, stream string, opts TimeCutOptions) error {
 	ro := ReadOptions{Agent: opts.Agent, CommitsOnly: true, Follow: opts.Wait, PollWait: opts.PollWait}
 	var r *CentralReader
-	for r == nil {
+	for fails := 1; r == nil; fails++ {
 		var err error
 		r, err = NewCentralReader(ctx, nc, stream, ro)
 		switch {
@@ -206,10 +207,9 @@ func (s *timeCutState) follow(ctx context.Context, nc *nats.Conn, stream string,
 		case errors.Is(err, jetstream.ErrStreamNotFound) && !opts.Wait:
 			return nil // nothing replicated yet: incomplete
 		case errors.Is(err, jetstream.ErrStreamNotFound):
-			select { // not created yet: wait for the first agent
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
+			// Not created yet: wait for the first agent.
+			if err := backoff.Sleep(ctx, 250*time.Millisecond, 5*time.Second, fails); err != nil {
+				return err
 			}
 		default:
 			return fmt.Errorf("centralread: time cut of %s: %w", stream, err)
