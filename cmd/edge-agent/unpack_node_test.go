@@ -74,7 +74,10 @@ type jsLine struct {
 	Seq     uint64            `json:"seq"`
 	Subject string            `json:"subject"`
 	Headers map[string]string `json:"headers"`
-	Data    string            `json:"data"`
+	// Unknown are the headers the spec's derived-message table does not
+	// name (the consumer reads the table from docs/central-format.md).
+	Unknown []string `json:"unknown"`
+	Data    string   `json:"data"`
 }
 
 // TestStockJSConsumerReadsDerivedStream: `edge-agent central --unpack`
@@ -104,7 +107,11 @@ func TestStockJSConsumerReadsDerivedStream(t *testing.T) {
 	}
 	defer nc.Close()
 
-	node := exec.Command("node", "consume.mjs", centralURL, unpack.DerivedStreamName("telemetry"))
+	spec, err := filepath.Abs("../../docs/central-format.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := exec.Command("node", "consume.mjs", centralURL, unpack.DerivedStreamName("telemetry"), spec)
 	node.Dir = jsDir
 	node.Stderr = os.Stderr
 	stdin, _ := node.StdinPipe()
@@ -190,6 +197,9 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 		}
 		seen[m.Drone] = m.Seq
 		h := l.Headers
+		if len(l.Unknown) > 0 {
+			t.Fatalf("message %d carries headers the table of docs/central-format.md does not name: %v", i, l.Unknown)
+		}
 		if h[wire.HdrOffset] != strconv.FormatUint(s.Record.Offset, 10) || h[wire.HdrSegment] != strconv.FormatUint(uint64(s.Record.Segment), 10) ||
 			h[wire.HdrEventTime] != strconv.FormatInt(s.Record.EventTime, 10) || h[wire.HdrContentType] == "" || h[wire.HdrMqttTopic] != "drones/"+m.Drone+"/telemetry" ||
 			h[wire.HdrWriter] == "" || h[unpack.HdrWatermarkLower] == "" || h[unpack.HdrWatermarkUpper] == "" || h[unpack.HdrSourceSeq] != strconv.FormatUint(s.Seq, 10) {

@@ -1,13 +1,29 @@
 // A stock consumer of the derived stream: the npm nats client's ordered
-// consumer, nothing of edge-agent. Usage: node consume.mjs URL STREAM
+// consumer, nothing of edge-agent. Usage: node consume.mjs URL STREAM [SPEC]
 // It prints one JSON line per message (stream sequence, subject, headers,
-// payload) as it arrives. When stdin gives a number N, it stops once it
+// payload) as it arrives; with SPEC (docs/central-format.md), each line
+// also lists in "unknown" the headers that the spec's derived-message
+// table does not name. When stdin gives a number N, it stops once it
 // has N messages and has seen nothing more for 1.5 s (a duplicate would
 // arrive then), and exits.
 import { connect } from "nats";
 import { createInterface } from "node:readline";
+import { readFileSync } from "node:fs";
 
-const [url, stream] = process.argv.slice(2);
+const [url, stream, spec] = process.argv.slice(2);
+
+// The header names of the table under "### Derived messages": every
+// `Name` in the first cell of a row.
+const table = new Set();
+if (spec) {
+  const doc = readFileSync(spec, "utf8");
+  const section = doc.slice(doc.indexOf("### Derived messages")).split("\n### ")[0];
+  for (const line of section.split("\n")) {
+    if (!line.startsWith("| `")) continue;
+    for (const m of line.split("|")[1].matchAll(/`([A-Za-z-]+)`/g)) table.add(m[1]);
+  }
+  if (table.size < 20) throw new Error(`${spec}: the derived-message table names ${table.size} headers`);
+}
 const nc = await connect({ servers: url, maxReconnectAttempts: -1 });
 const jsm = await nc.jetstreamManager();
 for (;;) {
@@ -39,7 +55,8 @@ const td = new TextDecoder();
 for await (const m of messages) {
   const headers = {};
   if (m.headers) for (const k of m.headers.keys()) headers[k] = m.headers.get(k);
-  console.log(JSON.stringify({ seq: m.seq, subject: m.subject, headers, data: td.decode(m.data) }));
+  const unknown = spec ? Object.keys(headers).filter((k) => !table.has(k)) : [];
+  console.log(JSON.stringify({ seq: m.seq, subject: m.subject, headers, unknown, data: td.decode(m.data) }));
   count++;
   stopWhenDone();
 }
