@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -341,9 +340,7 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
+	if err := decodeYAML(b, &cfg); err != nil {
 		return cfg, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
 	}
 	if cfg.Telemetry.Listen != "" && !brokerSet(b) {

@@ -111,7 +111,7 @@ func TestConfigErrors(t *testing.T) {
 		{"store: {value_log_file_size: 1048576}", "store.value_log_file_size: 1048576: want at least 2 × max_event_bytes (8388608)"},
 		{"devices: {offline_after: -1s}", "devices: health_interval, offline_after and max_drones must not be negative"},
 		{"runtime: {procs: -1}", "runtime.procs: -1: want 0 (sized to the load) or the number of Ps"},
-		{"unknown_key: 1", "field unknown_key not found"},
+		{"unknown_key: 1", "line 1: unknown_key: unknown key at the top level; the keys there are agent_id, central,"},
 	}
 	for _, c := range cases {
 		path := filepath.Join(t.TempDir(), "a.yaml")

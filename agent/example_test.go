@@ -55,7 +55,7 @@ func ExampleLoadConfig_unknownKey() {
 		return
 	}
 	_, err = agent.LoadConfig(path)
-	fmt.Println(errors.Is(err, agent.ErrConfig), strings.Contains(err.Error(), "field durabilty not found"))
+	fmt.Println(errors.Is(err, agent.ErrConfig), strings.Contains(err.Error(), "line 2: store.durabilty: unknown key under store; did you mean store.durability?"))
 	// Output: true true
 }
 

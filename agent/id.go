@@ -34,8 +34,11 @@ func ResolveAgentID(configured, dataDir string) (string, error) {
 		return "", err
 	}
 	id := "edge-" + hex.EncodeToString(r[:])
+	if fi, err := os.Stat(dataDir); err == nil && !fi.IsDir() {
+		return "", fmt.Errorf("%w: data_dir: %s is a file, not a directory: choose a directory for the store", ErrConfig, dataDir)
+	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
-		return "", fmt.Errorf("agent: data dir: %w", err)
+		return "", fmt.Errorf("agent: data_dir: %w", err)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(id+"\n"), 0o644); err != nil {

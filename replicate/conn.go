@@ -164,7 +164,9 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 			logger.Info("central connected", "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
-			logger.Warn("central unreachable; capturing locally and retrying", "urls", cfg.redactedURLs(), "err", err)
+			// Only the agent captures: it says so itself (agent.go); a
+			// reading command is just waiting.
+			logger.Warn("central unreachable; retrying", "urls", cfg.redactedURLs(), "err", err)
 			if cfg.OnReconnectError != nil {
 				cfg.OnReconnectError(err)
 			}

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/edge-agent/edge-agent/centralread"
 )
@@ -59,20 +58,20 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer nc.Close()
-	f, err := os.Create(*out)
+	f, err := createOut(*out)
 	if err != nil {
 		return err
 	}
+	defer f.abort() // a partial or merged clip, or none, is no export
 	st, err := centralread.ExportVideo(ctx, nc, centralread.ExportOptions{Stream: *stream, Agent: *agent, Drone: *drone, FromNs: t1, ToNs: t2}, f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
-		os.Remove(*out) // a partial or merged clip is no export
 		return fmt.Errorf("export video: %w", err)
 	}
 	if st.Chunks == 0 {
 		return fmt.Errorf("export video: no chunk of drone %s between %s and %s (is there a keyframe?)", *drone, *from, *to)
+	}
+	if err := f.commit(); err != nil {
+		return fmt.Errorf("export video: %w", err)
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d chunks, %d bytes, from keyframe at %d ns to %d ns\n", *out, st.Chunks, st.Bytes, st.StartedAtKeyNs, st.LastNs)
 	return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"time"
 
@@ -58,10 +57,11 @@ func runExportTelemetry(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err != nil {
 		return fmt.Errorf("export telemetry: %w", err)
 	}
-	f, err := os.Create(*out)
+	f, err := createOut(*out)
 	if err != nil {
 		return err
 	}
+	defer f.abort() // a failed export, or one of no frame, leaves no file
 	w := bufio.NewWriter(f)
 	var buf []byte
 	frames := 0
@@ -71,7 +71,6 @@ func runExportTelemetry(ctx context.Context, args []string, stdout, stderr io.Wr
 			break
 		}
 		if err != nil {
-			f.Close()
 			return fmt.Errorf("export telemetry: %w", err)
 		}
 		rec := it.Event.Record
@@ -92,14 +91,13 @@ func runExportTelemetry(ctx context.Context, args []string, stdout, stderr io.Wr
 		frames++
 	}
 	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
 		return err
 	}
 	if frames == 0 {
 		return fmt.Errorf("export telemetry: no MAVLink frame of drone %s at the centre in that time", *drone)
+	}
+	if err := f.commit(); err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "wrote %s: %d frames of drone %s\n", *out, frames, *drone)
 	return nil

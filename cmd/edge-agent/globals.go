@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"log"
@@ -13,9 +14,9 @@ import (
 
 // globals are the flags given before the command, for every command.
 type globals struct {
-	// logFormat is --log-format (else EDGE_AGENT_LOG_FORMAT), "" when
-	// neither is set: then `run` takes log.format from its file and the
-	// other commands write text.
+	// logFormat is --log-format, "" when not given: then `run` takes
+	// log.format (file, EDGE_AGENT_LOG_FORMAT), the other commands
+	// EDGE_AGENT_LOG_FORMAT, else text.
 	logFormat string
 }
 
@@ -25,7 +26,7 @@ var global globals
 
 // parseGlobal takes the global flags off the front of args.
 func parseGlobal(args []string) ([]string, error) {
-	g := globals{logFormat: os.Getenv(agent.EnvPrefix + "LOG_FORMAT")}
+	var g globals
 	for len(args) > 0 {
 		name, value, hasValue := strings.Cut(strings.TrimLeft(args[0], "-"), "=")
 		if !strings.HasPrefix(args[0], "-") || name != "log-format" {
@@ -48,15 +49,16 @@ func parseGlobal(args []string) ([]string, error) {
 }
 
 // commandLogger is the one logger of every command: the global format,
-// info and above, secrets redacted, repeats rate-limited (agent.NewLogger).
+// warnings and errors (a command's output is its result; connection
+// notices are not), secrets redacted, repeats rate-limited (agent.NewLogger).
 // `run` builds its own from the configuration, which the global flag
 // overrides.
 func commandLogger(stderr io.Writer) *slog.Logger {
-	format := global.logFormat
-	if format == "" {
+	format := cmp.Or(global.logFormat, os.Getenv(agent.EnvPrefix+"LOG_FORMAT"), "text")
+	if format != "json" {
 		format = "text"
 	}
-	return agent.NewLogger(agent.LogConfig{Level: "info", Format: format}, stderr)
+	return agent.NewLogger(agent.LogConfig{Level: "warn", Format: format}, stderr)
 }
 
 // useLogger makes l the default logger (what packages log through when

@@ -4,13 +4,19 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
@@ -199,9 +205,66 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer nc.Close()
 	enc := json.NewEncoder(stdout)
-	err = centralread.RunQuery(ctx, nc, *stream, q, func(it centralread.Item) error { return enc.Encode(toLine(it)) })
+	events := 0
+	err = centralread.RunQuery(ctx, nc, *stream, q, func(it centralread.Item) error {
+		if it.Kind == centralread.ItemEvent {
+			events++
+		}
+		return enc.Encode(toLine(it))
+	})
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("read: no stream %q at the centre; %s", *stream, centralStreams(ctx, nc))
+	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("read %s: %w", *stream, err)
 	}
+	if events == 0 && *drone != "" && ctx.Err() == nil {
+		return droneUnknown(ctx, nc, *stream, *drone, q)
+	}
 	return nil
+}
+
+// centralStreams lists the local streams that have a central stream
+// (EDGE_<STREAM>), for a message about one that has none.
+func centralStreams(ctx context.Context, nc *nats.Conn) string {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err.Error()
+	}
+	var names []string
+	l := js.StreamNames(ctx, jetstream.WithStreamListSubject("edge.>"))
+	for n := range l.Name() {
+		if s, ok := strings.CutPrefix(n, "EDGE_"); ok {
+			names = append(names, strings.ToLower(s))
+		}
+	}
+	if l.Err() != nil && len(names) == 0 {
+		return "listing the streams: " + l.Err().Error()
+	}
+	if len(names) == 0 {
+		return "there is none yet (no agent has replicated)"
+	}
+	slices.Sort(names)
+	return "streams there: " + strings.Join(names, ", ")
+}
+
+// droneUnknown is the error of a read of a drone with no event: the
+// drones the stream has (in the same agent and time range), read again
+// without the drone filter.
+func droneUnknown(ctx context.Context, nc *nats.Conn, stream, drone string, q centralread.Query) error {
+	q.RoutingKey, q.Follow, q.Commits = "", false, false
+	seen := map[string]bool{}
+	err := centralread.RunQuery(ctx, nc, stream, q, func(it centralread.Item) error {
+		if it.Kind == centralread.ItemEvent {
+			seen[it.Event.Record.RoutingKey] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: no event of drone %q (listing the drones there: %w)", stream, drone, err)
+	}
+	if len(seen) == 0 {
+		return fmt.Errorf("read %s: no event of drone %q: the stream has no event in that range", stream, drone)
+	}
+	return fmt.Errorf("read %s: no event of drone %q; drones there: %s", stream, drone, strings.Join(slices.Sorted(maps.Keys(seen)), ", "))
 }

@@ -30,7 +30,35 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// loadAgentConfig reads --config (when given) and applies the flags that were set.
+// fileAndEnvConfig is the configuration of a file (path, "" for none)
+// over the defaults, with the EDGE_AGENT_ environment variables over it.
+func fileAndEnvConfig(path string) (agent.Config, error) {
+	cfg := agent.NewDefaultConfig()
+	if path != "" {
+		// The file's URLs are secrets before it is decoded: a YAML error
+		// may quote a line.
+		if b, err := os.ReadFile(path); err == nil {
+			secrets.AddURLs(string(b))
+		}
+		var err error
+		if cfg, err = agent.LoadConfig(path); err != nil {
+			return cfg, usageError{err}
+		}
+	}
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, agent.EnvPrefix) {
+			secrets.AddURLs(kv)
+		}
+	}
+	if err := cfg.ApplyEnv(os.Environ()); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// loadAgentConfig reads --config (when given), the environment
+// (EDGE_AGENT_...) and applies the flags that were set: flag >
+// environment > file > default.
 func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	path := fs.String("config", "", "YAML configuration file (see agent.example.yaml)")
 	dataDir := fs.String("data-dir", "", "data directory (overrides data_dir)")
@@ -56,20 +84,15 @@ func loadAgentConfig(fs *flag.FlagSet, args []string) (agent.Config, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return agent.Config{}, err
 	}
-	cfg := agent.NewDefaultConfig()
-	if *path != "" {
-		// The file's URLs are secrets before it is decoded: a YAML error
-		// may quote a line.
-		if b, err := os.ReadFile(*path); err == nil {
-			secrets.AddURLs(string(b))
-		}
-		var err error
-		if cfg, err = agent.LoadConfig(*path); err != nil {
-			return cfg, usageError{err}
-		}
+	cfg, err := fileAndEnvConfig(*path)
+	if err != nil {
+		return cfg, err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if global.logFormat != "" && !set["log-format"] {
+		cfg.Log.Format = global.logFormat // edge-agent --log-format json run
+	}
 	if set["data-dir"] {
 		cfg.DataDir = *dataDir
 	}

@@ -53,9 +53,12 @@ func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *dataDir == "" {
 		return usagef("--data-dir is required: the agent's data directory")
 	}
+	if fi, err := os.Stat(*dataDir); err == nil && !fi.IsDir() {
+		return usagef("--data-dir %s: a file, not a directory: give the agent's data directory (its data_dir)", *dataDir)
+	}
 	dir := filepath.Join(*dataDir, "store")
 	if _, err := os.Stat(dir); err != nil {
-		return usagef("--data-dir %s: no store found at %s", *dataDir, dir)
+		return usagef("--data-dir %s: no store/ in it: give the agent's data directory (its data_dir)", *dataDir)
 	}
 	s, err := localstream.Open(dir, localstream.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
