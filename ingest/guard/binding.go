@@ -77,6 +77,10 @@ func (b *Binding[S]) Release(src S) {
 	}
 }
 
+// Released reports whether the bound source was released (and no packet
+// came since).
+func (b *Binding[S]) Released() bool { return b.released }
+
 // Source returns the bound source.
 func (b *Binding[S]) Source() (S, bool) { return b.src, b.bound }
 

@@ -3,6 +3,7 @@ package mavlink
 import (
 	"sync/atomic"
 
+	"github.com/edge-agent/edge-agent/ingest/guard"
 	"github.com/edge-agent/edge-agent/ingest/telemetry"
 )
 
@@ -13,20 +14,15 @@ func WriterFor(drone string) string { return "mavlink/" + drone }
 // drone is the state of one system id holding a slot. Intake.mu guards it.
 type drone struct {
 	sysid       uint8
-	discovered  bool // not in Config.Drones: it holds one of MaxDrones slots
 	id, writer  string
-	lastActive  int64        // receive time of its last frame, Unix ns
 	pending     atomic.Int64 // appends queued in the store, not yet durable (the store's callback changes it without Intake.mu)
 	stored      atomic.Uint64
 	comps       [256]component
 	rateLast    map[uint64]int64 // (compid, msgid) → receive time of the last kept, for Rates
 	discontinue bool             // flag the next stored event: frames were lost before it
-	// The source the system id is bound to (source.go) and the receive
-	// time of its last frame from it (0: released, to be taken at once).
-	src     source
-	srcLast int64
-	bound   bool
-	st      DroneStats
+	// bind binds the system id to the source of its first frame (source.go).
+	bind guard.Binding[source]
+	st   DroneStats
 }
 
 // component is what a drone's component carries from frame to frame.
@@ -75,36 +71,49 @@ type DroneStats struct {
 	Vehicle Vehicle `json:"vehicle"`
 }
 
-// slots holds the drones by system id: every mapped one, and at most
-// MaxDrones discovered ones at once (n).
-type slots struct {
-	bySys [256]*drone
-	n     int
+// newSlots is the drones' table by system id (guard.Table): every mapped
+// drone pinned, and at most MaxDrones discovered ones at once; when all
+// are taken, the slot of a discovered drone silent for DroneIdleTimeout
+// with nothing in flight goes to a newcomer, its writer closed.
+func (in *Intake) newSlots() *guard.Table[uint8, *drone] {
+	return guard.NewTable(guard.TableConfig[uint8, *drone]{
+		Max: in.cfg.MaxDrones, Idle: in.cfg.DroneIdleTimeout,
+		Busy: func(_ uint8, d *drone) bool { return d.pending.Load() > 0 },
+		Release: func(_ uint8, d *drone) {
+			if in.sink.Marks != nil {
+				if err := in.sink.Marks.CloseWriter(d.writer); err != nil {
+					in.c.markErrors.Add(1)
+				}
+			}
+			in.c.dronesReleased.Add(1)
+		},
+	})
 }
 
 // droneFor returns the drone of sysid, taking a slot for it; nil when
 // the system id is no drone (unmapped with discovery off) or no slot is
-// free. Intake.mu is held.
+// free. It does not mark the drone active: a frame that passes the
+// checks does (frame). Intake.mu is held.
 func (in *Intake) droneFor(sysid uint8, now int64) *drone {
-	if d := in.slots.bySys[sysid]; d != nil {
+	if d, ok := in.slots.Peek(sysid); ok {
 		return d
 	}
 	id, mapped := in.cfg.Drones[sysid]
-	if !mapped {
-		if !in.cfg.Discover || sysid == 0 {
-			in.c.unmapped.Add(1)
-			return nil
-		}
-		if in.slots.n >= in.cfg.MaxDrones && !in.releaseIdle(now) {
-			in.c.dronesOverLimit.Add(1)
-			return nil
-		}
-		id = DiscoveredID(sysid)
-		in.slots.n++
+	if !mapped && (!in.cfg.Discover || sysid == 0) {
+		in.c.unmapped.Add(1)
+		return nil
 	}
-	d := &drone{sysid: sysid, id: id, writer: WriterFor(id), lastActive: now, discovered: !mapped}
+	if !mapped {
+		id = DiscoveredID(sysid)
+	}
+	d := &drone{sysid: sysid, id: id, writer: WriterFor(id)}
 	d.st.ID, d.st.SysID, d.st.Vehicle.BatteryPct = id, int(sysid), -1
-	in.slots.bySys[sysid] = d
+	if mapped {
+		in.slots.Pin(sysid, d, now)
+	} else if !in.slots.Add(sysid, d, now) {
+		in.c.dronesOverLimit.Add(1)
+		return nil
+	}
 	return d
 }
 
@@ -112,27 +121,6 @@ func (in *Intake) droneFor(sysid uint8, now int64) *drone {
 func DiscoveredID(sysid uint8) string {
 	id, _ := telemetry.DroneID("mavlink-" + itoa(int(sysid)))
 	return id
-}
-
-// releaseIdle gives back the slot of one discovered drone silent for
-// DroneIdleTimeout with nothing in flight, closing its writer. Intake.mu is held.
-func (in *Intake) releaseIdle(now int64) bool {
-	before := now - int64(in.cfg.DroneIdleTimeout)
-	for i, d := range in.slots.bySys {
-		if d == nil || !d.discovered || d.pending.Load() > 0 || d.lastActive >= before {
-			continue
-		}
-		in.slots.bySys[i] = nil
-		in.slots.n--
-		if in.sink.Marks != nil {
-			if err := in.sink.Marks.CloseWriter(d.writer); err != nil {
-				in.c.markErrors.Add(1)
-			}
-		}
-		in.c.dronesReleased.Add(1)
-		return true
-	}
-	return false
 }
 
 func itoa(i int) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/ingest/droplog"
+	"github.com/edge-agent/edge-agent/ingest/guard"
 	"github.com/edge-agent/edge-agent/ingest/udpsock"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/watermark"
@@ -53,7 +54,7 @@ type Intake struct {
 	// and the append order (one drone's events reach the store in the
 	// order they were taken from the sockets).
 	mu    sync.Mutex
-	slots slots
+	slots *guard.Table[uint8, *drone]
 	batch batch
 	// holes are the components with sequence holes pending (sequence.go);
 	// holeTimer is armed while there are any.
@@ -87,6 +88,7 @@ func New(cfg Config, sink Sink) (*Intake, error) {
 	}
 	in := &Intake{cfg: cfg, sink: sink, signer: s, rates: map[uint32]int64{},
 		ready: make(chan struct{}), fatal: make(chan error, 1), flushTimer: newFlushTimer(), holeTimer: newFlushTimer()}
+	in.slots = in.newSlots()
 	for name, hz := range cfg.Rates {
 		id, _ := cfg.Dialect.ID(name)
 		if hz == 0 {
@@ -338,7 +340,8 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64, src source) {
 		in.c.spoofed.Add(1)
 		return
 	}
-	d.lastActive, d.st.Last = recv, recv
+	in.slots.Touch(f.SysID, recv)
+	d.st.Last = recv
 	d.st.Frames++
 	c := &d.comps[f.CompID]
 	drop, flags := in.noteSeq(d, f, recv)

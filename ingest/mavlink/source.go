@@ -1,11 +1,15 @@
 package mavlink
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/edge-agent/edge-agent/ingest/guard"
+)
 
 // MAVLink has no authentication but signing: any host that can reach the
 // intake can send frames with a drone's system id. As video binds an SSRC
-// to its source (RFC 3550 §8.2), a system id is bound to the source of
-// its first frame — a UDP sender's address and port, a TCP connection, a
+// to its source (RFC 3550 §8.2), with the same guard.Binding, a system
+// id is bound to the source of its first frame — a UDP sender's address and port, a TCP connection, a
 // tlog stream — and frames with that system id from any other source are
 // dropped (counted spoofed, per drone) until the bound source has been
 // silent for Config.RebindAfter, or its connection closed: then the next
@@ -25,21 +29,16 @@ type source struct {
 func (in *Intake) newConnID() uint64 { return in.conns.Add(1) }
 
 // boundTo reports whether a frame of d from src, received at recv, is
-// d's: src is the bound source, or takes it over (none yet, released, or
-// silent for RebindAfter). in.mu is held.
+// d's (guard.Binding): src is the bound source, or takes it over (none
+// yet, released, or silent for RebindAfter). in.mu is held.
 func (in *Intake) boundTo(d *drone, src source, recv int64) bool {
-	if d.bound && d.src == src {
-		d.srcLast = recv
-		return true
-	}
-	if d.bound && d.srcLast != 0 && recv-d.srcLast < int64(in.cfg.RebindAfter) {
+	switch d.bind.Admit(src, recv, in.cfg.RebindAfter, true) {
+	case guard.Spoofed:
 		return false
-	}
-	if d.bound {
+	case guard.Rebound:
 		d.st.Rebinds++
 		in.c.rebinds.Add(1)
 	}
-	d.src, d.srcLast, d.bound = src, recv, true
 	return true
 }
 
@@ -48,9 +47,7 @@ func (in *Intake) boundTo(d *drone, src source, recv int64) bool {
 func (in *Intake) releaseSource(src source) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for _, d := range in.slots.bySys {
-		if d != nil && d.bound && d.src == src {
-			d.srcLast = 0
-		}
+	for _, d := range in.slots.All() {
+		d.bind.Release(src)
 	}
 }

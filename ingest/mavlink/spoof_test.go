@@ -93,8 +93,8 @@ func TestSpoofedGoodSysids(t *testing.T) {
 		}
 		in.mu.Lock()
 		defer in.mu.Unlock()
-		for _, d := range in.slots.bySys {
-			if d != nil && d.pending.Load() > 0 {
+		for _, d := range in.slots.All() {
+			if d.pending.Load() > 0 {
 				return false
 			}
 		}
@@ -162,7 +162,8 @@ func TestRebind(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "c1 closed", func() bool {
 		in.mu.Lock()
 		defer in.mu.Unlock()
-		return in.slots.bySys[6].srcLast == 0
+		d, _ := in.slots.Peek(6)
+		return d.bind.Released()
 	})
 	c2, err := net.Dial("tcp", in.TCPAddr().String())
 	if err != nil {

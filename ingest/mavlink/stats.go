@@ -104,12 +104,11 @@ func (in *Intake) Stats() Stats {
 		Late: c.late.Load(), ClockSkew: c.clockSkew.Load(), DiskFullDrops: c.diskFullDrops.Load(),
 		StoreDrops: c.storeDrops.Load(), MarkErrors: c.markErrors.Load()}
 	in.mu.Lock()
-	for _, d := range in.slots.bySys {
-		if d != nil {
-			s.Drones = append(s.Drones, d.stats())
-		}
+	for _, d := range in.slots.All() {
+		s.Drones = append(s.Drones, d.stats())
 	}
 	in.mu.Unlock()
+	slices.SortFunc(s.Drones, func(a, b DroneStats) int { return a.SysID - b.SysID })
 	return s
 }
 
