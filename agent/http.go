@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/edge-agent/edge-agent/ingest/guard"
 )
 
 // Handler serves /metrics (Prometheus), /healthz, /readyz, /status (JSON), the
@@ -145,3 +148,48 @@ func everyInterface(hostport string) bool {
 	ip, err := netip.ParseAddr(host)
 	return host == "" || (err == nil && ip.IsUnspecified())
 }
+
+// newConnLimiter bounds the open HTTP connections so that a slowloris
+// cannot starve a probe (guard.Limiter): when max are open, the next
+// connection is accepted by closing the one that has waited longest for
+// a request — one that sends its headers a byte at a time, an idle
+// keep-alive — once it has waited evictAfter, never one whose request is
+// being served; until then the newcomer waits in the kernel's accept
+// queue. Hundreds of connections that never finish a request, reopened
+// as they close, so churn through their own slots (64 every evictAfter)
+// while a probe's connection, which sends its request at once, is
+// served: /healthz keeps answering. (A limit that only makes new
+// connections wait, as a LimitListener does, leaves the probe queued
+// behind the attack until the header timeout frees slots.)
+func newConnLimiter(ln net.Listener, max int) *guard.Limiter {
+	return guard.NewLimiter(ln, guard.LimiterConfig{Max: max, EvictAfter: evictAfter, WaitForRoom: true})
+}
+
+// evictAfter is how long a connection must have waited for a request
+// before a newcomer may take its slot.
+const evictAfter = 100 * time.Millisecond
+
+type connKey struct{}
+
+// connContext puts the limited connection in each request's context.
+func connContext(ctx context.Context, c net.Conn) context.Context {
+	if gc, ok := c.(*guard.Conn); ok {
+		return context.WithValue(ctx, connKey{}, gc)
+	}
+	return ctx
+}
+
+// serving marks each request's connection active while h runs: it is
+// never evicted meanwhile.
+func serving(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if gc, ok := r.Context().Value(connKey{}).(*guard.Conn); ok {
+			defer gc.Active()()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// httpHeaderTimeout is how long a connection may take to send a request's
+// headers (a slowloris is cut after it, and earlier under the limit).
+const httpHeaderTimeout = 5 * time.Second

@@ -21,6 +21,9 @@ type admission struct {
 	bySrc map[string]int
 	// idle counts the open connections not active (Conn.Active).
 	idle int
+	// reserved counts slots taken for connections not accepted yet
+	// (reserve).
+	reserved int
 }
 
 func newAdmission(cfg *LimiterConfig) *admission {
@@ -32,7 +35,7 @@ func newAdmission(cfg *LimiterConfig) *admission {
 // tells which bound made it one: Max (true: idle for EvictAfter) or
 // MaxIdle (false: the oldest not active, however recent).
 func (a *admission) admit(c *Conn, now int64) (victim *Conn, r Refusal, full bool) {
-	if len(a.open) >= a.cfg.Max {
+	if len(a.open)+a.reserved >= a.cfg.Max {
 		if victim = a.oldestIdle(now-int64(a.cfg.EvictAfter), c.src); victim == nil {
 			return nil, RefusedFull, false
 		}
@@ -57,6 +60,33 @@ func (a *admission) admit(c *Conn, now int64) (victim *Conn, r Refusal, full boo
 	c.quietSince = now
 	return victim, Admitted, full
 }
+
+// reserve takes a slot for the next connection before it is accepted
+// (it waits in the kernel's accept queue until there is one): a free
+// slot, or that of the connection quiet the longest if it has been for
+// EvictAfter (victim, removed: the caller closes it). ok false: none.
+func (a *admission) reserve(now int64) (victim *Conn, ok bool) {
+	if len(a.open)+a.reserved >= a.cfg.Max {
+		if victim = a.oldestIdle(now-int64(a.cfg.EvictAfter), ""); victim == nil {
+			return nil, false
+		}
+		a.remove(victim)
+	}
+	a.reserved++
+	return victim, true
+}
+
+// admitReserved is admit into the slot reserve took: it is taken from
+// the reservation (given back whatever the outcome), so the bound on Max
+// holds without an eviction.
+func (a *admission) admitReserved(c *Conn, now int64) (victim *Conn, r Refusal) {
+	a.reserved--
+	victim, r, _ = a.admit(c, now)
+	return victim, r
+}
+
+// unreserve gives back a reservation no connection came for.
+func (a *admission) unreserve() { a.reserved-- }
 
 // oldestIdle returns the connection not active that has been quiet the
 // longest, if it has been since before (nil: none); of those quiet as

@@ -73,7 +73,7 @@ func runAdmissionModel(t *testing.T, next func() byte, ops int) {
 		t.Fatalf("evicted a connection that is not open")
 	}
 	for op := range ops {
-		switch next() % 7 {
+		switch next() % 8 {
 		case 0, 1: // a newcomer
 			c := &Conn{src: string('a' + rune(next()%3))}
 			perSrc, idle := 0, 0
@@ -141,6 +141,51 @@ func runAdmissionModel(t *testing.T, next func() byte, ops int) {
 			}
 		case 6:
 			now += int64(next() % 6)
+		case 7: // WaitForRoom: a slot reserved before the accept, then the newcomer
+			cands := oldest(now - int64(cfg.EvictAfter))
+			full := len(open) >= cfg.Max
+			victim, ok := a.reserve(now)
+			if ok != (!full || len(cands) > 0) || (victim != nil) != (full && ok) || victim != nil && !containsConn(cands, victim) {
+				t.Fatalf("op %d: reserve with %d open: ok %v, victim %v, %d candidates", op, len(open), ok, victim != nil, len(cands))
+			}
+			if victim != nil {
+				drop(victim)
+			}
+			if !ok {
+				continue
+			}
+			if next()%8 == 0 { // the accept failed
+				a.unreserve()
+				continue
+			}
+			c := &Conn{src: string('a' + rune(next()%3))}
+			perSrc, idle := 0, 0
+			for _, o := range open {
+				if o.src == c.src {
+					perSrc++
+				}
+				if o.active == 0 {
+					idle++
+				}
+			}
+			var idleCands []*Conn
+			if perSrc < cfg.MaxPerSource && idle >= cfg.MaxIdle {
+				idleCands = oldest(now)
+			}
+			victim, r := a.admitReserved(c, now)
+			if (r == RefusedSource) != (perSrc >= cfg.MaxPerSource) || r == RefusedFull || (victim != nil) != (len(idleCands) > 0) ||
+				victim != nil && !containsConn(idleCands, victim) {
+				t.Fatalf("op %d: admitReserved from %s: %d victim %v (per source %d, idle %d)", op, c.src, r, victim != nil, perSrc, idle)
+			}
+			if victim != nil {
+				drop(victim)
+			}
+			if r == Admitted {
+				open = append(open, c)
+			}
+		}
+		if a.reserved != 0 {
+			t.Fatalf("op %d: %d reservations left", op, a.reserved)
 		}
 		idle := 0
 		for _, c := range open {

@@ -23,13 +23,14 @@ type LimiterConfig struct {
 	MaxIdle int
 	// EvictAfter: when Max are open, a newcomer takes the slot of the
 	// connection quiet the longest if it has been quiet this long; else
-	// the newcomer waits QueueWait, then is refused. Default 0: the
-	// longest quiet is evicted at once.
+	// it is refused (or waits: WaitForRoom). Default 0: the longest quiet
+	// is evicted at once.
 	EvictAfter time.Duration
-	// QueueWait is how long a newcomer waits for a slot (or an evictable
-	// connection) before it is refused; negative: as long as it takes.
-	// Default 0: refused at once.
-	QueueWait time.Duration
+	// WaitForRoom: when Max are open and none can be evicted yet, the
+	// next connection is not accepted (it waits in the kernel's accept
+	// queue) until one can; default false: it is accepted and closed at
+	// once, counted (a client that redials gets in once one can).
+	WaitForRoom bool
 	// ReadTimeout: a connection that reads nothing this long fails its
 	// Read with a timeout (os.ErrDeadlineExceeded), counted. Default 0:
 	// none (the protocol sets its own deadlines).
@@ -106,8 +107,16 @@ func NewLimiter(ln net.Listener, cfg LimiterConfig) *Limiter {
 // are closed and counted meanwhile.
 func (l *Limiter) Accept() (net.Conn, error) {
 	for {
+		if l.cfg.WaitForRoom {
+			l.waitForRoom()
+		}
 		nc, err := l.ln.Accept()
 		if err != nil {
+			if l.cfg.WaitForRoom {
+				l.mu.Lock()
+				l.a.unreserve()
+				l.mu.Unlock()
+			}
 			return nil, err
 		}
 		if c := l.admit(nc); c != nil {
@@ -116,51 +125,74 @@ func (l *Limiter) Accept() (net.Conn, error) {
 	}
 }
 
+// waitForRoom reserves a slot for the next connection, evicting the one
+// quiet the longest once it has been quiet for EvictAfter, polling until
+// there is one (or the listener is closed: its Accept fails).
+func (l *Limiter) waitForRoom() {
+	for {
+		l.mu.Lock()
+		victim, ok := l.a.reserve(l.cfg.Now().UnixNano())
+		if !ok && l.closed.Load() {
+			l.a.reserved++ // given back by Accept's failure
+			ok = true
+		}
+		l.mu.Unlock()
+		if ok {
+			l.evicted(victim, true)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// evicted closes a connection evicted to make room, counted.
+func (l *Limiter) evicted(victim *Conn, full bool) {
+	if victim == nil {
+		return
+	}
+	if full {
+		l.st.evicted.Add(1)
+	} else {
+		l.st.idleEvicted.Add(1)
+	}
+	if l.cfg.OnEvict != nil {
+		l.cfg.OnEvict(full)
+	}
+	victim.Conn.Close() // its reader fails and Closes it: a no-op on the slot
+}
+
 // admit takes nc in (closing a connection to make room if needed), or
-// closes it.
+// closes it, counted.
 func (l *Limiter) admit(nc net.Conn) *Conn {
 	c := &Conn{Conn: nc, l: l, src: SourceOf(nc.RemoteAddr())}
-	var giveUp time.Time
-	for {
-		now := l.cfg.Now()
-		l.mu.Lock()
-		victim, r, full := l.a.admit(c, now.UnixNano())
-		l.mu.Unlock()
-		if r == Admitted {
-			if victim != nil {
-				if full {
-					l.st.evicted.Add(1)
-				} else {
-					l.st.idleEvicted.Add(1)
-				}
-				if l.cfg.OnEvict != nil {
-					l.cfg.OnEvict(full)
-				}
-				victim.Conn.Close() // its reader fails and Closes it: a no-op on the slot
-			}
-			l.st.accepted.Add(1)
-			return c
-		}
-		if r == RefusedFull && l.cfg.QueueWait != 0 && !l.closed.Load() {
-			if giveUp.IsZero() {
-				giveUp = now.Add(l.cfg.QueueWait)
-			}
-			if l.cfg.QueueWait < 0 || now.Before(giveUp) {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-		}
-		if r == RefusedFull {
-			l.st.refused.Add(1)
-		} else {
-			l.st.sourceRefused.Add(1)
-		}
-		if l.cfg.OnRefuse != nil {
-			l.cfg.OnRefuse(r, c.src)
-		}
-		nc.Close()
-		return nil
+	now := l.cfg.Now().UnixNano()
+	var (
+		victim *Conn
+		r      Refusal
+		full   bool
+	)
+	l.mu.Lock()
+	if l.cfg.WaitForRoom {
+		victim, r = l.a.admitReserved(c, now)
+	} else {
+		victim, r, full = l.a.admit(c, now)
 	}
+	l.mu.Unlock()
+	l.evicted(victim, full)
+	if r == Admitted {
+		l.st.accepted.Add(1)
+		return c
+	}
+	if r == RefusedFull {
+		l.st.refused.Add(1)
+	} else {
+		l.st.sourceRefused.Add(1)
+	}
+	if l.cfg.OnRefuse != nil {
+		l.cfg.OnRefuse(r, c.src)
+	}
+	nc.Close()
+	return nil
 }
 
 // Close closes the listener (not the connections it handed out).

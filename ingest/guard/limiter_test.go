@@ -104,11 +104,19 @@ func TestLimiterEvictsIdleForNewcomer(t *testing.T) {
 func TestLimiterReadTimeout(t *testing.T) {
 	l := serveLimited(t, LimiterConfig{Max: 4, ReadTimeout: 200 * time.Millisecond}, drain)
 	silent, talker := dial(t, l), dial(t, l)
-	deadline := time.Now().Add(600 * time.Millisecond)
-	for time.Now().Before(deadline) {
-		talker.Write([]byte("x"))
-		time.Sleep(20 * time.Millisecond)
-	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+				talker.Write([]byte("x"))
+			}
+		}
+	}()
+	time.Sleep(600 * time.Millisecond) // three read timeouts
 	if !closedByServer(silent, 5*time.Second) {
 		t.Fatal("a silent connection outlived its read deadline")
 	}

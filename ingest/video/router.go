@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"time"
+
+	"github.com/edge-agent/edge-agent/ingest/guard"
 )
 
 // maxCandidates bounds the SSRCs on probation.
@@ -59,20 +61,20 @@ type droneRun struct {
 
 // binding is an SSRC bound to the source that started it (RFC 3550 §8.2:
 // the same SSRC from another transport address is a collision or a
-// loop — or, on a shared network, anyone speaking for the drone).
+// loop — or, on a shared network, anyone speaking for the drone): a
+// guard.Binding of the RTP source. After rebind_after of silence
+// another source may take the SSRC over.
 type binding struct {
 	dr *droneRun
-	// src is the RTP source; its reports are taken from src or from the
-	// next port (RFC 3550 §11's pair), on the same address.
-	src netip.AddrPort
-	// last is the arrival of the last RTP packet from src: after
-	// rebind_after of silence another source may take the SSRC over.
-	last time.Time
+	b  guard.Binding[netip.AddrPort]
 }
 
-// reportFrom reports whether an RTCP datagram from src may speak for b.
+// reportFrom reports whether an RTCP datagram from src may speak for b:
+// from the RTP source or the next port (RFC 3550 §11's pair), on the
+// same address.
 func (b *binding) reportFrom(src netip.AddrPort) bool {
-	return src.Addr() == b.src.Addr() && (src.Port() == b.src.Port() || src.Port() == b.src.Port()+1)
+	rtp, _ := b.b.Source()
+	return src.Addr() == rtp.Addr() && (src.Port() == rtp.Port() || src.Port() == rtp.Port()+1)
 }
 
 // candidate is an SSRC on probation.
@@ -245,18 +247,14 @@ func (r *router) routeRTP(ssrc uint32, seq uint16, src netip.AddrPort, it item) 
 // address must match), in which case src takes the SSRC over. Others are
 // counted spoofed.
 func (r *router) fromBound(b *binding, src netip.AddrPort, now time.Time) bool {
-	if src == b.src {
-		if now.After(b.last) {
-			b.last = now
-		}
-		return true
-	}
-	if now.Sub(b.last) < r.cfg.RebindAfter || (b.dr.dc != nil && !addrMatches(b.dr.dc.src, src)) {
+	may := b.dr.dc == nil || addrMatches(b.dr.dc.src, src)
+	switch b.b.Admit(src, now.UnixNano(), r.cfg.RebindAfter, may) {
+	case guard.Spoofed:
 		b.dr.d.c.spoofed.Add(1)
 		return false
+	case guard.Rebound:
+		b.dr.d.c.rebinds.Add(1)
 	}
-	b.src, b.last = src, now
-	b.dr.d.c.rebinds.Add(1)
 	return true
 }
 
@@ -320,7 +318,9 @@ func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, src netip.AddrPor
 		dr.dc, dr.lastSeen = dc, now
 		r.byID[id] = dr
 	}
-	r.bySSRC[ssrc] = &binding{dr: dr, src: src, last: now}
+	b := &binding{dr: dr}
+	b.b.Admit(src, now.UnixNano(), r.cfg.RebindAfter, true)
+	r.bySSRC[ssrc] = b
 	dr.ssrcs = append(dr.ssrcs, ssrc)
 	if len(dr.ssrcs) > 4 { // an old SSRC of this drone stops mapping to it
 		delete(r.bySSRC, dr.ssrcs[0])
