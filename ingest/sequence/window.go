@@ -163,6 +163,21 @@ func (w *Window) AfterDrops(n int) {
 // tag (see Config.Tags) and records it.
 func (w *Window) Observe(seq, tag uint32) Result {
 	seq &= w.mask
+	if seq == (w.top+1)&w.mask && w.started {
+		// The common case, advance(seq, 1, tag) inline: one slot moves.
+		w.extra, w.suspecting = 0, false
+		i := seq & w.wmask
+		lost := 0
+		if w.state[i] == stHole {
+			lost = 1
+			w.holes--
+		}
+		w.state[i], w.top = stSeen, seq
+		if w.tags {
+			w.tag[i] = tag
+		}
+		return Result{Kind: Next, Lost: lost}
+	}
 	extra := w.extra
 	w.extra = 0
 	if !w.started {
