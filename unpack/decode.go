@@ -28,6 +28,9 @@ func Decode(subj string, h nats.Header, data []byte) (Event, error) {
 	if len(parts) != 4 || parts[0] != "edgeev" {
 		return Event{}, fmt.Errorf("%w: subject %q is not edgeev.<stream>.<agent>.<key>", wire.ErrCorruptRecord, subj)
 	}
+	if parts[3] == OwnKeyToken {
+		parts[3] = parts[2] // the agent's own events: key = agent id
+	}
 	// The headers are a layout-1 data message's: decode it as one.
 	ev, err := wire.DecodeEvent("edge."+parts[1]+"."+parts[2]+".data."+parts[3], h, data)
 	if err != nil {

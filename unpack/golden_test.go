@@ -97,8 +97,12 @@ func TestDerivedGoldenVectors(t *testing.T) {
 		if string(want) != string(b) {
 			t.Errorf("%s: the builder writes\n%s\nthe vector holds\n%s\n(run with -update if the change is meant)", name, b, want)
 		}
-		if _, err := Decode(m.Subject, m.Header, m.Data); err != nil {
+		ev, err := Decode(m.Subject, m.Header, m.Data)
+		if err != nil {
 			t.Errorf("%s: %v", name, err)
+		}
+		if name == "event-agent-own" && (ev.Agent != "gs-1" || ev.Record.RoutingKey != "gs-1") {
+			t.Errorf("%s decodes to agent %q, key %q", name, ev.Agent, ev.Record.RoutingKey)
 		}
 		for k := range m.Header {
 			if !slices.Contains(headerTable(t), k) {

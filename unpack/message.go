@@ -157,7 +157,7 @@ func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize
 			clear(b.subjects)
 		}
 		st.token = wire.KeyToken(ev.Record.RoutingKey)
-		st.subject = "edgeev." + b.stream + "." + wire.EscapeToken(ev.Agent) + "." + st.token
+		st.subject = EventSubject(b.stream, ev.Agent, ev.Record.RoutingKey)
 		b.subjects[k] = st
 	}
 	m = &b.msg
