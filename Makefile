@@ -79,6 +79,7 @@ dist:
 	  CGO_ENABLED=0 GOOS=linux GOARCH=$$goarch GOARM=$$goarm $(GO) build -trimpath -ldflags '$(DIST_LDFLAGS)' \
 	    -o bin/edge-agent-linux-$$name ./cmd/edge-agent; \
 	  mkdir -p bin/pkg && cp bin/edge-agent-linux-$$name bin/pkg/edge-agent; \
+	  gzip -9n < deploy/debian/changelog > bin/pkg/changelog.gz; \
 	  ARCH=$$debarch VERSION='$(VERSION)' $(NFPM) package --config deploy/nfpm.yaml --packager deb --target bin/; \
 	done
 	@rm -rf bin/pkg; ls -l bin/
