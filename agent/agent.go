@@ -60,6 +60,13 @@ type Agent struct {
 	nc       *nats.Conn
 	sink     *replicate.JetStreamSink
 	repl     *replicate.Replication
+	// uplink is the cap shared by the backlog and the live lane, metered
+	// on the central connection (nil without central).
+	uplink *replicate.Uplink
+	// outage follows the central connection; wire samples the uplink's
+	// bytes sent for its rate (/status uplink).
+	outage   *replicate.Outage
+	wire     wireRate
 	lane     *live.Lane
 	video    *video.Ingest
 	telem    *telemetry.Ingester
@@ -437,10 +444,15 @@ func (a *Agent) startCentral() error {
 		}
 		password = strings.TrimSpace(string(b))
 	}
+	// One cap for the backlog and the live lane, which draws from it
+	// first, inside its share (docs/live.md); charged with the bytes
+	// written to the central connection (docs/sync.md).
+	uplink := replicate.NewUplink(c.UplinkBytesPerSec)
+	a.uplink, a.outage = uplink, &replicate.Outage{}
 	nc, err := replicate.Connect(replicate.ConnConfig{URLs: urls, Name: "edge-agent " + a.id, CAFile: c.CAFile,
 		CertFile: c.CertFile, KeyFile: c.KeyFile, CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile,
 		User: c.User, Password: password, IgnoreDiscoveredServers: c.IgnoreDiscoveredServers,
-		OnReconnectError: a.centre.failed}, a.log)
+		OnReconnectError: a.centre.failed, Dialer: uplink.Dialer(nil), Outage: a.outage}, a.log)
 	if err != nil {
 		return err
 	}
@@ -464,9 +476,6 @@ func (a *Agent) startCentral() error {
 	if err != nil {
 		a.log.Warn("station identity unknown: a replaced disk or a restored backup waits for --takeover", "err", err)
 	}
-	// One cap for the backlog and the live lane, which draws from it
-	// first, inside its share (docs/live.md).
-	uplink := replicate.NewUplink(c.UplinkBytesPerSec)
 	a.repl = replicate.NewReplication(a.store, sink, replicate.ReplicationConfig{
 		Instance: a.instance, Priorities: c.Priorities, Uplink: uplink,
 		Template: replicate.ReplicatorConfig{MaxTxnEvents: c.MaxTxnEvents, MaxTxnBytes: c.MaxTxnBytes,

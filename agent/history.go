@@ -112,6 +112,9 @@ func (a *Agent) sampleHistory(ctx context.Context) error {
 	for {
 		a.history.add(time.Now(), a.streamSamples())
 		a.lastSample.Store(time.Now().UnixNano()) // Alive
+		if a.uplink != nil {
+			a.wire.add(time.Now(), a.uplink.Sent())
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -46,6 +46,10 @@ type Status struct {
 	// Procs is how `edge-agent run` sizes GOMAXPROCS (absent in a
 	// process that does not: tests, the library).
 	Procs *procs.Stats `json:"procs,omitempty"`
+	// Uplink is the link to the centre: the cap's use on the wire, the
+	// backlog, the outage and when the backlog will be complete at the
+	// centre (nil without central).
+	Uplink *UplinkStatus `json:"uplink,omitempty"`
 	// Errors holds the latest error of each part that has one.
 	Errors map[string]string `json:"errors"`
 }
@@ -98,17 +102,29 @@ func (a *Agent) Status() Status {
 		ps := procsStats()
 		s.Procs = &ps
 	}
+	outage := a.outage.State()
 	if nc := a.centralConn(); nc != nil && !s.CentralConnected {
-		msg := "not connected to " + s.Central + " (check central.url and that the server runs; capturing locally meanwhile)"
-		if err := nc.LastError(); err != nil {
-			msg += ": " + err.Error()
+		cause := outage.Cause
+		if cause == "" {
+			cause = replicate.Cause(nc.LastError())
 		}
-		s.Errors["central"] = msg
+		since := ""
+		if outage.Down {
+			since = fmt.Sprintf(" since %s (%s)", outage.Since.UTC().Format(time.RFC3339), now.Sub(outage.Since).Round(time.Second))
+		}
+		s.Errors["central"] = cause + since + "; not connected to " + s.Central + " (check central.url and that the server runs; capturing locally meanwhile)"
 	}
 	repl := map[string]*replicate.StreamStats{}
 	for _, rs := range a.replStats() {
 		repl[rs.Stream] = &rs
-		if rs.LastError != "" && rs.LastErrorEnded.IsZero() { // a past one stays in replication only
+		switch {
+		case rs.LastError == "" || !rs.LastErrorEnded.IsZero(): // a past one stays in replication only
+		case !s.CentralConnected && outage.Down:
+			// The link's error, not the stream's: said once, in words.
+			s.Errors["sync/"+rs.Stream] = outage.Cause + "; the backlog waits (" + replicate.ErrNotConnected.Error() + ")"
+		case s.CentralConnected && rs.LastErrorDisconnected:
+			// The centre is back: the outage's error is past.
+		default:
 			s.Errors["sync/"+rs.Stream] = rs.LastError
 		}
 		if p := rs.Problem(now, replicationStall); p != "" {
@@ -147,6 +163,7 @@ func (a *Agent) Status() Status {
 		}
 		s.Streams = append(s.Streams, ss)
 	}
+	s.Uplink = a.uplinkStatus(now, repl)
 	if a.video != nil {
 		v := a.video.Stats()
 		s.Video = &v

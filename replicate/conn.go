@@ -44,12 +44,16 @@ type ConnConfig struct {
 	// IgnoreDiscoveredServers uses only URLs, never the servers that the
 	// cluster advertises (for proxies and NAT). Default false.
 	IgnoreDiscoveredServers bool
-	// Dialer replaces the TCP dialer (tests). Default nil.
+	// Dialer replaces the TCP dialer (tests; the agent's uplink meter,
+	// Uplink.Dialer). Default nil.
 	Dialer nats.CustomDialer
 	// OnReconnectError, when set, is called with each failed attempt to
 	// reach the centre (the first connect's included), on nats.go's
 	// callback goroutine: the agent's /readyz gives it as the reason.
 	OnReconnectError func(error)
+	// Outage, when set, follows the connection: since when it is down
+	// and why. Default nil.
+	Outage *Outage
 }
 
 // Validate checks the configuration.
@@ -146,6 +150,9 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 			return d/2 + rand.N(d/2+1)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if cfg.Outage != nil {
+				cfg.Outage.lost(time.Now(), err)
+			}
 			if err != nil {
 				logger.Warn("central disconnected", "err", err)
 			}
@@ -156,14 +163,23 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 			logger.Debug("central async error", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			if cfg.Outage != nil {
+				cfg.Outage.up(time.Now())
+			}
 			logger.Info("central reconnected", "url", nc.ConnectedUrlRedacted())
 		}),
 		// With RetryOnFailedConnect a first connect that fails is retried
 		// here, silently unless logged: say which URL cannot be reached.
 		nats.ConnectHandler(func(nc *nats.Conn) {
+			if cfg.Outage != nil {
+				cfg.Outage.up(time.Now())
+			}
 			logger.Info("central connected", "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if cfg.Outage != nil {
+				cfg.Outage.lost(time.Now(), err)
+			}
 			// Only the agent captures: it says so itself (agent.go); a
 			// reading command is just waiting.
 			logger.Warn("central unreachable; retrying", "urls", cfg.redactedURLs(), "err", err)
@@ -198,7 +214,13 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 	if cfg.Dialer != nil {
 		opts = append(opts, nats.SetCustomDialer(cfg.Dialer))
 	}
+	if cfg.Outage != nil {
+		cfg.Outage.start(time.Now())
+	}
 	nc, err := nats.Connect(strings.Join(cfg.URLs, ","), opts...)
+	if nc != nil && nc.IsConnected() && cfg.Outage != nil {
+		cfg.Outage.up(time.Now())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("replicate: connect to central (%s): %w", cfg, err)
 	}

@@ -35,7 +35,16 @@ type packTxn struct {
 	n          int
 	bytes      int64
 	closed     bool
+	// wire is what Commit handed to the connection: the pack's message(s)
+	// with subject and headers (a bound: natsMsgOverhead each).
+	wire int
 }
+
+// natsMsgOverhead bounds what a published message adds to its data: the
+// HPUB line (subject, reply inbox, lengths) and the JetStream headers.
+const natsMsgOverhead = 256
+
+func (t *packTxn) wireBytes() int { return t.wire }
 
 func (t *packTxn) Len() int       { return t.n }
 func (t *packTxn) Bytes() int64   { return t.bytes }
@@ -110,6 +119,7 @@ func (t *packTxn) Commit(ctx context.Context, prev Committed, cut localstream.St
 	data := t.w.Encode(pc, t.number, t.sink.packHint(t.stream))
 	m := nats.NewMsg(wire.CutSubject(t.stream, t.sink.agent))
 	m.Data = data
+	t.wire = len(data) + natsMsgOverhead
 	var seq uint64
 	if mp := t.sink.Limits().MaxPayload; int64(len(data)+128) <= mp {
 		ack, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(prev.Seq), jetstream.WithRetryAttempts(0))

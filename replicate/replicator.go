@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -136,7 +137,7 @@ func (c ReplicatorConfig) withDefaults(stream string, sink Sink) ReplicatorConfi
 	if c.MaxTxnBytes <= 0 {
 		c.MaxTxnBytes = d.MaxTxnBytes
 	}
-	if r := c.Uplink.BytesPerSec(); r > 0 {
+	if r := c.Uplink.BytesPerSec(); r > 0 && !c.Uplink.Metered() {
 		c.MaxTxnBytes = max(min(c.MaxTxnBytes, 3*r), 1)
 	}
 	if c.CommitInterval <= 0 {
@@ -258,6 +259,16 @@ type Replicator struct {
 	// txnRepeats counts the repeats left out of the transaction collect
 	// builds.
 	txnRepeats int
+	// txnCharged is what collect's events weigh before packing (payload
+	// + 256 each): set against the pack's bytes on the wire it gives
+	// wireRatio, by which each event's uplink reservation is scaled when
+	// the cap is charged on the wire (Uplink.Dialer). 0: not learned yet
+	// (1). Float64 bits.
+	txnCharged int64
+	wireRatio  atomic.Uint64
+	// txnEst is what collect's events reserved on the uplink, settled
+	// against the pack's bytes once it is written (Uplink.Settle).
+	txnEst int64
 }
 
 // NewReplicator returns the replicator of st into sink. instance must be
@@ -424,6 +435,7 @@ func (r *Replicator) session(ctx context.Context) error {
 		fl = &inflight{done: make(chan struct{}), cut: lastCut, ingest: ingest,
 			meta: wire.CommitMeta{Store: r.store, Station: r.cfg.Station, EpochBase: r.base, Lost: r.lostNext}, lower: wm.LowerNs,
 			repeats: r.repeats.snapshot(), repeatsDropped: r.txnRepeats}
+		charged, est := r.txnCharged, r.txnEst
 		if r.repeats.ended() {
 			r.repeats = nil // this commit's snapshot forgets the seed, once
 		}
@@ -433,6 +445,7 @@ func (r *Replicator) session(ctx context.Context) error {
 			cctx, cancel := context.WithTimeout(ctx, r.cfg.CommitTimeout)
 			defer cancel()
 			fl.c, fl.err = txn.Commit(cctx, prev, toCentral(lastCut, fl.meta.EpochBase), toCentralWatermark(wm, fl.meta.EpochBase), fl.meta)
+			r.learnWire(txn, charged, est)
 			if fl.err == nil {
 				// Booked at once (stats, local cut, OnCommit), not when
 				// the next transaction is ready. Only one commit is in
@@ -493,7 +506,7 @@ func (r *Replicator) setLast(c Committed) {
 func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut localstream.StreamCut, fl *inflight, lateBelow int64) (localstream.StreamCut, []int64, error) {
 	var ingest []int64
 	lastCut, owned := cut, false
-	r.txnRepeats = 0
+	r.txnRepeats, r.txnCharged, r.txnEst = 0, 0, 0
 	var closeAt time.Time
 	// more: another record is at hand, so the next wait on the uplink
 	// follows at once (the uplink keeps the turn for it).
@@ -505,9 +518,12 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 			lastCut, owned = advanceCut(lastCut, owned, f)
 			return nil
 		}
-		if err := r.cfg.Uplink.WaitMore(ctx, *r.cfg.Priority, len(f.rec.Payload)+256, more); err != nil {
+		est := r.onWire(len(f.rec.Payload) + 256)
+		if err := r.cfg.Uplink.WaitMore(ctx, *r.cfg.Priority, est, more); err != nil {
 			return err
 		}
+		r.txnEst += int64(est)
+		r.txnCharged += int64(len(f.rec.Payload) + 256)
 		rec := f.rec
 		rec.Segment = shift(rec.Segment, r.base)
 		if rec.EventTime < lateBelow && !rec.Flags.Has(localstream.FlagLate) {
@@ -520,7 +536,7 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 			}
 		}
 		if txn.Len() == 1 {
-			closeAt = r.cfg.Now().Add(r.cfg.CommitInterval)
+			closeAt = r.cfg.Now().Add(r.txnInterval())
 		}
 		lastCut, owned = advanceCut(lastCut, owned, f)
 		if r.cfg.OnCommit != nil {
@@ -536,11 +552,11 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 	defer timer.Stop()
 	maxEvents := r.txnEvents()
 	fitter, _ := txn.(txnFitter)
-	for txn.Len() < maxEvents && txn.Bytes() < r.cfg.MaxTxnBytes {
+	for txn.Len() < maxEvents && txn.Bytes() < r.cfg.MaxTxnBytes && r.onWire(int(min(r.txnCharged, math.MaxInt32))) < r.maxTxnWire() {
 		// The commit interval holds under a backlog too: with events
 		// always ready (and each add paced by the uplink), only this check
 		// closes the transaction on time.
-		if txn.Len() > 0 && !r.cfg.Now().Before(closeAt) {
+		if txn.Len() > 0 && !r.cfg.Now().Before(closeAt) && !r.holdOpen(flDone) {
 			return lastCut, ingest, nil
 		}
 		f, ok := pf.head()
@@ -689,3 +705,84 @@ func (r *Replicator) watermark(cut localstream.StreamCut, prev Committed) (water
 }
 
 func isStreamNotFound(err error) bool { return errors.Is(err, jetstream.ErrStreamNotFound) }
+
+// meteredTxnInterval is how long a transaction stays open under a capped
+// link charged on the wire: each commit waits for the previous one's ack,
+// a round trip the link idles, so a commit interval of 100 ms would leave
+// ~10 % of the cap unused on a 10 ms round trip; 500 ms leaves ~2 %. The
+// backlog's latency is the drain's, not the interval's.
+const meteredTxnInterval = 500 * time.Millisecond
+
+// txnInterval is how long a transaction stays open after its first event.
+func (r *Replicator) txnInterval() time.Duration {
+	if r.cfg.Uplink.Metered() {
+		return max(r.cfg.CommitInterval, meteredTxnInterval)
+	}
+	return r.cfg.CommitInterval
+}
+
+// holdOpen reports whether a transaction past its interval stays open
+// because the commit before it (flDone) is still in flight, on a link
+// charged on the wire: it could not be sent before that commit's ack
+// anyway, and adding events meanwhile keeps the link busy — closed, the
+// reservations would stop for the ack's round trip, and the link idle
+// with them.
+func (r *Replicator) holdOpen(flDone chan struct{}) bool {
+	if flDone == nil || !r.cfg.Uplink.Metered() || r.cfg.Uplink.BytesPerSec() == 0 {
+		return false
+	}
+	select {
+	case <-flDone:
+		return false
+	default:
+		return true
+	}
+}
+
+// maxTxnWire bounds a transaction's expected bytes on a capped link: 3 s
+// of the cap (the server abandons a batch 10 s after its first message).
+// Charged on the wire this bound is on the packed bytes, so compression
+// makes transactions larger in events, not the link's turns longer.
+func (r *Replicator) maxTxnWire() int {
+	if c := r.cfg.Uplink.BytesPerSec(); c > 0 && r.cfg.Uplink.Metered() {
+		return int(min(3*c, math.MaxInt32))
+	}
+	return math.MaxInt
+}
+
+// wireSizer is a transaction that knows its bytes on the wire once
+// committed (a layout-2 pack: compressed, framed, with its NATS headers).
+type wireSizer interface {
+	wireBytes() int
+}
+
+// onWire is what an event weighing n before packing is expected to take
+// on the wire: n scaled by what the stream's last packs achieved, when
+// the cap is charged on the wire (else n, as the cap was charged before).
+func (r *Replicator) onWire(n int) int {
+	if !r.cfg.Uplink.Metered() {
+		return n
+	}
+	ratio := math.Float64frombits(r.wireRatio.Load())
+	if ratio == 0 {
+		return n
+	}
+	return max(int(math.Ceil(float64(n)*ratio)), 1)
+}
+
+// learnWire sets the wire ratio from a committed transaction that weighed
+// charged before packing: half its own, half the ratio before, so one odd
+// pack does not swing the pacing; and settles what the transaction
+// reserved on the uplink (est) against its bytes on the wire.
+func (r *Replicator) learnWire(txn Txn, charged, est int64) {
+	ws, ok := txn.(wireSizer)
+	if !ok || charged <= 0 || ws.wireBytes() <= 0 {
+		return
+	}
+	r.cfg.Uplink.Settle(est, int64(ws.wireBytes()))
+	obs := min(max(float64(ws.wireBytes())/float64(charged), 0.001), 4)
+	if old := math.Float64frombits(r.wireRatio.Load()); old > 0 {
+		obs = (obs + old) / 2
+	}
+	r.wireRatio.Store(math.Float64bits(obs))
+}

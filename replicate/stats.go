@@ -1,7 +1,9 @@
 package replicate
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/edge-agent/edge-agent/localstream"
@@ -122,6 +124,13 @@ type StreamStats struct {
 	// LastErrorEnded is when replication read the centre again after
 	// LastError: the error is past (zero while it is current).
 	LastErrorEnded time.Time `json:"last_error_ended,omitzero"`
+	// LastErrorDisconnected is set when LastError is the connection's
+	// being down (ErrNotConnected), not the stream's own.
+	LastErrorDisconnected bool `json:"last_error_disconnected,omitempty"`
+	// WireRatio is what the stream's packs take on the wire per byte of
+	// (payload + 256 an event), learned from its last commits (0: not
+	// yet); the uplink cap is charged with those bytes.
+	WireRatio float64 `json:"wire_ratio,omitempty"`
 }
 
 // Stats returns the replicator's snapshot. Safe for concurrent use.
@@ -143,7 +152,9 @@ func (r *Replicator) Stats() StreamStats {
 	}
 	if lastErr != nil {
 		s.LastError, s.LastErrorEnded = lastErr.Error(), errEnded
+		s.LastErrorDisconnected = errors.Is(lastErr, ErrNotConnected)
 	}
+	s.WireRatio = math.Float64frombits(r.wireRatio.Load())
 	if stopErr != nil {
 		s.Stopped = stopErr.Error()
 	}

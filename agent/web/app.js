@@ -202,6 +202,7 @@ function render(s) {
   // Series of streams that went away still advance, as gaps.
   for (const [k, r] of hist.series) if (r.a.length < hist.t.a.length) r.push(null);
 
+  renderUplink(s);
   renderLive(s);
   renderDrones(s, cur, rate);
   renderSources(s);
@@ -333,6 +334,32 @@ function renderHost(s) {
     cell(tr, k.replace(/[^a-z]+/g, "_"), v, k === "disk state" && v !== "ok" && v !== "–" ? "warnText" : "");
     tb.appendChild(tr);
   }
+}
+
+// renderUplink shows the link to the centre: the cap and its use on the
+// wire, and during an outage since when, why, how much waits and when it
+// will all be at the centre (at the current rate, or at the cap while
+// nothing is sent).
+function renderUplink(s) {
+  const u = s.uplink;
+  document.getElementById("uplink-box").hidden = !u;
+  if (!u) return;
+  document.getElementById("uplink-cap").textContent = u.cap_bytes_per_sec
+    ? "cap " + fmtRate(u.cap_bytes_per_sec) + ", charged on the wire" : "no cap";
+  const o = document.getElementById("outage");
+  o.hidden = !u.down;
+  if (u.down) {
+    o.textContent = (u.never_connected ? "never connected" : "centre down") + " since " +
+      new Date(u.down_since).toLocaleTimeString() + " (" + fmtSec(u.down_seconds) + "): " + u.cause;
+  }
+  const row = document.querySelector("#uplink tbody tr");
+  const set = (k, v) => { row.querySelector(`td[data-k="${k}"]`).textContent = v; };
+  set("uplink_rate", fmtRate(u.send_bytes_per_sec) +
+    (u.cap_use != null ? " (" + Math.round(100 * u.cap_use) + " % of the cap)" : ""));
+  set("uplink_backlog", fmtInt(u.backlog_events) + " events, " + fmtBytes(u.backlog_bytes) +
+    " (" + fmtBytes(u.backlog_wire_bytes) + " on the wire)");
+  set("uplink_eta", u.eta_seconds == null ? "not catching up"
+    : u.backlog_events === 0 ? "complete" : fmtSec(u.eta_seconds) + " at the " + u.eta_basis);
 }
 
 function renderErrors(s) {

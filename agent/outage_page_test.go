@@ -1,0 +1,141 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/edge-agent/edge-agent/broker"
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
+)
+
+// TestOutageOnStatusPage (issues 38, 40 item 5): the centre goes away
+// behind a proxy while drones fly. /status and the page in Chromium say
+// since when, why in words (not nats.go's "outbound buffer limit
+// exceeded"), how much waits and when it will all be at the centre at
+// the cap; once the centre is back the outage and its errors are gone
+// from both while the backlog drains.
+func TestOutageOnStatusPage(t *testing.T) {
+	exe := chromium(t)
+	ctx := context.Background()
+	brk, err := broker.Start(ctx, broker.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer brk.Stop()
+	srv := rigs.StartCentral(t, central.Config{})
+	px := testkit.NewProxy(t, srv.ClientURL()[len("nats://"):], testkit.ProxyHooks{})
+	cfg := testConfig(t, t.TempDir(), brk.URL())
+	cfg.Central.URL = "nats://" + px.Addr()
+	cfg.Central.UplinkBytesPerSec = 50_000
+	cfg.Telemetry.Topics = []string{"drones/+/telemetry"}
+	a, cancel, done := startAgent(t, cfg)
+	defer func() { cancel(); <-done }()
+	base := "http://" + a.HTTPAddr()
+	flying, land := context.WithCancel(ctx)
+	defer land()
+	go mqttsim.Simulate(flying, mqttsim.Config{Broker: brk.URL(), Drones: 2, Rate: 20, Duration: 3 * time.Minute})
+
+	status := func() Status {
+		var s Status // decoding into a used map would keep its keys
+		getJSON(t, base+"/status", &s)
+		return s
+	}
+	var s Status
+	if !testkit.UntilEvery(30*time.Second, 100*time.Millisecond, func() bool {
+		s = status()
+		tm := streamStatus(s, "telemetry")
+		return tm.Replication != nil && tm.Replication.Events > 0
+	}) {
+		t.Fatalf("nothing replicated before the outage: %+v", s.Uplink)
+	}
+	cutAt := time.Now()
+	px.SetDown(true)
+	px.Cut()
+	if !testkit.UntilEvery(30*time.Second, 100*time.Millisecond, func() bool {
+		s = status()
+		return s.Uplink != nil && s.Uplink.Down && s.Uplink.BacklogEvents > 0 && s.Uplink.ETASeconds != nil
+	}) {
+		t.Fatalf("outage not in /status: %+v", s.Uplink)
+	}
+	u := s.Uplink
+	if px.Cuts() == 0 || u.DownSince.Before(cutAt.Add(-time.Second)) || !strings.HasPrefix(u.Cause, "centre unreachable") ||
+		u.ETABasis != "cap" || !strings.HasPrefix(s.Errors["central"], "centre unreachable") {
+		t.Fatalf("outage in /status: cuts %d, %+v, errors %v", px.Cuts(), u, s.Errors)
+	}
+	for k, v := range s.Errors {
+		if strings.Contains(v, "outbound buffer") {
+			t.Errorf("error %s in nats.go's words: %s", k, v)
+		}
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox,
+		chromedp.WindowSize(1280, 1000), chromedp.Flag("disable-dev-shm-usage", true))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+	bctx, tcancel := context.WithTimeout(bctx, 3*time.Minute) // a fail-safe, not a figure
+	defer tcancel()
+	poll := func(pred string) error {
+		_, err := chromedp.Run(bctx, chromedp.Poll[bool](pred, chromedp.WithPollingTimeout(0)))
+		return err
+	}
+	type shown struct {
+		Outage       string
+		OutageHidden bool
+		Backlog, ETA string
+		Errors       []string
+	}
+	const read = `(() => ({
+	  Outage: document.getElementById("outage").textContent,
+	  OutageHidden: document.getElementById("outage").hidden,
+	  Backlog: document.querySelector('td[data-k="uplink_backlog"]').textContent,
+	  ETA: document.querySelector('td[data-k="uplink_eta"]').textContent,
+	  Errors: [...document.querySelectorAll("#errors li")].map(li => li.textContent),
+	}))()`
+	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/?interval=250")); err != nil {
+		t.Fatal(err)
+	}
+	if err := poll(`!document.getElementById("outage").hidden && window.edgePage.polls >= 2`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := chromedp.Run(bctx, chromedp.Evaluate[shown](read))
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := u.DownSince.Local().Format("15:04:05")
+	if !strings.Contains(p.Outage, "since") || !strings.Contains(p.Outage, "centre unreachable") ||
+		!strings.Contains(p.Backlog, " events") || !strings.HasSuffix(p.ETA, " at the cap") {
+		t.Fatalf("page during the outage (down since %s): %+v", since, p)
+	}
+	t.Logf("during the outage: %q | backlog %q | complete in %q", p.Outage, p.Backlog, p.ETA)
+
+	px.SetDown(false)
+	if !testkit.UntilEvery(60*time.Second, 100*time.Millisecond, func() bool {
+		s = status()
+		_, central := s.Errors["central"]
+		_, sync := s.Errors["sync/telemetry"]
+		return s.Uplink != nil && !s.Uplink.Down && !central && !sync
+	}) {
+		t.Fatalf("after the centre came back: %+v, errors %v", s.Uplink, s.Errors)
+	}
+	if err := poll(`document.getElementById("outage").hidden`); err != nil {
+		t.Fatal(err)
+	}
+	if p, err = chromedp.Run(bctx, chromedp.Evaluate[shown](read)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range p.Errors {
+		if strings.Contains(e, "unreachable") || strings.Contains(e, "not connected") {
+			t.Errorf("the outage's error still on the page once the centre is back: %q", e)
+		}
+	}
+	t.Logf("after: backlog %q | complete in %q | errors %v", p.Backlog, p.ETA, p.Errors)
+}
