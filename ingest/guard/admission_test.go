@@ -76,15 +76,7 @@ func runAdmissionModel(t *testing.T, next func() byte, ops int) {
 		switch next() % 8 {
 		case 0, 1: // a newcomer
 			c := &Conn{src: string('a' + rune(next()%3))}
-			perSrc, idle := 0, 0
-			for _, o := range open {
-				if o.src == c.src {
-					perSrc++
-				}
-				if o.active == 0 {
-					idle++
-				}
-			}
+			perSrc, idle := counts(open, c.src)
 			var want Refusal
 			var cands []*Conn
 			if len(open) >= cfg.Max {
@@ -159,15 +151,7 @@ func runAdmissionModel(t *testing.T, next func() byte, ops int) {
 				continue
 			}
 			c := &Conn{src: string('a' + rune(next()%3))}
-			perSrc, idle := 0, 0
-			for _, o := range open {
-				if o.src == c.src {
-					perSrc++
-				}
-				if o.active == 0 {
-					idle++
-				}
-			}
+			perSrc, idle := counts(open, c.src)
 			var idleCands []*Conn
 			if perSrc < cfg.MaxPerSource && idle >= cfg.MaxIdle {
 				idleCands = oldest(now)
@@ -187,16 +171,24 @@ func runAdmissionModel(t *testing.T, next func() byte, ops int) {
 		if a.reserved != 0 {
 			t.Fatalf("op %d: %d reservations left", op, a.reserved)
 		}
-		idle := 0
-		for _, c := range open {
-			if c.active == 0 {
-				idle++
-			}
-		}
+		_, idle := counts(open, "")
 		if len(a.open) != len(open) || a.idle != idle || len(open) > cfg.Max {
 			t.Fatalf("op %d: core holds %d (%d idle), model %d (%d idle), max %d", op, len(a.open), a.idle, len(open), idle, cfg.Max)
 		}
 	}
+}
+
+// counts returns how many of open are from src, and how many are idle.
+func counts(open []*Conn, src string) (fromSrc, idle int) {
+	for _, o := range open {
+		if o.src == src {
+			fromSrc++
+		}
+		if o.active == 0 {
+			idle++
+		}
+	}
+	return fromSrc, idle
 }
 
 func containsConn(s []*Conn, c *Conn) bool {

@@ -49,6 +49,22 @@ func dial(t *testing.T, l *Limiter) net.Conn {
 	return c
 }
 
+// keepSending writes a byte on c every 20 ms until the returned stop.
+func keepSending(c net.Conn) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(20 * time.Millisecond):
+				c.Write([]byte{1})
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 // closedByServer reports whether the server closed c (a read ends).
 func closedByServer(c net.Conn, within time.Duration) bool {
 	c.SetReadDeadline(time.Now().Add(within))
@@ -63,18 +79,7 @@ func closedByServer(c net.Conn, within time.Duration) bool {
 func TestLimiterEvictsIdleForNewcomer(t *testing.T) {
 	l := serveLimited(t, LimiterConfig{Max: 4, EvictAfter: 300 * time.Millisecond, ReadsAreActivity: true}, drain)
 	busy := dial(t, l)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				busy.Write([]byte{1})
-			}
-		}
-	}()
+	defer keepSending(busy)()
 	var idle []net.Conn
 	for range 3 {
 		idle = append(idle, dial(t, l))
@@ -104,18 +109,7 @@ func TestLimiterEvictsIdleForNewcomer(t *testing.T) {
 func TestLimiterReadTimeout(t *testing.T) {
 	l := serveLimited(t, LimiterConfig{Max: 4, ReadTimeout: 200 * time.Millisecond}, drain)
 	silent, talker := dial(t, l), dial(t, l)
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-				talker.Write([]byte("x"))
-			}
-		}
-	}()
+	defer keepSending(talker)()
 	time.Sleep(600 * time.Millisecond) // three read timeouts
 	if !closedByServer(silent, 5*time.Second) {
 		t.Fatal("a silent connection outlived its read deadline")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/eclipse/paho.mqtt.golang/packets"
 
+	"github.com/edge-agent/edge-agent/ingest/guard"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/mqttwire"
 )
@@ -39,8 +40,9 @@ import (
 //     reused), not a second mechanism. Acknowledgements of one connection
 //     go out in the order its PUBLISHes came (MQTT 3.1.1 §4.6.0-2),
 //     coalesced: one write carries every ack ready.
-//   - Bounds: MaxConnections (one more is accepted and closed:
-//     listener_refused); MaxConnectionsPerSource from one IP (one more is
+//   - Bounds (ingest/guard's Limiter): MaxConnections (one more is
+//     accepted and closed: listener_refused, unless a connection without
+//     a CONNECT for half the ConnectTimeout can be evicted for it); MaxConnectionsPerSource from one IP (one more is
 //     closed: listener_source_refused); MaxUnconnected connections before
 //     their CONNECT (a newcomer evicts the oldest of them:
 //     listener_unconnected_evicted) — each logged and reported by
@@ -86,24 +88,16 @@ type Listener struct {
 	// stopping is closed by StopReading.
 	stopping chan struct{}
 
-	// ln is set by Bind; addr is its address (for Addr).
+	// ln is set by Bind: the socket behind a guard.Limiter, which
+	// holds the connection bounds (admit); addr is its address (for Addr).
 	ln   net.Listener
 	addr atomic.Pointer[net.TCPAddr]
-	// slots holds a token per open connection (capacity MaxConnections).
-	slots chan struct{}
 	// wg joins the accept loop and the connections' goroutines.
 	wg sync.WaitGroup
 
-	// mu guards conns, clients, sources and unconnected.
+	// mu guards conns and clients.
 	mu    sync.Mutex
 	conns map[*serverConn]struct{}
-	// sources counts the open connections per source address (IP).
-	sources map[string]int
-	// unconnected holds the connections that sent no CONNECT yet, with
-	// their accept order (the oldest is evicted for a newcomer when
-	// MaxUnconnected are waiting); accepted numbers them.
-	unconnected map[*serverConn]uint64
-	accepted    uint64
 	// clients maps a connected client id to its connection (takeover).
 	clients map[string]*serverConn
 	// anon numbers the client ids given to clients that sent none.
@@ -116,9 +110,7 @@ func New(cfg Config, p Pipeline) *Listener {
 	return &Listener{
 		cfg: cfg, p: p, pending: dedup.NewPending(), stopping: make(chan struct{}),
 		maxPacket: mqttwire.PacketBound(cfg.MaxPayload),
-		slots:     make(chan struct{}, cfg.MaxConnections),
 		conns:     map[*serverConn]struct{}{}, clients: map[string]*serverConn{},
-		sources: map[string]int{}, unconnected: map[*serverConn]uint64{},
 	}
 }
 
@@ -132,7 +124,7 @@ func (l *Listener) Bind() error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrListen, l.cfg.Addr, err)
 	}
-	l.ln = ln
+	l.ln = l.limit(ln)
 	if a, ok := ln.Addr().(*net.TCPAddr); ok {
 		l.addr.Store(a)
 	}
@@ -176,75 +168,52 @@ func (l *Listener) acceptLoop() {
 	}
 }
 
-// admit takes an accepted connection in, within the bounds: MaxConnections
-// in all, MaxConnectionsPerSource from one address (one more is closed at
-// once, counted, logged, reported by Problems), and MaxUnconnected before
-// their CONNECT (a newcomer evicts the oldest of those: a host holding
-// sockets open without a CONNECT cannot keep a drone from connecting).
-func (l *Listener) admit(nc net.Conn) {
-	src := sourceOf(nc.RemoteAddr())
-	select {
-	case l.slots <- struct{}{}:
-	default:
-		l.c.Refused.Add(1)
-		l.noteLockout(fmt.Sprintf("listener refusing connections: all max_connections %d are open", l.cfg.MaxConnections))
-		nc.Close()
-		return
-	}
-	l.mu.Lock()
-	if l.sources[src] >= l.cfg.MaxConnectionsPerSource {
-		l.mu.Unlock()
-		<-l.slots
-		l.c.SourceRefused.Add(1)
-		l.noteLockout(fmt.Sprintf("listener refusing connections from %s: it holds max_connections_per_source %d", src, l.cfg.MaxConnectionsPerSource))
-		nc.Close()
-		return
-	}
-	l.sources[src]++
-	l.mu.Unlock()
-	c := &serverConn{l: l, bc: mqttwire.NewServerConn(nc), src: src}
-	var evict *serverConn
-	l.mu.Lock()
-	if len(l.unconnected) >= l.cfg.MaxUnconnected {
-		var oldest uint64
-		for u, n := range l.unconnected {
-			if evict == nil || n < oldest {
-				evict, oldest = u, n
+// limit puts the connection bounds in front of ln (guard.Limiter):
+// MaxConnections in all and MaxConnectionsPerSource from one address (one
+// more is closed at once, counted, logged, reported by Problems), and
+// MaxUnconnected before their CONNECT (a newcomer evicts the oldest of
+// those: a host holding sockets open without a CONNECT cannot keep a
+// drone from connecting). When every connection is open, one that has
+// sent no CONNECT for half the ConnectTimeout makes room for a newcomer
+// before its own timeout; a connected client is never evicted.
+func (l *Listener) limit(ln net.Listener) net.Listener {
+	return guard.NewLimiter(ln, guard.LimiterConfig{
+		Max: l.cfg.MaxConnections, MaxPerSource: l.cfg.MaxConnectionsPerSource, MaxIdle: l.cfg.MaxUnconnected,
+		EvictAfter: l.cfg.ConnectTimeout / 2, Now: l.cfg.Now,
+		OnRefuse: func(r guard.Refusal, src string) {
+			if r == guard.RefusedSource {
+				l.c.SourceRefused.Add(1)
+				l.noteLockout(fmt.Sprintf("listener refusing connections from %s: it holds max_connections_per_source %d", src, l.cfg.MaxConnectionsPerSource))
+				return
 			}
-		}
-		delete(l.unconnected, evict)
-	}
-	l.accepted++
-	l.unconnected[c] = l.accepted
+			l.c.Refused.Add(1)
+			l.noteLockout(fmt.Sprintf("listener refusing connections: all max_connections %d are open", l.cfg.MaxConnections))
+		},
+		OnEvict: func(bool) {
+			l.c.UnconnectedEvicted.Add(1)
+			l.noteLockout(fmt.Sprintf("listener evicting connections without CONNECT: max_unconnected %d are waiting (a host opening idle connections?)", l.cfg.MaxUnconnected))
+		},
+	})
+}
+
+// admit takes a connection the limiter admitted in.
+func (l *Listener) admit(nc net.Conn) {
+	c := &serverConn{l: l, bc: mqttwire.NewServerConn(nc)}
+	c.gc, _ = nc.(*guard.Conn)
+	l.mu.Lock()
 	l.conns[c] = struct{}{}
 	l.mu.Unlock()
-	if evict != nil {
-		l.c.UnconnectedEvicted.Add(1)
-		l.noteLockout(fmt.Sprintf("listener evicting connections without CONNECT: max_unconnected %d are waiting (a host opening idle connections?)", l.cfg.MaxUnconnected))
-		evict.bc.Conn.Close() // its goroutine ends and cleans up
-	}
 	l.c.Accepted.Add(1)
 	l.c.Connections.Add(1)
 	l.wg.Go(c.serve)
 }
 
-// sourceOf is the address a connection is counted under: its IP.
-func sourceOf(a net.Addr) string {
-	if ta, ok := a.(*net.TCPAddr); ok {
-		return ta.IP.String()
-	}
-	host, _, err := net.SplitHostPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return host
-}
-
-// connected takes c off the unconnected list (its CONNECT was accepted).
+// connected marks c active (its CONNECT was accepted): it is no longer
+// one the limiter may evict.
 func (l *Listener) connected(c *serverConn) {
-	l.mu.Lock()
-	delete(l.unconnected, c)
-	l.mu.Unlock()
+	if c.gc != nil {
+		c.gc.Active()
+	}
 }
 
 // StopReading stops accepting and reading, and waits for every
@@ -293,8 +262,8 @@ func (l *Listener) register(c *serverConn) {
 type serverConn struct {
 	l  *Listener
 	bc *mqttwire.BufferedConn
-	// src is the source address it is counted under (sourceOf).
-	src string
+	// gc is the connection as the limiter holds it (Active at CONNECT).
+	gc *guard.Conn
 	// buf holds the buffers reused from packet to packet (the
 	// connection's goroutine only).
 	buf mqttwire.PacketBuf
@@ -322,7 +291,6 @@ func (c *serverConn) serve() {
 	c.count(err)
 	l.mu.Lock()
 	delete(l.conns, c)
-	delete(l.unconnected, c)
 	if c.client != "" && l.clients[c.client] == c {
 		delete(l.clients, c.client)
 	}
@@ -341,13 +309,7 @@ func (c *serverConn) close() {
 		if c.bc.Slow() {
 			c.l.c.SlowReaders.Add(1)
 		}
-		c.l.c.Connections.Add(-1)
-		c.l.mu.Lock()
-		if c.l.sources[c.src]--; c.l.sources[c.src] <= 0 {
-			delete(c.l.sources, c.src)
-		}
-		c.l.mu.Unlock()
-		<-c.l.slots
+		c.l.c.Connections.Add(-1) // closing bc closed gc: its slot is back
 	})
 }
 
