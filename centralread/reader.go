@@ -65,6 +65,7 @@ type Item struct {
 type CentralReader struct {
 	stream string
 	opts   ReadOptions
+	st     jetstream.Stream
 	cons   jetstream.Consumer
 	// last is the sequence to stop at when not following.
 	last uint64
@@ -99,6 +100,21 @@ func NewCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 			return nil, err
 		}
 	}
+}
+
+// Close deletes the reader's consumer at the centre at once instead of
+// leaving it to expire (an ordered consumer lives 5 minutes after its last
+// fetch, and a stream holds a bounded number of consumers: a tool that
+// opens many readers, one per flight or per poll, must close them). It
+// does not fail: a consumer that cannot be deleted expires on its own.
+func (r *CentralReader) Close(ctx context.Context) {
+	if r == nil || r.cons == nil {
+		return
+	}
+	if info := r.cons.CachedInfo(); info != nil && r.st != nil {
+		_ = r.st.DeleteConsumer(ctx, info.Name)
+	}
+	r.buf, r.items, r.done = nil, nil, true
 }
 
 // transientRead tells errors worth retrying when opening a reader.
@@ -152,7 +168,7 @@ func newCentralReader(ctx context.Context, nc *nats.Conn, stream string, opts Re
 	if err != nil {
 		return nil, fmt.Errorf("centralread: read %s: %w", wire.StreamName(stream), err)
 	}
-	r := &CentralReader{stream: stream, opts: opts, cons: cons, wm: map[string]wire.WatermarkJSON{}}
+	r := &CentralReader{stream: stream, opts: opts, st: st, cons: cons, wm: map[string]wire.WatermarkJSON{}}
 	if !opts.Follow {
 		info, err := st.Info(ctx)
 		if err != nil {

@@ -30,6 +30,11 @@ type SimConfig struct {
 	V1 bool
 	// SigningKey signs MAVLink 2 frames with this 32-byte key (nil: unsigned).
 	SigningKey []byte
+	// GroundTime, when > 0, keeps each drone disarmed on the ground (its
+	// HEARTBEAT's base_mode without MAV_MODE_FLAG_SAFETY_ARMED) for the
+	// first and the last GroundTime of Duration: one flight, from arm to
+	// disarm, in between.
+	GroundTime time.Duration
 	// Tap, when set, is given each frame as sent (its bytes valid during
 	// the call), from Simulate's goroutine: for a check at the other end.
 	Tap func(sysid uint8, frame []byte)
@@ -62,6 +67,8 @@ type simDrone struct {
 	conn  io.WriteCloser
 	boot  time.Time
 	next  []time.Duration
+	// ground and flight are SimConfig.GroundTime and Duration.
+	ground, flight time.Duration
 }
 
 // Simulate flies cfg.Drones drones on circles for cfg.Duration, each
@@ -101,7 +108,8 @@ func Simulate(ctx context.Context, cfg SimConfig) (SimResult, error) {
 		if err != nil {
 			return res, err
 		}
-		d := &simDrone{sysid: cfg.FirstSysID + uint8(i), conn: c, boot: time.Now().Add(-time.Duration(30+i) * time.Second)}
+		d := &simDrone{sysid: cfg.FirstSysID + uint8(i), conn: c, boot: time.Now().Add(-time.Duration(30+i) * time.Second),
+			ground: cfg.GroundTime, flight: cfg.Duration}
 		var bw io.Writer = c
 		if cfg.Tap != nil {
 			bw = tapWriter{c, d.sysid, cfg.Tap}
@@ -151,9 +159,14 @@ func (d *simDrone) angle(t time.Duration) float64 {
 	return 2*math.Pi*t.Seconds()/60 + float64(d.sysid)
 }
 
-func (d *simDrone) heartbeat(time.Duration) message.Message {
+func (d *simDrone) heartbeat(t time.Duration) message.Message {
+	// 217: custom mode, stabilize, guided, armed; 89 is the same disarmed.
+	base, state := ardupilotmega.MAV_MODE_FLAG(217), ardupilotmega.MAV_STATE_ACTIVE
+	if d.ground > 0 && (t < d.ground || t >= d.flight-d.ground) {
+		base, state = 89, ardupilotmega.MAV_STATE_STANDBY
+	}
 	return &ardupilotmega.MessageHeartbeat{Type: ardupilotmega.MAV_TYPE_QUADROTOR, Autopilot: ardupilotmega.MAV_AUTOPILOT_ARDUPILOTMEGA,
-		BaseMode: 217, CustomMode: 5, SystemStatus: ardupilotmega.MAV_STATE_ACTIVE, MavlinkVersion: 3}
+		BaseMode: base, CustomMode: 5, SystemStatus: state, MavlinkVersion: 3}
 }
 
 func (d *simDrone) sysStatus(t time.Duration) message.Message {

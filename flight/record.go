@@ -1,0 +1,183 @@
+package flight
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/foxglove/mcap/go/mcap"
+)
+
+// Topics of a record.
+const (
+	TopicEvents = "/flight/events"
+	TopicGaps   = "/flight/gaps"
+)
+
+// Channel kinds: how a topic's messages are encoded.
+const (
+	encJSON    = "json"
+	encMAVLink = "mavlink" // one MAVLink v1/v2 frame per message, as received
+	encRaw     = "raw"     // the payload's bytes as stored
+)
+
+// Entry is one event of a record, on /flight/events: where the centre
+// holds it, its times and flags, the topic its payload went to, how many
+// messages it became there, and the SHA-256 of its payload (the
+// concatenation of those messages' payload bytes).
+type Entry struct {
+	N            uint32 `json:"n"`
+	Stream       string `json:"stream"`
+	Agent        string `json:"agent"`
+	Seq          uint64 `json:"seq"`
+	Txn          uint64 `json:"txn"`
+	Position     string `json:"position"`
+	Key          string `json:"routing_key"`
+	Writer       string `json:"writer,omitempty"`
+	EventTimeNs  int64  `json:"event_time_ns"`
+	IngestTimeNs int64  `json:"ingest_time_ns"`
+	Flags        uint16 `json:"flags,omitempty"`
+	ContentType  string `json:"content_type,omitempty"`
+	// Dropped is a marker's reason: the event could not be sent.
+	Dropped       string `json:"dropped,omitempty"`
+	Topic         string `json:"topic"`
+	Messages      int    `json:"messages"`
+	PayloadSHA256 string `json:"payload_sha256"`
+}
+
+// Gap is a gap marker of the record, on /flight/gaps and in the
+// certificate: a marker event (the agent could not send it, or shed
+// events), or a loss found when a chain resumed.
+type Gap struct {
+	// Kind is "marker" (an event the agent could not send), "shed" (a
+	// gap event: events shed by policy) or "lost" (a loss record).
+	Kind     string `json:"kind"`
+	Stream   string `json:"stream"`
+	Agent    string `json:"agent"`
+	Position string `json:"position,omitempty"`
+	Key      string `json:"routing_key,omitempty"`
+	Reason   string `json:"reason"`
+	TimeNs   int64  `json:"time_ns"`
+	// Payload is a shed marker's payload (what was shed), as stored.
+	Payload string `json:"payload,omitempty"`
+}
+
+// chain is the certificate's hash chain over entries.
+type chain struct {
+	head [32]byte
+	n    int
+}
+
+// add chains one entry's bytes as written.
+func (c *chain) add(entry []byte) {
+	leaf := sha256.Sum256(entry)
+	h := sha256.New()
+	h.Write(c.head[:])
+	h.Write(leaf[:])
+	h.Sum(c.head[:0])
+	c.n++
+}
+
+func (c *chain) hex() string { return hex.EncodeToString(c.head[:]) }
+
+// recordWriter writes an MCAP record: channels made on first use, every
+// message counted per topic, entries chained.
+type recordWriter struct {
+	w        *mcap.Writer
+	schemas  map[string]uint16 // schema name → id
+	channels map[string]uint16 // topic → id
+	counts   map[string]int
+	chain    chain
+	entryLog uint64 // the last log time on /flight/events
+}
+
+func newRecordWriter(out io.Writer, level mcap.CompressionLevel) (*recordWriter, error) {
+	w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: 4 << 20,
+		Compression: mcap.CompressionZSTD, CompressionLevel: level, IncludeCRC: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := w.WriteHeader(&mcap.Header{Profile: "", Library: "edge-agent flight"}); err != nil {
+		return nil, err
+	}
+	return &recordWriter{w: w, schemas: map[string]uint16{}, channels: map[string]uint16{}, counts: map[string]int{}}, nil
+}
+
+// channel returns the id of topic's channel, writing its schema and
+// channel records on first use. schemaName "" means no schema.
+func (rw *recordWriter) channel(topic, encoding, schemaName, schema string) (uint16, error) {
+	if id, ok := rw.channels[topic]; ok {
+		return id, nil
+	}
+	var sid uint16
+	if schemaName != "" {
+		var ok bool
+		if sid, ok = rw.schemas[schemaName]; !ok {
+			sid = uint16(len(rw.schemas) + 1)
+			if err := rw.w.WriteSchema(&mcap.Schema{ID: sid, Name: schemaName, Encoding: "jsonschema", Data: []byte(schema)}); err != nil {
+				return 0, err
+			}
+			rw.schemas[schemaName] = sid
+		}
+	}
+	id := uint16(len(rw.channels))
+	if err := rw.w.WriteChannel(&mcap.Channel{ID: id, SchemaID: sid, Topic: topic, MessageEncoding: encoding}); err != nil {
+		return 0, err
+	}
+	rw.channels[topic] = id
+	return id, nil
+}
+
+// message writes one message on topic (whose channel exists).
+func (rw *recordWriter) message(topic string, seq uint32, logNs, pubNs int64, data []byte) error {
+	rw.counts[topic]++
+	return rw.w.WriteMessage(&mcap.Message{ChannelID: rw.channels[topic], Sequence: seq,
+		LogTime: uint64(max(logNs, 0)), PublishTime: uint64(max(pubNs, 0)), Data: data})
+}
+
+// entry writes an event's entry and chains it. Its log time is the
+// event's ingest time, or the last entry's when that is later (entries
+// of the merged streams stay in order on their channel).
+func (rw *recordWriter) entry(e *Entry) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	if _, err := rw.channel(TopicEvents, encJSON, "edge.flight.Entry", schemaEntry); err != nil {
+		return err
+	}
+	rw.entryLog = max(rw.entryLog, uint64(max(e.IngestTimeNs, 0)))
+	rw.chain.add(b)
+	rw.counts[TopicEvents]++
+	return rw.w.WriteMessage(&mcap.Message{ChannelID: rw.channels[TopicEvents], Sequence: e.N,
+		LogTime: rw.entryLog, PublishTime: uint64(max(e.EventTimeNs, 0)), Data: b})
+}
+
+// ChannelCount is how many messages a topic holds.
+type ChannelCount struct {
+	Topic    string `json:"topic"`
+	Messages int    `json:"messages"`
+}
+
+func (rw *recordWriter) channelCounts() []ChannelCount {
+	out := make([]ChannelCount, 0, len(rw.counts))
+	for t, n := range rw.counts {
+		out = append(out, ChannelCount{Topic: t, Messages: n})
+	}
+	sortChannels(out)
+	return out
+}
+
+// close writes the attachments and metadata and the summary.
+func (rw *recordWriter) close(meta map[string]string, cert []byte, createdNs int64) error {
+	if err := rw.w.WriteMetadata(&mcap.Metadata{Name: "flight", Metadata: meta}); err != nil {
+		return fmt.Errorf("flight: metadata: %w", err)
+	}
+	if err := rw.w.WriteAttachment(&mcap.Attachment{LogTime: uint64(createdNs), CreateTime: uint64(createdNs),
+		Name: CertificateName, MediaType: "application/json", DataSize: uint64(len(cert)), Data: bytesReader(cert)}); err != nil {
+		return fmt.Errorf("flight: certificate attachment: %w", err)
+	}
+	return rw.w.Close()
+}
