@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/foxglove/mcap/go/mcap"
+
+	"github.com/edge-agent/edge-agent/internal/testkit/flyrig"
 )
 
 // TestExportFlightAndVerify flies the MAVLink drone with video under one
@@ -20,10 +22,10 @@ import (
 // against the centre and the sender; then verify passes on it and fails,
 // naming the cause, on each tampered copy.
 func TestExportFlightAndVerify(t *testing.T) {
-	f, _ := fly(t, flyOptions{})
+	f := fly(t, flyrig.Options{}, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc := connect(t, f.central.ClientURL())
+	nc := connect(t, f.Central.ClientURL())
 	flights, err := Find(ctx, nc, FindOptions{Drone: testDrone})
 	if err != nil {
 		t.Fatal(err)
@@ -64,17 +66,17 @@ func TestExportFlightAndVerify(t *testing.T) {
 		t.Fatalf("%d MAVLink messages in the file, certificate %d", len(mav), counts["/mavlink/"+testDrone])
 	}
 	start := -1
-	for i, fr := range f.sent.frames {
+	for i, fr := range f.Sent.Frames() {
 		if bytes.Equal(fr, mav[0].Data) {
 			start = i
 			break
 		}
 	}
-	if start < 0 || start+len(mav) > len(f.sent.frames) {
+	if start < 0 || start+len(mav) > len(f.Sent.Frames()) {
 		t.Fatalf("the record's first frame is not in the sender's log")
 	}
 	for i, m := range mav {
-		if !bytes.Equal(m.Data, f.sent.frames[start+i]) {
+		if !bytes.Equal(m.Data, f.Sent.Frames()[start+i]) {
 			t.Fatalf("frame %d of the record is not the sender's frame %d: a frame lost, repeated or reordered", i, start+i)
 		}
 	}
@@ -84,6 +86,22 @@ func TestExportFlightAndVerify(t *testing.T) {
 	if tlog.Len() != len(mav)*8+sumLen(mav) {
 		t.Fatalf("tlog holds %d bytes, want %d frames with 8-byte times", tlog.Len(), len(mav))
 	}
+
+	checkKeyframes(t, path, "/video/"+testDrone)
+	t.Run("read by @mcap/core", func(t *testing.T) { checkWithMCAPJS(t, nc, path, fl) })
+	t.Run("centre re-read", func(t *testing.T) {
+		diffs, err := CheckCentral(ctx, nc, cert, DefaultStreams())
+		if err != nil || len(diffs) != 0 {
+			t.Fatalf("against the centre: %v %v", diffs, err)
+		}
+		bad := cert
+		bad.Events--
+		bad.Keys = bad.Keys[1:]
+		diffs, err = CheckCentral(ctx, nc, bad, DefaultStreams())
+		if err != nil || len(diffs) != 2 || !strings.HasPrefix(diffs[0], "events:") || !strings.HasPrefix(diffs[1], "routing keys:") {
+			t.Fatalf("a certificate one event short: %q %v", diffs, err)
+		}
+	})
 
 	pub := key.Public().(ed25519.PublicKey)
 	sidecar := NewSidecar(cert, res.SHA256, key)
@@ -113,9 +131,8 @@ func TestExportFlightAndVerify(t *testing.T) {
 				p = rewrite(t, path, tc.edit)
 			}
 			rep := verifyFile(t, p, tc.opts)
-			err := rep.Err()
-			if err == nil || !strings.Contains(err.Error(), tc.reason) {
-				t.Fatalf("verify = %v, want a failure naming %q", err, tc.reason)
+			if err := rep.Err(); err == nil || !strings.Contains(strings.Join(rep.Problems, "\n"), tc.reason) {
+				t.Fatalf("verify = %v (%q), want a failure naming %q", err, rep.Problems, tc.reason)
 			}
 		})
 	}
@@ -268,4 +285,37 @@ func rewrite(t *testing.T, path string, edit func(topic string, seq uint32, data
 	}
 	must(w.Close())
 	return outPath
+}
+
+// checkKeyframes checks that every H.264 access unit with an IDR slice
+// carries its SPS and PPS before it (Foxglove decodes from any keyframe).
+func checkKeyframes(t *testing.T, path, topic string) {
+	t.Helper()
+	keys := 0
+	for i, m := range readTopic(t, path, topic) {
+		var v compressedVideo
+		if err := json.Unmarshal(m.Data, &v); err != nil {
+			t.Fatal(err)
+		}
+		var sps, pps bool
+		for _, nal := range bytes.Split(v.Data, []byte{0, 0, 1})[1:] {
+			if len(nal) == 0 {
+				continue
+			}
+			switch nal[0] & 0x1f {
+			case 7:
+				sps = true
+			case 8:
+				pps = true
+			case 5:
+				if !sps || !pps {
+					t.Fatalf("access unit %d: an IDR slice without SPS and PPS before it", i)
+				}
+				keys++
+			}
+		}
+	}
+	if keys == 0 {
+		t.Fatal("no keyframe in the record's video")
+	}
 }

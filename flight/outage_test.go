@@ -14,6 +14,7 @@ import (
 	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/devices"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/flyrig"
 )
 
 // TestFlightAcrossOutage: the uplink is cut while the drone flies and
@@ -26,13 +27,12 @@ import (
 func TestFlightAcrossOutage(t *testing.T) {
 	var proxy *testkit.Proxy
 	var short atomic.Bool
-	f, stop := fly(t, flyOptions{
-		keepRunning: true,
-		link: func(addr string) string {
+	f := fly(t, flyrig.Options{
+		Link: func(addr string) string {
 			proxy = testkit.NewProxy(t, addr, testkit.ProxyHooks{})
 			return proxy.Addr()
 		},
-		config: func(c *agent.Config) {
+		Config: func(c *agent.Config) {
 			c.Devices.Disk.Interval = 200 * time.Millisecond
 			c.Devices.Disk.Policy = []devices.ShedRule{{Stream: "video", AllowUnreplicated: true}}
 			c.Devices.Disk.RetainBelow = devices.Threshold{Percent: 20}
@@ -44,7 +44,7 @@ func TestFlightAcrossOutage(t *testing.T) {
 				return 90 << 30, 100 << 30, nil
 			}
 		},
-		during: func(a *agent.Agent) {
+		During: func(a *agent.Agent) {
 			time.Sleep(3500 * time.Millisecond) // armed at 2 s
 			proxy.SetDown(true)
 			time.Sleep(2 * time.Second)
@@ -52,13 +52,13 @@ func TestFlightAcrossOutage(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond)
 			short.Store(false)
 		},
-	})
+	}, true)
 	if proxy.Cuts()+proxy.Refused() == 0 {
 		t.Fatal("the link was never cut")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	nc := connect(t, f.central.ClientURL())
+	nc := connect(t, f.Central.ClientURL())
 	key := newKey(t)
 	// The drone has landed; the centre does not know it yet.
 	fl, err := Find(ctx, nc, FindOptions{Drone: testDrone})
@@ -75,8 +75,10 @@ func TestFlightAcrossOutage(t *testing.T) {
 	t.Logf("during the outage: %v", res.Certificate.Reasons)
 
 	proxy.SetDown(false)
-	waitComplete(t, f.central.ClientURL(), 60*time.Second)
-	stop()
+	if !testkit.UntilEvery(60*time.Second, 250*time.Millisecond, func() bool { return complete(nc, key) }) {
+		t.Fatal("the flight is not complete 60 s after the link came back")
+	}
+	f.Stop()
 	fl, err = Find(ctx, nc, FindOptions{Drone: testDrone})
 	if err != nil || len(fl) != 1 || fl[0].Open {
 		t.Fatalf("flights after the drain: %+v, %v", fl, err)
@@ -95,12 +97,12 @@ func TestFlightAcrossOutage(t *testing.T) {
 	// Every frame the drone sent between its HEARTBEATs of the flight's
 	// window, once, in order.
 	mav := readTopic(t, path, "/mavlink/"+testDrone)
-	first, last := indexOf(f.sent.frames, mav[0].Data), indexOf(f.sent.frames, mav[len(mav)-1].Data)
+	first, last := indexOf(f.Sent.Frames(), mav[0].Data), indexOf(f.Sent.Frames(), mav[len(mav)-1].Data)
 	if first < 0 || last-first+1 != len(mav) {
 		t.Fatalf("the record holds %d frames, the sender sent %d from its first to its last (%d..%d)", len(mav), last-first+1, first, last)
 	}
 	for i, m := range mav {
-		if !bytes.Equal(m.Data, f.sent.frames[first+i]) {
+		if !bytes.Equal(m.Data, f.Sent.Frames()[first+i]) {
 			t.Fatalf("frame %d differs from the sender's %d", i, first+i)
 		}
 	}

@@ -1,6 +1,7 @@
 package flight
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
@@ -14,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/foxglove/mcap/go/mcap"
+	"github.com/nats-io/nats.go"
 )
 
 // VerifyOptions say what a record is checked against besides itself.
@@ -305,4 +307,73 @@ func checkGaps(rep *VerifyReport, cert Certificate, gaps []Gap) {
 			rep.problem("%s holds a gap marker the certificate does not list: %s", TopicGaps, k)
 		}
 	}
+}
+
+// CheckCentral reads the centre again for the certificate's flight and
+// compares every line of the certificate with what the centre holds now:
+// status, events and hash chain, each stream's commits, each routing
+// key's counts and positions, the gap markers and the channels. It
+// returns the differences (none: the record is what the centre holds).
+func CheckCentral(ctx context.Context, nc *nats.Conn, cert Certificate, streams Streams) ([]string, error) {
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return nil, err
+	}
+	o := ExportOptions{FindOptions: FindOptions{Drone: cert.Flight.Drone, Agent: cert.Flight.Agent, Streams: streams}, Key: key}
+	res, err := Export(ctx, nc, cert.Flight, o, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	now := res.Certificate
+	var diffs []string
+	diff := func(what string, was, is any) {
+		a, _ := json.Marshal(was)
+		b, _ := json.Marshal(is)
+		if string(a) != string(b) {
+			diffs = append(diffs, fmt.Sprintf("%s: the record says %s, the centre now %s", what, clip(a), clip(b)))
+		}
+	}
+	diff("status", cert.Status, now.Status)
+	diff("events", cert.Events, now.Events)
+	diff("hash chain", cert.Chain, now.Chain)
+	byStream := func(rs []StreamReport) map[string]StreamReport {
+		m := map[string]StreamReport{}
+		for _, r := range rs {
+			m[r.Stream] = r
+		}
+		return m
+	}
+	was, is := byStream(cert.Streams), byStream(now.Streams)
+	for _, name := range unionKeys(was, is) {
+		a, b := was[name], is[name]
+		diff("stream "+name+" commits", a.Commits, b.Commits)
+		diff("stream "+name+" sequences", [2]uint64{a.FirstSeq, a.LastSeq}, [2]uint64{b.FirstSeq, b.LastSeq})
+		diff("stream "+name+" events", a.Events, b.Events)
+		diff("stream "+name+" watermark", a.Watermark, b.Watermark)
+	}
+	diff("routing keys", cert.Keys, now.Keys)
+	diff("gap markers", cert.Gaps, now.Gaps)
+	diff("channels", cert.Channels, now.Channels)
+	return diffs, nil
+}
+
+func unionKeys[V any](a, b map[string]V) []string {
+	var out []string
+	for k := range a {
+		out = append(out, k)
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func clip(b []byte) string {
+	if len(b) > 200 {
+		return string(b[:200]) + "…"
+	}
+	return string(b)
 }

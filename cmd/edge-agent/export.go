@@ -11,9 +11,9 @@ import (
 
 func init() {
 	commands["export"] = command{
-		summary:     "export video|telemetry: write a drone's video (playable file) or MAVLink telemetry (tlog) between two times from the central store",
+		summary:     "export video|telemetry|flight: write a drone's video (playable file) or MAVLink telemetry (tlog) between two times, or one flight as a signed MCAP record, from the central store",
 		run:         runExport,
-		subcommands: []string{"video", "telemetry"},
+		subcommands: []string{"video", "telemetry", "flight"},
 	}
 }
 
@@ -21,12 +21,15 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(args) > 0 && args[0] == "telemetry" {
 		return runExportTelemetry(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "flight" {
+		return runExportFlight(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && asksHelp(args[:1]) {
 		commandUsage(newFlagSet("export", stderr), "export")
 		return usageError{flag.ErrHelp}
 	}
 	if len(args) == 0 || args[0] != "video" {
-		return usagef("usage: edge-agent export video|telemetry --drone D --from T1 --to T2 -o FILE")
+		return usagef("usage: edge-agent export video|telemetry|flight --drone D (--from T1 --to T2 | --flight N) -o FILE")
 	}
 	fs := newFlagSet("export video", stderr)
 	conn := addCentralFlags(fs)
