@@ -163,6 +163,7 @@ type exporter struct {
 	gaps    []Gap
 	lostAt  []int // per stream: loss records already turned into gaps
 	tlog    []byte
+	buf     []byte // a video message being encoded
 }
 
 func newExporter(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, rw *recordWriter) (*exporter, error) {
@@ -346,17 +347,34 @@ func (x *exporter) video(e *Entry, rec *localstream.Record, sum hash.Hash) error
 	for _, fr := range c.Frames {
 		data := c.Payload[off : off+fr.Size]
 		off += fr.Size
-		b, err := json.Marshal(compressedVideo{Timestamp: stampOf(fr.PTS), FrameID: rec.RoutingKey, Data: data, Format: string(c.Codec)})
-		if err != nil {
-			return err
-		}
+		x.buf = appendVideoJSON(x.buf[:0], fr.PTS, rec.RoutingKey, data, string(c.Codec))
 		sum.Write(data)
 		e.Messages++
-		if err := x.rw.message(e.Topic, e.N, rec.IngestTime, fr.PTS, b); err != nil {
+		if err := x.rw.message(e.Topic, e.N, rec.IngestTime, fr.PTS, x.buf); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// appendVideoJSON appends a compressedVideo's JSON, as json.Marshal
+// writes it, without its reflection and copies: video is most of a
+// record's bytes. The drone id and format are JSON-safe (video drone ids
+// are [A-Za-z0-9._-]; the format is h264 or h265), and are quoted by
+// strconv all the same.
+func appendVideoJSON(b []byte, pts int64, frameID string, data []byte, format string) []byte {
+	st := stampOf(pts)
+	b = append(b, `{"timestamp":{"sec":`...)
+	b = strconv.AppendInt(b, st.Sec, 10)
+	b = append(b, `,"nsec":`...)
+	b = strconv.AppendInt(b, st.Nsec, 10)
+	b = append(b, `},"frame_id":`...)
+	b = strconv.AppendQuoteToASCII(b, frameID)
+	b = append(b, `,"data":"`...)
+	b = base64.StdEncoding.AppendEncode(b, data)
+	b = append(b, `","format":`...)
+	b = strconv.AppendQuoteToASCII(b, format)
+	return append(b, '}')
 }
 
 // locationFix is foxglove.LocationFix in JSON encoding.

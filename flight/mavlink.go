@@ -3,6 +3,7 @@ package flight
 import (
 	"bufio"
 	"bytes"
+	"sync"
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialect"
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
@@ -33,9 +34,17 @@ type mavDecoder struct {
 	r   *frame.Reader
 }
 
-func newMavDecoder() (*mavDecoder, error) {
+// dialectRW is gomavlib's ardupilotmega reader, built once (it takes
+// milliseconds: every message's fields are reflected on) and read-only
+// after.
+var dialectRW = sync.OnceValues(func() (*dialect.ReadWriter, error) {
 	rw := &dialect.ReadWriter{Dialect: ardupilotmega.Dialect}
-	if err := rw.Initialize(); err != nil {
+	return rw, rw.Initialize()
+})
+
+func newMavDecoder() (*mavDecoder, error) {
+	rw, err := dialectRW()
+	if err != nil {
 		return nil, err
 	}
 	src := bytes.NewReader(nil)

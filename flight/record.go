@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/foxglove/mcap/go/mcap"
+	"github.com/klauspost/compress/zstd"
 )
 
 // Topics of a record.
@@ -86,6 +87,7 @@ func (c *chain) hex() string { return hex.EncodeToString(c.head[:]) }
 // message counted per topic, entries chained.
 type recordWriter struct {
 	w        *mcap.Writer
+	enc      *zstd.Encoder // pooled, returned by close (nil: not pooled)
 	schemas  map[string]uint16 // schema name → id
 	channels map[string]uint16 // topic → id
 	counts   map[string]int
@@ -93,16 +95,45 @@ type recordWriter struct {
 	entryLog uint64 // the last log time on /flight/events
 }
 
+// zstdEncoders keep chunk compressors between records: a new one costs
+// megabytes of tables to allocate and clear, as much as a short flight's
+// compression (BenchmarkExportFlight). A small free list, not a
+// sync.Pool: a pool is emptied by every garbage collection, and an export
+// collects many times. One goroutine each: a record is written by one.
+var zstdEncoders = make(chan *zstd.Encoder, 4)
+
 func newRecordWriter(out io.Writer, level mcap.CompressionLevel) (*recordWriter, error) {
-	w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: 4 << 20,
-		Compression: mcap.CompressionZSTD, CompressionLevel: level, IncludeCRC: true})
+	if level != mcap.CompressionLevelFastest {
+		// Other levels are for a reader's own measurements; not pooled.
+		w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: 1 << 20, IncludeCRC: true,
+			Compression: mcap.CompressionZSTD, CompressionLevel: level})
+		if err != nil {
+			return nil, err
+		}
+		return startRecord(w, nil)
+	}
+	var enc *zstd.Encoder
+	select {
+	case enc = <-zstdEncoders:
+	default:
+		var err error
+		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); err != nil {
+			return nil, err
+		}
+	}
+	w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: 1 << 20, IncludeCRC: true,
+		Compressor: mcap.NewCustomCompressor(mcap.CompressionZSTD, enc)})
 	if err != nil {
 		return nil, err
 	}
+	return startRecord(w, enc)
+}
+
+func startRecord(w *mcap.Writer, enc *zstd.Encoder) (*recordWriter, error) {
 	if err := w.WriteHeader(&mcap.Header{Profile: "", Library: "edge-agent flight"}); err != nil {
 		return nil, err
 	}
-	return &recordWriter{w: w, schemas: map[string]uint16{}, channels: map[string]uint16{}, counts: map[string]int{}}, nil
+	return &recordWriter{w: w, enc: enc, schemas: map[string]uint16{}, channels: map[string]uint16{}, counts: map[string]int{}}, nil
 }
 
 // channel returns the id of topic's channel, writing its schema and
@@ -179,5 +210,14 @@ func (rw *recordWriter) close(meta map[string]string, cert []byte, createdNs int
 		Name: CertificateName, MediaType: "application/json", DataSize: uint64(len(cert)), Data: bytesReader(cert)}); err != nil {
 		return fmt.Errorf("flight: certificate attachment: %w", err)
 	}
-	return rw.w.Close()
+	if err := rw.w.Close(); err != nil {
+		return err
+	}
+	if rw.enc != nil {
+		select {
+		case zstdEncoders <- rw.enc:
+		default:
+		}
+	}
+	return nil
 }

@@ -1,20 +1,24 @@
 package flight
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
+	"hash/crc32"
 	"io"
 	"slices"
 	"strings"
 
 	"github.com/foxglove/mcap/go/mcap"
+	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go"
 )
 
@@ -79,20 +83,120 @@ func Verify(rs io.ReadSeeker, o VerifyOptions) (*VerifyReport, error) {
 		return nil, err
 	}
 	rep.SHA256 = hex.EncodeToString(h.Sum(nil))
+	size, err := rs.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := rs.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	r, err := mcap.NewReader(rs)
+	// One pass over the records in file order with the library's lexer,
+	// bounded: no record larger than the file, no chunk that inflates
+	// beyond maxChunk (a damaged length cannot make it allocate
+	// gigabytes), every chunk's CRC checked.
+	// Attachments are not read through the lexer's callback: it
+	// allocates a name's length as the file states it before reading
+	// (mcap/go v1.7.1 readPrefixedString; a damaged length asks for 4 GiB).
+	// The certificate is read by its index entry instead, bounded.
+	var certIndex []*mcap.AttachmentIndex
+	// zstd with one goroutine and its memory bounded by a chunk's
+	// limit (the library's default decoder runs one per core, unbounded).
+	zd, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxMemory(maxChunk))
+	if err != nil {
+		return nil, err
+	}
+	defer zd.Close()
+	lex, err := mcap.NewLexer(rs, &mcap.LexerOptions{ValidateChunkCRCs: true,
+		MaxRecordSize: int(min(size, maxChunk)), MaxDecompressedChunkSize: maxChunk,
+		Decompressors: map[mcap.CompressionFormat]mcap.ResettableReader{mcap.CompressionZSTD: zstdReader{zd}}})
 	if err != nil {
 		return nil, fmt.Errorf("flight: not an MCAP file: %w", err)
 	}
-	info, err := r.Info()
-	if err != nil {
-		return nil, fmt.Errorf("flight: the MCAP summary does not read: %w", err)
+	defer lex.Close()
+	channels := map[uint16]*mcap.Channel{}
+	var stats *mcap.Statistics
+	counts := map[string]int{}
+	entries := map[uint32][]byte{}
+	data := map[string]*eventData{} // "N topic"
+	var gaps []Gap
+	func() {
+		// The library's lexer panics on some damaged chunk headers
+		// (mcap/go v1.7.1 loadChunk slices its 32-byte buffer by a
+		// compression-name length read from the file): a damaged record
+		// is a verification failure, not a crash.
+		defer func() {
+			if p := recover(); p != nil {
+				rep.problem("the file does not read to its end: the MCAP reader failed on a damaged record (%v)", p)
+			}
+		}()
+		var buf []byte
+		for {
+			tok, rec, err := lex.Next(buf)
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			if err != nil {
+				rep.problem("the file does not read to its end: %v", err)
+				return
+			}
+			if cap(rec) > cap(buf) {
+				buf = rec
+			}
+			switch tok {
+			case mcap.TokenChannel:
+				ch, err := mcap.ParseChannel(rec)
+				if err != nil {
+					rep.problem("a channel record does not parse: %v", err)
+					continue
+				}
+				channels[ch.ID] = ch
+			case mcap.TokenAttachmentIndex:
+				ai, err := mcap.ParseAttachmentIndex(rec)
+				if err != nil {
+					rep.problem("an attachment index record does not parse: %v", err)
+					continue
+				}
+				if ai.Name == CertificateName {
+					certIndex = append(certIndex, ai)
+				}
+			case mcap.TokenStatistics:
+				if stats, err = mcap.ParseStatistics(rec); err != nil {
+					rep.problem("the statistics record does not parse: %v", err)
+				}
+			case mcap.TokenMessage:
+				m, err := mcap.ParseMessage(rec)
+				if err != nil {
+					rep.problem("a message record does not parse: %v", err)
+					continue
+				}
+				ch := channels[m.ChannelID]
+				if ch == nil {
+					rep.problem("a message on channel %d, which the file does not define before it", m.ChannelID)
+					continue
+				}
+				rep.Messages++
+				counts[ch.Topic]++
+				fileMessage(rep, ch.Topic, m, entries, data, &gaps)
+			}
+		}
+	}()
+	var certBytes []byte
+	switch len(certIndex) {
+	case 0:
+		rep.problem("the file holds no %s attachment", CertificateName)
+		return rep, nil
+	case 1:
+		if certBytes, err = readAttachment(rs, certIndex[0], size); err != nil {
+			rep.problem("the certificate attachment does not read: %v", err)
+			return rep, nil
+		}
+	default:
+		rep.problem("the file holds %d %s attachments", len(certIndex), CertificateName)
+		return rep, nil
 	}
-	cert, err := readCertificate(r, info)
-	if err != nil {
-		rep.problem("%v", err)
+	var cert Certificate
+	if err := json.Unmarshal(certBytes, &cert); err != nil {
+		rep.problem("the certificate attachment is not a certificate: %v", err)
 		return rep, nil
 	}
 	rep.Certificate = cert
@@ -102,68 +206,103 @@ func Verify(rs io.ReadSeeker, o VerifyOptions) (*VerifyReport, error) {
 	if o.Sidecar != nil {
 		checkSidecar(rep, o.Sidecar, cert)
 	}
-	if _, err := rs.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	r2, err := mcap.NewReader(rs)
-	if err != nil {
-		return nil, err
-	}
-	it, err := r2.Messages(mcap.UsingIndex(false), mcap.InOrder(mcap.FileOrder))
-	if err != nil {
-		return nil, err
-	}
-	counts := map[string]int{}
-	entries := map[uint32][]byte{}
-	data := map[string]*eventData{} // "N topic"
-	var gaps []Gap
-	for {
-		_, ch, m, err := it.NextInto(nil)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			rep.problem("the file does not read to its end: %v", err)
-			break
-		}
-		rep.Messages++
-		counts[ch.Topic]++
-		switch {
-		case ch.Topic == TopicEvents:
-			if _, dup := entries[m.Sequence]; dup {
-				rep.problem("/flight/events: entry %d twice", m.Sequence)
-			}
-			entries[m.Sequence] = m.Data
-		case ch.Topic == TopicGaps:
-			var g Gap
-			if err := json.Unmarshal(m.Data, &g); err != nil {
-				rep.problem("/flight/gaps: a message is not a gap marker: %v", err)
-				continue
-			}
-			gaps = append(gaps, g)
-			if m.Sequence != 0 {
-				p, err := base64.StdEncoding.DecodeString(g.Payload)
-				if err != nil {
-					rep.problem("/flight/gaps: marker of event %d: payload not base64", m.Sequence)
-				}
-				addData(data, m.Sequence, ch.Topic, p)
-			}
-		case m.Sequence != 0:
-			p := m.Data
-			if strings.HasPrefix(ch.Topic, "/video/") {
-				var v compressedVideo
-				if err := json.Unmarshal(m.Data, &v); err != nil {
-					rep.problem("%s: message of event %d is not a CompressedVideo: %v", ch.Topic, m.Sequence, err)
-				}
-				p = v.Data
-			}
-			addData(data, m.Sequence, ch.Topic, p)
-		}
-	}
 	checkGaps(rep, cert, gaps)
-	checkChannels(rep, cert, counts, info)
+	checkChannels(rep, cert, counts, channels, stats)
 	checkEntries(rep, cert, entries, data)
 	return rep, nil
+}
+
+// Bounds of what Verify reads: a chunk inflates to at most maxChunk (the
+// writer's chunks are 4 MiB; one video access unit is below 1 MiB), the
+// certificate is at most maxCertificate.
+const (
+	maxChunk       = 64 << 20
+	maxCertificate = 16 << 20
+)
+
+// zstdReader is a zstd decoder as the lexer resets it.
+type zstdReader struct{ *zstd.Decoder }
+
+func (z zstdReader) Reset(r io.Reader) error { return z.Decoder.Reset(r) }
+
+// readAttachment reads the data of the attachment record an index entry
+// points at, checking every length against the record's and its CRC:
+//
+//	op(1) len(8) log_time(8) create_time(8) name(4+n) media_type(4+n) data_len(8) data crc(4)
+func readAttachment(rs io.ReadSeeker, ai *mcap.AttachmentIndex, size int64) ([]byte, error) {
+	if ai.Length > maxCertificate+1024 || int64(ai.Offset) < 0 || int64(ai.Offset)+int64(ai.Length) > size || ai.Length < 9+8+8+4+4+8+4 {
+		return nil, fmt.Errorf("its index entry (offset %d, %d bytes) is out of the file or too large", ai.Offset, ai.Length)
+	}
+	b := make([]byte, ai.Length)
+	if _, err := rs.Seek(int64(ai.Offset), io.SeekStart); err != nil {
+		return nil, err
+	}
+	if _, err := io.ReadFull(rs, b); err != nil {
+		return nil, err
+	}
+	if b[0] != byte(mcap.OpAttachment) || binary.LittleEndian.Uint64(b[1:9]) != ai.Length-9 {
+		return nil, fmt.Errorf("no attachment record at offset %d", ai.Offset)
+	}
+	body := b[9:]
+	p := 16
+	for range 2 { // name, media type
+		if p+4 > len(body) {
+			return nil, fmt.Errorf("truncated")
+		}
+		n := int(binary.LittleEndian.Uint32(body[p:]))
+		if n > len(body)-p-4 {
+			return nil, fmt.Errorf("truncated")
+		}
+		p += 4 + n
+	}
+	if p+8 > len(body) {
+		return nil, fmt.Errorf("truncated")
+	}
+	n := binary.LittleEndian.Uint64(body[p:])
+	p += 8
+	if n != uint64(len(body)-p-4) {
+		return nil, fmt.Errorf("its data length %d does not fit its record", n)
+	}
+	data := body[p : p+int(n)]
+	if crc := binary.LittleEndian.Uint32(body[p+int(n):]); crc != 0 && crc != crc32.ChecksumIEEE(body[:p+int(n)]) {
+		return nil, fmt.Errorf("its CRC does not match")
+	}
+	return data, nil
+}
+
+// fileMessage files one message: an entry, a gap marker, or data of an event.
+func fileMessage(rep *VerifyReport, topic string, m *mcap.Message, entries map[uint32][]byte, data map[string]*eventData, gaps *[]Gap) {
+	switch {
+	case topic == TopicEvents:
+		if _, dup := entries[m.Sequence]; dup {
+			rep.problem("/flight/events: entry %d twice", m.Sequence)
+		}
+		entries[m.Sequence] = bytes.Clone(m.Data)
+	case topic == TopicGaps:
+		var g Gap
+		if err := json.Unmarshal(m.Data, &g); err != nil {
+			rep.problem("/flight/gaps: a message is not a gap marker: %v", err)
+			return
+		}
+		*gaps = append(*gaps, g)
+		if m.Sequence != 0 {
+			p, err := base64.StdEncoding.DecodeString(g.Payload)
+			if err != nil {
+				rep.problem("/flight/gaps: marker of event %d: payload not base64", m.Sequence)
+			}
+			addData(data, m.Sequence, topic, p)
+		}
+	case m.Sequence != 0:
+		p := m.Data
+		if strings.HasPrefix(topic, "/video/") {
+			var v compressedVideo
+			if err := json.Unmarshal(m.Data, &v); err != nil {
+				rep.problem("%s: message of event %d is not a CompressedVideo: %v", topic, m.Sequence, err)
+			}
+			p = v.Data
+		}
+		addData(data, m.Sequence, topic, p)
+	}
 }
 
 func addData(data map[string]*eventData, seq uint32, topic string, p []byte) {
@@ -175,28 +314,6 @@ func addData(data map[string]*eventData, seq uint32, topic string, p []byte) {
 	}
 	d.sum.Write(p)
 	d.count++
-}
-
-func readCertificate(r *mcap.Reader, info *mcap.Info) (Certificate, error) {
-	var c Certificate
-	for _, a := range info.AttachmentIndexes {
-		if a.Name != CertificateName {
-			continue
-		}
-		ar, err := r.GetAttachmentReader(a.Offset)
-		if err != nil {
-			return c, fmt.Errorf("the certificate attachment does not read: %v", err)
-		}
-		b, err := io.ReadAll(ar.Data())
-		if err != nil {
-			return c, fmt.Errorf("the certificate attachment does not read: %v", err)
-		}
-		if err := json.Unmarshal(b, &c); err != nil {
-			return c, fmt.Errorf("the certificate attachment is not a certificate: %v", err)
-		}
-		return c, nil
-	}
-	return c, fmt.Errorf("the file holds no %s attachment", CertificateName)
 }
 
 func checkSidecar(rep *VerifyReport, s *Sidecar, cert Certificate) {
@@ -259,7 +376,7 @@ func checkEntries(rep *VerifyReport, cert Certificate, entries map[uint32][]byte
 	}
 }
 
-func checkChannels(rep *VerifyReport, cert Certificate, counts map[string]int, info *mcap.Info) {
+func checkChannels(rep *VerifyReport, cert Certificate, counts map[string]int, channels map[uint16]*mcap.Channel, stats *mcap.Statistics) {
 	want := map[string]int{}
 	for _, c := range cert.Channels {
 		want[c.Topic] = c.Messages
@@ -279,10 +396,17 @@ func checkChannels(rep *VerifyReport, cert Certificate, counts map[string]int, i
 			rep.problem("channel %s: %d messages, the certificate says %d", t, counts[t], want[t])
 		}
 	}
-	if info.Statistics != nil {
-		for t, n := range info.ChannelCounts() {
-			if int(n) != counts[t] {
-				rep.problem("channel %s: the file's statistics say %d messages, it holds %d", t, n, counts[t])
+	if stats == nil {
+		rep.problem("the file has no statistics record")
+	} else {
+		for id, n := range stats.ChannelMessageCounts {
+			ch := channels[id]
+			if ch == nil {
+				rep.problem("the file's statistics count messages of channel %d, which it does not hold", id)
+				continue
+			}
+			if int(n) != counts[ch.Topic] {
+				rep.problem("channel %s: the file's statistics say %d messages, it holds %d", ch.Topic, n, counts[ch.Topic])
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package flight
+package e2e
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/flight"
 
 	"github.com/nats-io/nats.go"
 
@@ -91,7 +93,7 @@ type jsRead struct {
 // channels and their schemas, every message count equal to what the
 // centre holds for the flight, log times monotone on every channel, and
 // the video's access units decoded by ffprobe.
-func checkWithMCAPJS(t *testing.T, nc *nats.Conn, path string, f Flight) {
+func checkWithMCAPJS(t *testing.T, nc *nats.Conn, path string, f flight.Flight) {
 	dir := mcapJSDir(t)
 	outDir := t.TempDir()
 	cmd := exec.Command("node", filepath.Join(dir, "read.mjs"), path, outDir)
@@ -109,7 +111,7 @@ func checkWithMCAPJS(t *testing.T, nc *nats.Conn, path string, f Flight) {
 		"/position/" + testDrone: {"json", "foxglove.LocationFix"},
 		"/mavlink/" + testDrone:  {"mavlink", ""},
 		"/health/" + testAgent:   {"json", "edge.Telemetry"},
-		TopicEvents:              {"json", "edge.flight.Entry"},
+		flight.TopicEvents:       {"json", "edge.flight.Entry"},
 	}
 	for topic, w := range want {
 		ch, ok := js.Channels[topic]
@@ -130,7 +132,7 @@ func checkWithMCAPJS(t *testing.T, nc *nats.Conn, path string, f Flight) {
 	if js.IndexedMessages != total {
 		t.Errorf("the index reaches %d messages of %d", js.IndexedMessages, total)
 	}
-	if len(js.Attachments) != 1 || js.Attachments[0] != CertificateName || len(js.Metadata) != 1 || js.Metadata[0] != "flight" {
+	if len(js.Attachments) != 1 || js.Attachments[0] != flight.CertificateName || len(js.Metadata) != 1 || js.Metadata[0] != "flight" {
 		t.Errorf("attachments %v, metadata %v", js.Attachments, js.Metadata)
 	}
 	// The centre, read on its own: MAVLink frames, video frames and
@@ -155,7 +157,7 @@ func checkWithMCAPJS(t *testing.T, nc *nats.Conn, path string, f Flight) {
 }
 
 // centreCounts reads the centre directly for the flight's window.
-func centreCounts(t *testing.T, nc *nats.Conn, f Flight) map[string]int {
+func centreCounts(t *testing.T, nc *nats.Conn, f flight.Flight) map[string]int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	out := map[string]int{}

@@ -1,4 +1,4 @@
-package flight
+package e2e
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/flight"
 
 	"github.com/foxglove/mcap/go/mcap"
 
@@ -26,7 +28,7 @@ func TestExportFlightAndVerify(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	nc := connect(t, f.Central.ClientURL())
-	flights, err := Find(ctx, nc, FindOptions{Drone: testDrone})
+	flights, err := flight.Find(ctx, nc, flight.FindOptions{Drone: testDrone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,13 +47,13 @@ func TestExportFlightAndVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tlog bytes.Buffer
-	res, err := Export(ctx, nc, fl, ExportOptions{FindOptions: FindOptions{Drone: testDrone}, N: 1, Key: key, Tlog: &tlog}, out)
+	res, err := flight.Export(ctx, nc, fl, flight.ExportOptions{FindOptions: flight.FindOptions{Drone: testDrone}, N: 1, Key: key, Tlog: &tlog}, out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out.Close()
 	cert := res.Certificate
-	if cert.Status != StatusComplete {
+	if cert.Status != flight.StatusComplete {
 		t.Fatalf("certificate %s: %v", cert.Status, cert.Reasons)
 	}
 	counts := map[string]int{}
@@ -90,22 +92,22 @@ func TestExportFlightAndVerify(t *testing.T) {
 	checkKeyframes(t, path, "/video/"+testDrone)
 	t.Run("read by @mcap/core", func(t *testing.T) { checkWithMCAPJS(t, nc, path, fl) })
 	t.Run("centre re-read", func(t *testing.T) {
-		diffs, err := CheckCentral(ctx, nc, cert, DefaultStreams())
+		diffs, err := flight.CheckCentral(ctx, nc, cert, flight.DefaultStreams())
 		if err != nil || len(diffs) != 0 {
 			t.Fatalf("against the centre: %v %v", diffs, err)
 		}
 		bad := cert
 		bad.Events--
 		bad.Keys = bad.Keys[1:]
-		diffs, err = CheckCentral(ctx, nc, bad, DefaultStreams())
+		diffs, err = flight.CheckCentral(ctx, nc, bad, flight.DefaultStreams())
 		if err != nil || len(diffs) != 2 || !strings.HasPrefix(diffs[0], "events:") || !strings.HasPrefix(diffs[1], "routing keys:") {
 			t.Fatalf("a certificate one event short: %q %v", diffs, err)
 		}
 	})
 
 	pub := key.Public().(ed25519.PublicKey)
-	sidecar := NewSidecar(cert, res.SHA256, key)
-	rep := verifyFile(t, path, VerifyOptions{Trusted: []ed25519.PublicKey{pub}, Sidecar: &sidecar})
+	sidecar := flight.NewSidecar(cert, res.SHA256, key)
+	rep := verifyFile(t, path, flight.VerifyOptions{Trusted: []ed25519.PublicKey{pub}, Sidecar: &sidecar})
 	if err := rep.Err(); err != nil {
 		t.Fatalf("verify on the export: %v", err)
 	}
@@ -118,12 +120,12 @@ func TestExportFlightAndVerify(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		edit   func(topic string, seq uint32, data []byte) ([]byte, bool) // nil: unchanged
-		opts   VerifyOptions
+		opts   flight.VerifyOptions
 		reason string
 	}{
 		{name: "one message removed", edit: dropNth("/video/"+testDrone, 5), reason: "a message was removed"},
 		{name: "one byte of a frame changed", edit: flipByte("/video/"+testDrone, 7), reason: "does not match the SHA-256 of its entry"},
-		{name: "signed by another key", opts: VerifyOptions{Trusted: []ed25519.PublicKey{other}}, reason: "which is not a trusted key"},
+		{name: "signed by another key", opts: flight.VerifyOptions{Trusted: []ed25519.PublicKey{other}}, reason: "which is not a trusted key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := path
@@ -146,14 +148,14 @@ func sumLen(ms []*mcap.Message) int {
 	return n
 }
 
-func verifyFile(t *testing.T, path string, o VerifyOptions) *VerifyReport {
+func verifyFile(t *testing.T, path string, o flight.VerifyOptions) *flight.VerifyReport {
 	t.Helper()
 	fh, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fh.Close()
-	rep, err := Verify(fh, o)
+	rep, err := flight.Verify(fh, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +209,7 @@ func flipByte(topic string, n int) func(string, uint32, []byte) ([]byte, bool) {
 			return d, true
 		}
 		if i++; i == n {
-			var v compressedVideo
+			var v videoMessage
 			if err := json.Unmarshal(d, &v); err != nil {
 				panic(err)
 			}
@@ -293,7 +295,7 @@ func checkKeyframes(t *testing.T, path, topic string) {
 	t.Helper()
 	keys := 0
 	for i, m := range readTopic(t, path, topic) {
-		var v compressedVideo
+		var v videoMessage
 		if err := json.Unmarshal(m.Data, &v); err != nil {
 			t.Fatal(err)
 		}

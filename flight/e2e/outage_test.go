@@ -1,4 +1,4 @@
-package flight
+package e2e
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/edge-agent/edge-agent/flight"
 
 	"github.com/edge-agent/edge-agent/agent"
 	"github.com/edge-agent/edge-agent/devices"
@@ -61,15 +63,15 @@ func TestFlightAcrossOutage(t *testing.T) {
 	nc := connect(t, f.Central.ClientURL())
 	key := newKey(t)
 	// The drone has landed; the centre does not know it yet.
-	fl, err := Find(ctx, nc, FindOptions{Drone: testDrone})
+	fl, err := flight.Find(ctx, nc, flight.FindOptions{Drone: testDrone})
 	if err != nil || len(fl) != 1 {
 		t.Fatalf("flights during the outage: %+v, %v", fl, err)
 	}
-	res, err := Export(ctx, nc, fl[0], ExportOptions{FindOptions: FindOptions{Drone: testDrone}, Key: key}, &bytes.Buffer{})
+	res, err := flight.Export(ctx, nc, fl[0], flight.ExportOptions{FindOptions: flight.FindOptions{Drone: testDrone}, Key: key}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Certificate.Status != StatusIncomplete || !fl[0].Open {
+	if res.Certificate.Status != flight.StatusIncomplete || !fl[0].Open {
 		t.Fatalf("during the outage the flight is %s (open %v), want pending", res.Certificate.Status, fl[0].Open)
 	}
 	t.Logf("during the outage: %v", res.Certificate.Reasons)
@@ -79,19 +81,19 @@ func TestFlightAcrossOutage(t *testing.T) {
 		t.Fatal("the flight is not complete 60 s after the link came back")
 	}
 	f.Stop()
-	fl, err = Find(ctx, nc, FindOptions{Drone: testDrone})
+	fl, err = flight.Find(ctx, nc, flight.FindOptions{Drone: testDrone})
 	if err != nil || len(fl) != 1 || fl[0].Open {
 		t.Fatalf("flights after the drain: %+v, %v", fl, err)
 	}
 	path := filepath.Join(t.TempDir(), "flight.mcap")
 	out, _ := os.Create(path)
-	res, err = Export(ctx, nc, fl[0], ExportOptions{FindOptions: FindOptions{Drone: testDrone}, Key: key}, out)
+	res, err = flight.Export(ctx, nc, fl[0], flight.ExportOptions{FindOptions: flight.FindOptions{Drone: testDrone}, Key: key}, out)
 	out.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cert := res.Certificate
-	if cert.Status != StatusComplete {
+	if cert.Status != flight.StatusComplete {
 		t.Fatalf("after the drain: %s %v", cert.Status, cert.Reasons)
 	}
 	// Every frame the drone sent between its HEARTBEATs of the flight's
@@ -121,11 +123,11 @@ func TestFlightAcrossOutage(t *testing.T) {
 	t.Logf("complete after the drain: %d events, %d MAVLink frames, %d gap markers", cert.Events, len(mav), len(cert.Gaps))
 
 	pub := key.Public().(ed25519.PublicKey)
-	if err := verifyFile(t, path, VerifyOptions{Trusted: []ed25519.PublicKey{pub}}).Err(); err != nil {
+	if err := verifyFile(t, path, flight.VerifyOptions{Trusted: []ed25519.PublicKey{pub}}).Err(); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
-	hidden := rewrite(t, path, dropNth(TopicGaps, 1))
-	err = verifyFile(t, hidden, VerifyOptions{Trusted: []ed25519.PublicKey{pub}}).Err()
+	hidden := rewrite(t, path, dropNth(flight.TopicGaps, 1))
+	err = verifyFile(t, hidden, flight.VerifyOptions{Trusted: []ed25519.PublicKey{pub}}).Err()
 	if err == nil || !strings.Contains(err.Error(), "gap marker") {
 		t.Fatalf("verify with a gap marker hidden = %v, want it named", err)
 	}

@@ -1,4 +1,4 @@
-package flight
+package e2e
 
 import (
 	"context"
@@ -8,9 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/flight"
+
 	"github.com/nats-io/nats.go"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/internal/testkit/flyrig"
+	"github.com/edge-agent/edge-agent/localstream"
 )
 
 const (
@@ -53,15 +57,17 @@ func fly(t *testing.T, o flyrig.Options, keepRunning bool) *flyrig.Flown {
 func complete(nc *nats.Conn, key ed25519.PrivateKey) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	fl, err := Find(ctx, nc, FindOptions{Drone: testDrone})
+	fl, err := flight.Find(ctx, nc, flight.FindOptions{Drone: testDrone})
 	if err != nil || len(fl) == 0 {
 		return false
 	}
-	res, err := Export(ctx, nc, fl[0], ExportOptions{FindOptions: FindOptions{Drone: testDrone}, Key: key}, io.Discard)
-	return err == nil && res.Certificate.Status == StatusComplete
+	res, err := flight.Export(ctx, nc, fl[0], flight.ExportOptions{FindOptions: flight.FindOptions{Drone: testDrone}, Key: key}, io.Discard)
+	return err == nil && res.Certificate.Status == flight.StatusComplete
 }
 
-func connect(t *testing.T, url string) *nats.Conn {
+func connect(t *testing.T, url string) *nats.Conn { return connectTB(t, url) }
+
+func connectTB(t testing.TB, url string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -71,7 +77,9 @@ func connect(t *testing.T, url string) *nats.Conn {
 	return nc
 }
 
-func newKey(t *testing.T) ed25519.PrivateKey {
+func newKey(t *testing.T) ed25519.PrivateKey { return newKeyTB(t) }
+
+func newKeyTB(t testing.TB) ed25519.PrivateKey {
 	t.Helper()
 	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -79,3 +87,24 @@ func newKey(t *testing.T) ed25519.PrivateKey {
 	}
 	return k
 }
+
+// videoMessage is foxglove.CompressedVideo as a record writes it (JSON).
+type videoMessage struct {
+	Timestamp struct {
+		Sec  int64 `json:"sec"`
+		Nsec int64 `json:"nsec"`
+	} `json:"timestamp"`
+	FrameID string `json:"frame_id"`
+	Data    []byte `json:"data"`
+	Format  string `json:"format"`
+}
+
+// eventTime is the time a flight places a record by.
+func eventTime(rec *localstream.Record) int64 {
+	if rec.EventTime != 0 {
+		return rec.EventTime
+	}
+	return rec.IngestTime
+}
+
+func waitTB(d time.Duration, cond func() bool) bool { return testkit.UntilEvery(d, 250*time.Millisecond, cond) }
