@@ -87,7 +87,7 @@ func (c *chain) hex() string { return hex.EncodeToString(c.head[:]) }
 // message counted per topic, entries chained.
 type recordWriter struct {
 	w        *mcap.Writer
-	enc      *zstd.Encoder // pooled, returned by close (nil: not pooled)
+	enc      *zstd.Encoder     // pooled, returned by close (nil: not pooled)
 	schemas  map[string]uint16 // schema name → id
 	channels map[string]uint16 // topic → id
 	counts   map[string]int

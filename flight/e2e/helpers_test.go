@@ -107,4 +107,6 @@ func eventTime(rec *localstream.Record) int64 {
 	return rec.IngestTime
 }
 
-func waitTB(d time.Duration, cond func() bool) bool { return testkit.UntilEvery(d, 250*time.Millisecond, cond) }
+func waitTB(d time.Duration, cond func() bool) bool {
+	return testkit.UntilEvery(d, 250*time.Millisecond, cond)
+}
