@@ -36,8 +36,9 @@ func TestExportFlightAndVerify(t *testing.T) {
 		t.Fatalf("flights = %+v, want one closed mavlink-armed flight of %s", flights, testAgent)
 	}
 	fl := flights[0]
-	if d := time.Duration(fl.EndNs - fl.StartNs); d < 6*time.Second || d > 9*time.Second || fl.StartUncertaintyNs > int64(1100*time.Millisecond) {
-		t.Fatalf("flight %+v lasts %v, want about 7 s with ≤ 1 s uncertainty (heartbeats at 1 Hz)", fl, d)
+	if d := time.Duration(fl.EndNs - fl.StartNs); d < 6*time.Second || d > 10*time.Second || fl.StartUncertaintyNs > int64(2*time.Second) {
+		// 7 s armed; heartbeats at 1 Hz, late on a loaded machine.
+		t.Fatalf("flight %+v lasts %v, want about 7 s with ≤ 2 s uncertainty (heartbeats at 1 Hz)", fl, d)
 	}
 	key := newKey(t)
 	dir := t.TempDir()

@@ -47,7 +47,7 @@ func TestFlightAcrossOutage(t *testing.T) {
 			}
 		},
 		During: func(a *agent.Agent) {
-			time.Sleep(3500 * time.Millisecond) // armed at 2 s
+			time.Sleep(4500 * time.Millisecond) // armed at 2 s: the centre has seen the take-off
 			proxy.SetDown(true)
 			time.Sleep(2 * time.Second)
 			short.Store(true)
