@@ -12,7 +12,7 @@ import (
 func NewLogger(c LogConfig, w io.Writer) *slog.Logger {
 	var lvl slog.Level
 	_ = lvl.UnmarshalText([]byte(c.Level))
-	opts := &slog.HandlerOptions{Level: lvl}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: logValue}
 	var h slog.Handler = slog.NewTextHandler(w, opts)
 	if c.Format == "json" {
 		h = slog.NewJSONHandler(w, opts)

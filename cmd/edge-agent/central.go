@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 
 	"golang.org/x/sync/errgroup"
@@ -44,7 +43,7 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		ClusterName:   *clusterName,
 		ClusterListen: *clusterListen,
 		NoAdvertise:   *noAdvertise,
-		Logger:        slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:        commandLogger(stderr),
 	}
 	if *routes != "" {
 		cfg.Routes = strings.Split(*routes, ",")

@@ -53,12 +53,16 @@ func parseGlobal(args []string) ([]string, error) {
 // notices are not), secrets redacted, repeats rate-limited (agent.NewLogger).
 // `run` builds its own from the configuration, which the global flag
 // overrides.
-func commandLogger(stderr io.Writer) *slog.Logger {
+func commandLogger(stderr io.Writer) *slog.Logger { return levelLogger(stderr, "warn") }
+
+// levelLogger is commandLogger at another level (a service command's
+// info lines: central unpack).
+func levelLogger(stderr io.Writer, level string) *slog.Logger {
 	format := cmp.Or(global.logFormat, os.Getenv(agent.EnvPrefix+"LOG_FORMAT"), "text")
 	if format != "json" {
 		format = "text"
 	}
-	return agent.NewLogger(agent.LogConfig{Level: "warn", Format: format}, stderr)
+	return agent.NewLogger(agent.LogConfig{Level: level, Format: format}, stderr)
 }
 
 // useLogger makes l the default logger (what packages log through when

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -47,7 +46,7 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 	if len(skips) > 0 && len(streams) != 1 {
 		return usagef("--skip names sequences of one source stream: give exactly one --stream with it")
 	}
-	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	opts.Logger = levelLogger(stderr, "info")
 	for _, s := range streams {
 		if err := localstream.ValidateStreamName(s); err != nil {
 			return usagef("--stream: %v", err)
@@ -118,7 +117,7 @@ func runUnpackBeside(ctx context.Context, node nats.InProcessConnProvider, stder
 	}
 	defer nc.Close()
 	opts := unpack.DefaultOptions()
-	opts.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	opts.Logger = levelLogger(stderr, "info")
 	svc, err := unpack.NewService(nc, nil, opts)
 	if err != nil {
 		return err
