@@ -20,6 +20,11 @@ type TableConfig[K comparable, V any] struct {
 	// Release, when set, is called with each entry whose slot is given
 	// back (to close its writer), with the table's owner's lock held.
 	Release func(K, V)
+	// Active, when set, is an entry's own last activity (Unix ns), for
+	// entries that track it under their own lock (Get and Touch then
+	// need not write the table on every packet); math.MinInt64: the
+	// source said goodbye (offline), its slot goes first.
+	Active func(K, V) int64
 }
 
 // TableStats are a Table's counters.
@@ -136,7 +141,7 @@ func (t *Table[K, V]) remove(k K, e *tableEntry[V]) {
 // releaseIdlest releases the counted entry silent the longest among the
 // idle, not busy ones, and reports whether there was one.
 func (t *Table[K, V]) releaseIdlest(now int64) bool {
-	if now < t.quietUntil {
+	if t.cfg.Active == nil && now < t.quietUntil {
 		return false
 	}
 	idleBefore := now - int64(t.cfg.Idle)
@@ -147,13 +152,15 @@ func (t *Table[K, V]) releaseIdlest(now int64) bool {
 		sawBusy  bool
 		seenLive bool
 	)
+	var vlast int64
 	for k, e := range t.m {
 		if e.pinned {
 			continue
 		}
-		if e.last > idleBefore {
-			if !seenLive || e.last < oldest {
-				oldest = e.last
+		last := t.last(k, e)
+		if last > idleBefore {
+			if !seenLive || last < oldest {
+				oldest = last
 			}
 			seenLive = true
 			continue
@@ -162,8 +169,8 @@ func (t *Table[K, V]) releaseIdlest(now int64) bool {
 			sawBusy = true
 			continue
 		}
-		if ve == nil || e.last < ve.last {
-			victim, ve = k, e
+		if ve == nil || last < vlast {
+			victim, ve, vlast = k, e, last
 		}
 	}
 	if ve == nil {
@@ -180,13 +187,21 @@ func (t *Table[K, V]) releaseIdlest(now int64) bool {
 	return true
 }
 
+// last is e's last activity: its own (Active) or the table's.
+func (t *Table[K, V]) last(k K, e *tableEntry[V]) int64 {
+	if t.cfg.Active != nil {
+		return t.cfg.Active(k, e.v)
+	}
+	return e.last
+}
+
 // Sweep releases every counted entry idle at now and not busy, and
 // returns how many.
 func (t *Table[K, V]) Sweep(now int64) int {
 	idleBefore := now - int64(t.cfg.Idle)
 	n := 0
 	for k, e := range t.m {
-		if e.pinned || e.last > idleBefore || (t.cfg.Busy != nil && t.cfg.Busy(k, e.v)) {
+		if e.pinned || t.last(k, e) > idleBefore || (t.cfg.Busy != nil && t.cfg.Busy(k, e.v)) {
 			continue
 		}
 		t.remove(k, e)

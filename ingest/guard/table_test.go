@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -44,6 +45,25 @@ func TestTableBusyAndPinnedAreKept(t *testing.T) {
 	}
 	if tb.Sweep(1<<40) != 1 || tb.Len() != 1 {
 		t.Fatalf("sweep: %d held, want the pinned one", tb.Len())
+	}
+}
+
+// TestTableOwnActivity: entries that keep their own activity time are
+// judged by it; one that said goodbye (math.MinInt64) goes first.
+func TestTableOwnActivity(t *testing.T) {
+	last := map[string]int64{"a": 100, "b": 100}
+	tb := NewTable(TableConfig[string, int]{Max: 2, Idle: 50, Active: func(k string, _ int) int64 { return last[k] }})
+	tb.Add("a", 1, 0)
+	tb.Add("b", 2, 0)
+	if tb.Add("c", 3, 120) {
+		t.Fatal("a slot given while both entries are active by their own clock")
+	}
+	last["b"] = math.MinInt64
+	if !tb.Add("c", 3, 120) {
+		t.Fatal("the entry that said goodbye kept its slot")
+	}
+	if _, ok := tb.Peek("b"); ok {
+		t.Fatal("the wrong entry released")
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edge-agent/edge-agent/ingest/guard"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/mqttwire"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttlisten"
@@ -37,9 +38,10 @@ type Ingester struct {
 	subscribed     chan struct{}
 	subscribedOnce sync.Once
 
-	// lanesMu guards lanes and ring.
+	// lanesMu guards lanes and ring (the dispatch order); lanes is read
+	// (Peek) under its read lock.
 	lanesMu sync.RWMutex
-	lanes   map[string]*lane
+	lanes   *guard.Table[string, *lane]
 	ring    []*lane
 	// closing holds the drones whose released lane's writer closeReleased
 	// has not closed yet (lanesMu); closeQ queues those lanes (capacity
@@ -105,7 +107,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		return nil, fmt.Errorf("%w: sink needs a stream and a meta store", ErrConfig)
 	}
 	in := &Ingester{
-		cfg: cfg, sink: sink, lanes: map[string]*lane{}, closing: map[string]struct{}{}, closeQ: make(chan *lane, cfg.MaxDrones),
+		cfg: cfg, sink: sink, closing: map[string]struct{}{}, closeQ: make(chan *lane, cfg.MaxDrones),
 		wake: make(chan struct{}, 1), space: make(chan struct{}, 1), acks: make(chan func(), 4*cfg.LaneDepth+1024),
 		stopping: make(chan struct{}), ackStop: make(chan struct{}), fatal: make(chan error, 1),
 		notes: make(chan pendingNote, 4*cfg.LaneDepth+1024), notesStop: make(chan struct{}),
@@ -113,6 +115,7 @@ func New(cfg Config, sink Sink) (*Ingester, error) {
 		window: storeWindow{max: storeWindowFor(cfg.MaxPayload), room: make(chan struct{}, 1)},
 	}
 	in.refusals.due = make(chan struct{}, 1)
+	in.lanes = in.newLanes()
 	if cfg.Broker != "" {
 		meta, ok := sink.Meta.(dedup.MetaDeleter)
 		if !ok {

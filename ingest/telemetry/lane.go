@@ -2,12 +2,15 @@ package telemetry
 
 import (
 	"context"
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/edge-agent/edge-agent/ingest/guard"
 	"github.com/edge-agent/edge-agent/ingest/telemetry/internal/dedup"
 	"github.com/edge-agent/edge-agent/localstream"
 )
@@ -117,13 +120,23 @@ func (l *lane) pop() (item, bool) {
 	return it, true
 }
 
-// releasable reports whether the lane's slot can be given back: nothing
-// queued or in flight, and its writer closed or silent since idleBefore.
-func (l *lane) releasable(idleBefore int64) bool {
+// drained reports whether nothing of the lane is queued or in flight:
+// its slot may be given back once it is idle (activity).
+func (l *lane) drained() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.head == len(l.q) && !l.busy && l.pending == 0 && !l.closeReq &&
-		(l.closed || l.lastActive < idleBefore)
+	return l.head == len(l.q) && !l.busy && l.pending == 0 && !l.closeReq
+}
+
+// activity is the receive time of the lane's last item; math.MinInt64
+// once its writer is closed (offline): its slot goes first.
+func (l *lane) activity() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return math.MinInt64
+	}
+	return l.lastActive
 }
 
 // done ends the dispatcher's work on the item it took last.
@@ -137,64 +150,66 @@ func (l *lane) done() {
 func (in *Ingester) knownLane(drone string) *lane {
 	in.lanesMu.RLock()
 	defer in.lanesMu.RUnlock()
-	return in.lanes[drone]
+	l, _ := in.lanes.Peek(drone)
+	return l
 }
 
-// laneFor returns the drone's lane, creating it; when MaxDrones lanes
-// exist it first gives back the slot of a lane that is releasable (its
-// drone offline, or silent for DroneIdleTimeout); nil if there is none.
-// Called only with in.deliverMu held (as enqueue is), so a lane given back
-// here cannot have an enqueue in progress. It never waits: a released
-// lane's writer is closed by closeReleased, off every delivery.
+// newLanes is the drones' table (guard.Table, MaxDrones lanes): when all
+// are taken, a new drone takes the slot of a lane with nothing queued or
+// in flight whose drone is offline, or silent for DroneIdleTimeout (by
+// the lane's own clock, kept under its lock); none while MaxDrones
+// released writers wait to be closed.
+func (in *Ingester) newLanes() *guard.Table[string, *lane] {
+	return guard.NewTable(guard.TableConfig[string, *lane]{
+		Max: in.cfg.MaxDrones, Idle: in.cfg.DroneIdleTimeout,
+		Active:  func(_ string, l *lane) int64 { return l.activity() },
+		Busy:    func(_ string, l *lane) bool { return len(in.closeQ) == cap(in.closeQ) || !l.drained() },
+		Release: func(_ string, l *lane) { in.releaseLane(l) },
+	})
+}
+
+// laneFor returns the drone's lane, creating it (which may give back the
+// slot of an idle one); nil if every slot is held. Called only with
+// in.deliverMu held (as enqueue is), so a lane given back here cannot
+// have an enqueue in progress. It never waits: a released lane's writer
+// is closed by closeReleased, off every delivery.
 func (in *Ingester) laneFor(drone string, now int64) *lane {
 	in.lanesMu.RLock()
-	l := in.lanes[drone]
+	l, _ := in.lanes.Peek(drone)
 	in.lanesMu.RUnlock()
 	if l != nil {
 		return l
 	}
 	in.lanesMu.Lock()
 	defer in.lanesMu.Unlock()
-	if len(in.lanes) >= in.cfg.MaxDrones && !in.releaseLane(now) {
-		return nil
-	}
 	l = newLane(drone, now)
 	if _, ok := in.closing[drone]; ok {
 		l.held.Store(true)
 	}
-	in.lanes[drone] = l
+	if !in.lanes.Add(drone, l, now) {
+		return nil
+	}
 	in.ring = append(in.ring, l)
 	return l
 }
 
-// releaseLane gives back the slot of one releasable lane; its writer, if
-// still open, is closed for watermarks by closeReleased (a synchronous
-// store write: done here, with deliverMu held, every delivery waited for
-// it — hundreds of releases a second stalled every drone for seconds).
-// While MaxDrones closes are pending nothing is released. in.lanesMu is
-// held.
-func (in *Ingester) releaseLane(now int64) bool {
-	if len(in.closeQ) == cap(in.closeQ) {
-		return false
+// releaseLane takes a lane the table gave back out of the dispatch ring;
+// its writer, if still open, is closed for watermarks by closeReleased
+// (a synchronous store write: done here, with deliverMu held, every
+// delivery waited for it — hundreds of releases a second stalled every
+// drone for seconds). in.lanesMu is held.
+func (in *Ingester) releaseLane(l *lane) {
+	if i := slices.Index(in.ring, l); i >= 0 {
+		in.ring = slices.Delete(in.ring, i, i+1)
 	}
-	idleBefore := now - int64(in.cfg.DroneIdleTimeout)
-	for i, l := range in.ring {
-		if !l.releasable(idleBefore) {
-			continue
-		}
-		delete(in.lanes, l.drone)
-		in.ring = append(in.ring[:i], in.ring[i+1:]...)
-		l.mu.Lock()
-		closed := l.closed
-		l.mu.Unlock()
-		if !closed && in.sink.Marks != nil {
-			in.closing[l.drone] = struct{}{}
-			in.closeQ <- l // never blocks: checked above, sent only here, under lanesMu
-		}
-		in.c.dronesReleased.Add(1)
-		return true
+	l.mu.Lock()
+	closed := l.closed
+	l.mu.Unlock()
+	if !closed && in.sink.Marks != nil {
+		in.closing[l.drone] = struct{}{}
+		in.closeQ <- l // never blocks: Busy holds every lane while closeQ is full, sent only here, under lanesMu
 	}
-	return false
+	in.c.dronesReleased.Add(1)
 }
 
 // closeReleased closes the writers of released lanes, in release order,
@@ -218,7 +233,7 @@ func (in *Ingester) closeReleased() {
 		}
 		in.lanesMu.Lock()
 		delete(in.closing, l.drone)
-		if back := in.lanes[l.drone]; back != nil {
+		if back, _ := in.lanes.Peek(l.drone); back != nil {
 			back.held.Store(false)
 		}
 		in.lanesMu.Unlock()
