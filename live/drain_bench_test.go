@@ -1,0 +1,164 @@
+package live
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
+	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
+	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/replicate"
+)
+
+// BenchmarkDrainAfterOutage (issue 38): the backlog of a 600 s outage —
+// 4 drones × 20 Hz × ~200 B, 48,000 events, pre-filled with past event
+// times rather than waited for — sent once the link is back through a
+// 2 Mbit/s (250,000 B/s) capped proxy: the agent's replication (its
+// uplink cap the same, charged on the wire) against a NATS leaf node fed
+// the same events through the same capped proxy, its edge stream sourced
+// by the hub. Reported: each one's time to a complete backlog, their
+// ratio, and the proxy's rate during the agent's drain; the agent's
+// result is checked exactly once and in order. JSON position reports
+// (mqttsim's) and random 200 B payloads.
+func BenchmarkDrainAfterOutage(b *testing.B) {
+	for _, kind := range []string{"json", "random"} {
+		b.Run(kind, func(b *testing.B) {
+			for range b.N {
+				agent, rate := agentDrain(b, kind)
+				leaf := leafDrain(b, kind)
+				b.ReportMetric(agent.Seconds(), "agent_s")
+				b.ReportMetric(leaf.Seconds(), "leaf_s")
+				b.ReportMetric(agent.Seconds()/leaf.Seconds(), "agent/leaf")
+				b.ReportMetric(rate/drainLink, "cap_use")
+				b.Logf("%s: agent %.2f s, leaf %.2f s (%.2f×), proxy during the agent's drain %.0f B/s = %.2f × the cap",
+					kind, agent.Seconds(), leaf.Seconds(), agent.Seconds()/leaf.Seconds(), rate, rate/drainLink)
+			}
+		})
+	}
+}
+
+const (
+	drainLink    = 2_000_000 / 8
+	drainDrones  = 4
+	drainHz      = 20
+	drainOutage  = 600 * time.Second
+	drainPayload = 200
+)
+
+// drainEvents is the outage's capture: each drone's reports, oldest first.
+func drainEvents(kind string) []localstream.Event {
+	n := drainDrones * drainHz * int(drainOutage/time.Second)
+	start := time.Now().Add(-drainOutage)
+	evs := make([]localstream.Event, 0, n)
+	for i := range n {
+		d := fmt.Sprintf("drone-%d", i%drainDrones)
+		at := start.Add(time.Duration(i/drainDrones) * time.Second / drainHz)
+		var p []byte
+		if kind == "json" {
+			k := float64(i / drainDrones)
+			p, _ = json.Marshal(mqttsim.Telemetry{Drone: d, Seq: uint64(i/drainDrones + 1), Timestamp: at.UnixMilli(),
+				Lat: 47.3769 + k*1e-6, Lon: 8.5417 + k*2e-6, AltM: 120 + float64(i%50)/10, RollDeg: 1.5, PitchDeg: -2.25,
+				YawDeg: float64(i % 360), SpeedMps: 12.5, Battery: 95 - k/1000, Mode: "AUTO"})
+		} else {
+			p = make([]byte, drainPayload)
+			rand.Read(p)
+		}
+		evs = append(evs, localstream.Event{RoutingKey: d, Writer: "telemetry/" + d, EventTime: at.UnixNano(), Payload: p})
+	}
+	return evs
+}
+
+// agentDrain fills a store with the outage's backlog and times its
+// replication through the capped proxy; it returns the time and the
+// proxy's rate over the drain.
+func agentDrain(b *testing.B, kind string) (time.Duration, float64) {
+	b.Helper()
+	srv := rigs.StartCentral(b, central.Config{})
+	px := newLinkProxy(b, srv.ClientURL()[len("nats://"):], drainLink)
+	dir := filepath.Join(b.TempDir(), "store")
+	store := rigs.OpenStore(b, dir, localstream.Options{})
+	stream := map[string]string{"json": "telemetry", "random": "raw"}[kind]
+	st, err := store.CreateStream(stream, localstream.StreamConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	evs := drainEvents(kind)
+	for i := 0; i < len(evs); i += 1000 {
+		done := make(chan error, 1)
+		if err := st.AppendGroupAsync(ctx, evs[i:min(i+1000, len(evs))], func(_ []localstream.Position, err error) { done <- err }); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	}
+	up := replicate.NewUplink(drainLink)
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: []string{px.URL()}, IgnoreDiscoveredServers: true, Dialer: up.Dialer(nil)}, quiet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	sink, err := replicate.NewJetStreamSink(nc, "bench-agent", "bench", replicate.JetStreamOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := replicate.NewReplicator(st, sink, "bench", replicate.ReplicatorConfig{Uplink: up})
+	tail := st.TailCut()
+	rctx, stop := context.WithCancel(ctx)
+	runDone := make(chan error, 1)
+	start := time.Now()
+	go func() { runDone <- r.Run(rctx) }()
+	if !testkit.UntilEvery(10*time.Minute, 20*time.Millisecond, func() bool {
+		c, ok, _ := st.CommittedCut("central")
+		return ok && c.Equal(tail)
+	}) {
+		b.Fatal("the agent's backlog never completed")
+	}
+	took := time.Since(start)
+	stop()
+	<-runDone
+	// The proxy's rate while the backlog waited: from the first second
+	// (the connection and the first, still unlearned, transaction) on.
+	from := start.Add(time.Second)
+	_, other := px.window(from, start.Add(took))
+	rate := float64(other) / (took - time.Second).Seconds()
+	store.Close()
+	checkExactlyOnce(b, dir, srv.ClientURL(), "bench-agent")
+	return took, rate
+}
+
+// leafDrain stores the outage's backlog in a leaf node's edge stream while
+// its link is down, then times the hub's copy after the link is back.
+func leafDrain(b *testing.B, kind string) time.Duration {
+	b.Helper()
+	p := newLeafPair(b, drainLink)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	p.proxy.setDown(true)
+	evs := drainEvents(kind)
+	for _, ev := range evs {
+		if err := p.emit(ctx, "telemetry", ev); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-p.leafJS.PublishAsyncComplete():
+	case <-ctx.Done():
+		b.Fatal("the leaf did not store the backlog")
+	}
+	start := time.Now()
+	p.proxy.setDown(false)
+	if !testkit.UntilEvery(10*time.Minute, 20*time.Millisecond, func() bool { return p.hubMsgs(ctx, "TEL") == uint64(len(evs)) }) {
+		b.Fatal("the leaf's backlog never completed at the hub")
+	}
+	return time.Since(start)
+}
