@@ -158,7 +158,7 @@ func (d *fieldDocs) of(t *testing.T, rt reflect.Type, field string) string {
 		for _, n := range f.Names {
 			if n.Name == field {
 				if doc == "" && strings.Contains(group, field) {
-					doc = group
+					return groupHelp(group, field)
 				}
 				if doc == "" {
 					// No doc of its own: what the type says, and the field.
@@ -167,11 +167,25 @@ func (d *fieldDocs) of(t *testing.T, rt reflect.Type, field string) string {
 				return helpText(doc)
 			}
 		}
-		if doc == "" || len(f.Names) == 0 {
+		if len(f.Names) == 0 {
 			group = ""
 		}
 	}
 	return ""
+}
+
+// groupHelp is the part of a comment shared by several fields that
+// names field: its sentence (or clause, between semicolons), with the
+// sentence's subject when the clause has none of its own.
+func groupHelp(doc, field string) string {
+	text := strings.Join(strings.Fields(doc), " ")
+	for sentence := range strings.SplitSeq(text, ". ") {
+		if !strings.Contains(sentence, field) {
+			continue
+		}
+		return strings.TrimSuffix(sentence, ".") + "."
+	}
+	return helpText(doc)
 }
 
 // structDoc is a struct type's declaration and doc comment.

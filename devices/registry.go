@@ -135,7 +135,9 @@ type RegistryStats struct {
 	DronesRejected uint64 `json:"drones_rejected"`
 	// DronesEvicted counts offline drones forgotten to make room.
 	DronesEvicted uint64 `json:"drones_evicted"`
-	// Offlines counts online→offline transitions, by reason.
+	// OfflineExplicit and OfflineSilence count online→offline
+	// transitions by reason: a status message or last will, or silence
+	// for offline_after.
 	OfflineExplicit uint64 `json:"offline_explicit"`
 	OfflineSilence  uint64 `json:"offline_silence"`
 }

@@ -22,9 +22,11 @@ const SampleVersion = 1
 // (layout in the package doc). Fields a probe could not read stay zero
 // and the failure is listed in Errors.
 type Sample struct {
-	V      int       `json:"v"`
-	Agent  string    `json:"agent"`
-	Time   time.Time `json:"time"`
+	// V is the layout version of the sample (SampleVersion).
+	V     int       `json:"v"`
+	Agent string    `json:"agent"`
+	Time  time.Time `json:"time"`
+	// TimeNs is when the sample was taken, Unix ns (Time as a number).
 	TimeNs int64     `json:"time_ns"`
 	CPU    CPUSample `json:"cpu"`
 	Mem    MemSample `json:"mem"`
@@ -34,8 +36,9 @@ type Sample struct {
 	Net    []NetIO   `json:"net"`
 	// Temperatures is empty on hosts without sensors (not an error).
 	Temperatures []Temperature `json:"temperatures,omitempty"`
-	UptimeS      uint64        `json:"uptime_s"`
-	Errors       []string      `json:"errors,omitempty"`
+	// UptimeS is how long the host has been up, in seconds.
+	UptimeS uint64   `json:"uptime_s"`
+	Errors  []string `json:"errors,omitempty"`
 }
 
 // DecodeSample decodes a health event's payload (for central consumers and
@@ -56,20 +59,28 @@ func DecodeSample(b []byte) (Sample, error) {
 
 // CPUSample is the CPU busy percentage (all cores) since the previous sample.
 type CPUSample struct {
+	// Percent is the CPU busy percentage over all cores since the previous sample.
 	Percent float64 `json:"percent"`
-	Count   int     `json:"count"`
+	// Count is the number of logical CPUs.
+	Count int `json:"count"`
 }
 
 // MemSample is memory (or swap) use in bytes.
 type MemSample struct {
-	Total       uint64  `json:"total"`
-	Available   uint64  `json:"available,omitempty"`
-	Used        uint64  `json:"used"`
+	// Total is the memory's (or swap's) size in bytes.
+	Total uint64 `json:"total"`
+	// Available is the memory in bytes that can be given to programs without swapping (none for swap).
+	Available uint64 `json:"available,omitempty"`
+	// Used is the memory (or swap) in use, in bytes.
+	Used uint64 `json:"used"`
+	// UsedPercent is Used as a percentage of Total.
 	UsedPercent float64 `json:"used_percent"`
 }
 
 // LoadAvg is the system load average.
 type LoadAvg struct {
+	// Load1, Load5 and Load15 are the load average over 1, 5 and 15
+	// minutes: runnable and waiting tasks.
 	Load1  float64 `json:"load1"`
 	Load5  float64 `json:"load5"`
 	Load15 float64 `json:"load15"`
@@ -77,13 +88,16 @@ type LoadAvg struct {
 
 // DiskUsage is the usage of the filesystem holding the data directory.
 type DiskUsage struct {
-	Path        string  `json:"path"`
+	Path string `json:"path"`
+	// Total, Free and Used are the filesystem's size, free and used
+	// bytes; UsedPercent is Used as a percentage of Total.
 	Total       uint64  `json:"total"`
 	Free        uint64  `json:"free"`
 	Used        uint64  `json:"used"`
 	UsedPercent float64 `json:"used_percent"`
-	InodesTotal uint64  `json:"inodes_total"`
-	InodesFree  uint64  `json:"inodes_free"`
+	// InodesTotal and InodesFree are the filesystem's inodes, all and free.
+	InodesTotal uint64 `json:"inodes_total"`
+	InodesFree  uint64 `json:"inodes_free"`
 }
 
 // NetIO are one interface's cumulative counters.
@@ -101,7 +115,8 @@ type NetIO struct {
 
 // Temperature is one sensor's reading.
 type Temperature struct {
-	Sensor  string  `json:"sensor"`
+	Sensor string `json:"sensor"`
+	// Celsius is the sensor's temperature in degrees Celsius.
 	Celsius float64 `json:"celsius"`
 }
 
