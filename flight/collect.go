@@ -32,6 +32,11 @@ type streamRead struct {
 	r      *centralread.CentralReader
 	done   bool
 
+	// The reader goroutine (readAhead) and what it has read.
+	ahead  chan ahead
+	stop   chan struct{}
+	exited chan struct{}
+
 	// What the certificate says of the stream.
 	report StreamReport
 

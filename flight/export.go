@@ -193,13 +193,20 @@ func newExporter(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, 
 
 func (x *exporter) close(ctx context.Context) {
 	for _, s := range x.streams {
+		s.stopAhead()
 		s.r.Close(ctx)
 	}
 }
 
 // run reads every stream to its end for the flight, writing events in
-// ingest-time order (each stream's own order kept).
+// ingest-time order (each stream's own order kept). Each stream is read
+// by its own goroutine a few events ahead, so that fetching and decoding
+// overlap the writing; the merge takes them in the same order as a read
+// in line would, so the record is the same.
 func (x *exporter) run(ctx context.Context) error {
+	for _, s := range x.streams {
+		s.readAhead(ctx)
+	}
 	for i, s := range x.streams {
 		if err := x.advance(ctx, i, s); err != nil {
 			return err
@@ -225,16 +232,19 @@ func (x *exporter) run(ctx context.Context) error {
 }
 
 func (x *exporter) advance(ctx context.Context, i int, s *streamRead) error {
-	it, err := s.next(ctx)
-	if errors.Is(err, io.EOF) {
-		x.heads[i] = nil
-	} else if err != nil {
+	a, err := s.take(ctx)
+	if err != nil {
 		return err
-	} else {
-		x.heads[i] = &it
 	}
-	for ; x.lostAt[i] < len(s.lost); x.lostAt[i]++ {
-		l := s.lost[x.lostAt[i]]
+	if errors.Is(a.err, io.EOF) {
+		x.heads[i] = nil
+	} else if a.err != nil {
+		return a.err
+	} else {
+		x.heads[i] = &a.it
+	}
+	for ; x.lostAt[i] < len(a.lost); x.lostAt[i]++ {
+		l := a.lost[x.lostAt[i]]
 		g := Gap{Kind: "lost", Stream: s.name, Agent: x.f.Agent, Reason: string(l.Reason), TimeNs: l.FoundAtNs}
 		if err := x.gap(g, 0, l.FoundAtNs); err != nil {
 			return err
@@ -248,7 +258,7 @@ func (x *exporter) gap(g Gap, seq uint32, logNs int64) error {
 	if err != nil {
 		return err
 	}
-	if _, err := x.rw.channel(TopicGaps, encJSON, "edge.flight.Gap", schemaGap); err != nil {
+	if _, err := x.rw.channel(TopicGaps, encJSON, "edge.flight.Gap", []byte(schemaGap)); err != nil {
 		return err
 	}
 	x.gaps = append(x.gaps, g)
@@ -319,14 +329,6 @@ func shedReason(p []byte) string {
 	return "shed"
 }
 
-// compressedVideo is foxglove.CompressedVideo in JSON encoding.
-type compressedVideo struct {
-	Timestamp stamp  `json:"timestamp"`
-	FrameID   string `json:"frame_id"`
-	Data      []byte `json:"data"`
-	Format    string `json:"format"`
-}
-
 type stamp struct {
 	Sec  int64 `json:"sec"`
 	Nsec int64 `json:"nsec"`
@@ -340,14 +342,14 @@ func (x *exporter) video(e *Entry, rec *localstream.Record, sum hash.Hash) error
 		return x.raw(e, &streamRead{name: e.Stream}, rec, sum)
 	}
 	e.Topic = "/video/" + rec.RoutingKey
-	if _, err := x.rw.channel(e.Topic, encJSON, "foxglove.CompressedVideo", schemaCompressedVideo); err != nil {
+	if _, err := x.rw.channel(e.Topic, encProtobuf, videoSchemaName, CompressedVideoSchema()); err != nil {
 		return err
 	}
 	off := 0
 	for _, fr := range c.Frames {
 		data := c.Payload[off : off+fr.Size]
 		off += fr.Size
-		x.buf = appendVideoJSON(x.buf[:0], fr.PTS, rec.RoutingKey, data, string(c.Codec))
+		x.buf = appendVideo(x.buf[:0], fr.PTS, rec.RoutingKey, data, string(c.Codec))
 		sum.Write(data)
 		e.Messages++
 		if err := x.rw.message(e.Topic, e.N, rec.IngestTime, fr.PTS, x.buf); err != nil {
@@ -355,26 +357,6 @@ func (x *exporter) video(e *Entry, rec *localstream.Record, sum hash.Hash) error
 		}
 	}
 	return nil
-}
-
-// appendVideoJSON appends a compressedVideo's JSON, as json.Marshal
-// writes it, without its reflection and copies: video is most of a
-// record's bytes. The drone id and format are JSON-safe (video drone ids
-// are [A-Za-z0-9._-]; the format is h264 or h265), and are quoted by
-// strconv all the same.
-func appendVideoJSON(b []byte, pts int64, frameID string, data []byte, format string) []byte {
-	st := stampOf(pts)
-	b = append(b, `{"timestamp":{"sec":`...)
-	b = strconv.AppendInt(b, st.Sec, 10)
-	b = append(b, `,"nsec":`...)
-	b = strconv.AppendInt(b, st.Nsec, 10)
-	b = append(b, `},"frame_id":`...)
-	b = strconv.AppendQuoteToASCII(b, frameID)
-	b = append(b, `,"data":"`...)
-	b = base64.StdEncoding.AppendEncode(b, data)
-	b = append(b, `","format":`...)
-	b = strconv.AppendQuoteToASCII(b, format)
-	return append(b, '}')
 }
 
 // locationFix is foxglove.LocationFix in JSON encoding.
@@ -390,7 +372,7 @@ type locationFix struct {
 
 func (x *exporter) position(rec *localstream.Record, seq uint32, lat, lon, alt float64) error {
 	topic := "/position/" + rec.RoutingKey
-	if _, err := x.rw.channel(topic, encJSON, "foxglove.LocationFix", schemaLocationFix); err != nil {
+	if _, err := x.rw.channel(topic, encJSON, "foxglove.LocationFix", []byte(schemaLocationFix)); err != nil {
 		return err
 	}
 	b, err := json.Marshal(locationFix{Timestamp: stampOf(eventTime(rec)), FrameID: rec.RoutingKey, Latitude: lat, Longitude: lon, Altitude: alt})
@@ -402,7 +384,7 @@ func (x *exporter) position(rec *localstream.Record, seq uint32, lat, lon, alt f
 
 func (x *exporter) mavlink(e *Entry, rec *localstream.Record, sum hash.Hash) error {
 	e.Topic, e.Messages = "/mavlink/"+rec.RoutingKey, 1
-	if _, err := x.rw.channel(e.Topic, encMAVLink, "", ""); err != nil {
+	if _, err := x.rw.channel(e.Topic, encMAVLink, "", nil); err != nil {
 		return err
 	}
 	sum.Write(rec.Payload)
@@ -434,7 +416,7 @@ func (x *exporter) json(e *Entry, s *streamRead, rec *localstream.Record, sum ha
 		kind = "/health/"
 	}
 	e.Topic, e.Messages = kind+rec.RoutingKey, 1
-	if _, err := x.rw.channel(e.Topic, encJSON, "edge.Telemetry", schemaObject); err != nil {
+	if _, err := x.rw.channel(e.Topic, encJSON, "edge.Telemetry", []byte(schemaObject)); err != nil {
 		return err
 	}
 	sum.Write(rec.Payload)
@@ -471,7 +453,7 @@ func (x *exporter) json(e *Entry, s *streamRead, rec *localstream.Record, sum ha
 
 func (x *exporter) raw(e *Entry, s *streamRead, rec *localstream.Record, sum hash.Hash) error {
 	e.Topic, e.Messages = "/raw/"+s.name+"/"+rec.RoutingKey, 1
-	if _, err := x.rw.channel(e.Topic, encRaw, "", ""); err != nil {
+	if _, err := x.rw.channel(e.Topic, encRaw, "", nil); err != nil {
 		return err
 	}
 	sum.Write(rec.Payload)

@@ -137,8 +137,9 @@ func startRecord(w *mcap.Writer, enc *zstd.Encoder) (*recordWriter, error) {
 }
 
 // channel returns the id of topic's channel, writing its schema and
-// channel records on first use. schemaName "" means no schema.
-func (rw *recordWriter) channel(topic, encoding, schemaName, schema string) (uint16, error) {
+// channel records on first use. schemaName "" means no schema; a
+// protobuf channel's schema is a FileDescriptorSet, others' JSON Schema.
+func (rw *recordWriter) channel(topic, encoding, schemaName string, schema []byte) (uint16, error) {
 	if id, ok := rw.channels[topic]; ok {
 		return id, nil
 	}
@@ -147,7 +148,11 @@ func (rw *recordWriter) channel(topic, encoding, schemaName, schema string) (uin
 		var ok bool
 		if sid, ok = rw.schemas[schemaName]; !ok {
 			sid = uint16(len(rw.schemas) + 1)
-			if err := rw.w.WriteSchema(&mcap.Schema{ID: sid, Name: schemaName, Encoding: "jsonschema", Data: []byte(schema)}); err != nil {
+			schemaEnc := "jsonschema"
+			if encoding == encProtobuf {
+				schemaEnc = "protobuf"
+			}
+			if err := rw.w.WriteSchema(&mcap.Schema{ID: sid, Name: schemaName, Encoding: schemaEnc, Data: schema}); err != nil {
 				return 0, err
 			}
 			rw.schemas[schemaName] = sid
@@ -176,7 +181,7 @@ func (rw *recordWriter) entry(e *Entry) error {
 	if err != nil {
 		return err
 	}
-	if _, err := rw.channel(TopicEvents, encJSON, "edge.flight.Entry", schemaEntry); err != nil {
+	if _, err := rw.channel(TopicEvents, encJSON, "edge.flight.Entry", []byte(schemaEntry)); err != nil {
 		return err
 	}
 	rw.entryLog = max(rw.entryLog, uint64(max(e.IngestTimeNs, 0)))

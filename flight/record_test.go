@@ -8,6 +8,11 @@ import (
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/ardupilotmega"
 	"github.com/foxglove/mcap/go/mcap"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/ingest/mavlink"
@@ -101,8 +106,8 @@ func TestSmallRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v compressedVideo
-	if err := json.Unmarshal(m.Data, &v); err != nil || v.Format != "h265" || v.Timestamp.Nsec != 100 || len(v.Data) != 7 || m.PublishTime != 100 || m.LogTime != 31 {
+	v, err := decodeVideo(m.Data)
+	if err != nil || v.Format != "h265" || v.Nsec != 100 || len(v.Data) != 7 || m.PublishTime != 100 || m.LogTime != 31 {
 		t.Fatalf("first H.265 access unit %+v (log %d publish %d): %v", v, m.LogTime, m.PublishTime, err)
 	}
 }
@@ -111,13 +116,43 @@ func heartbeat() *ardupilotmega.MessageHeartbeat {
 	return &ardupilotmega.MessageHeartbeat{Type: ardupilotmega.MAV_TYPE_QUADROTOR, Autopilot: ardupilotmega.MAV_AUTOPILOT_ARDUPILOTMEGA, BaseMode: 217, MavlinkVersion: 3}
 }
 
-// TestVideoJSON: the hand-written encoding is json.Marshal's.
-func TestVideoJSON(t *testing.T) {
-	for _, pts := range []int64{0, 1, 1_796_614_874_998_039_622, 999_999_999} {
-		v := compressedVideo{Timestamp: stampOf(pts), FrameID: "drone-1.a_b", Data: []byte{0, 0, 0, 1, 0x67, 0xff}, Format: "h264"}
-		want, _ := json.Marshal(v)
-		if got := appendVideoJSON(nil, pts, v.FrameID, v.Data, v.Format); string(got) != string(want) {
-			t.Fatalf("%s\nwant %s", got, want)
+// TestVideoProtobuf: the hand-written encoding is protobuf's, by the
+// schema the record carries: protobuf-go's own decoder (dynamicpb, from
+// the FileDescriptorSet) reads it, and its encoder writes the same bytes.
+func TestVideoProtobuf(t *testing.T) {
+	set := &descriptorpb.FileDescriptorSet{}
+	if err := proto.Unmarshal(CompressedVideoSchema(), set); err != nil {
+		t.Fatal(err)
+	}
+	files, err := protodesc.NewFiles(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := files.FindDescriptorByName("foxglove.CompressedVideo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := d.(protoreflect.MessageDescriptor)
+	for _, pts := range []int64{0, 1, 1_796_614_874_998_039_622, 999_999_999, 5_000_000_000} {
+		data := []byte{0, 0, 0, 1, 0x67, 0xff}
+		got := appendVideo(nil, pts, "drone-1.a_b", data, "h264")
+		m := dynamicpb.NewMessage(md)
+		if err := proto.Unmarshal(got, m); err != nil {
+			t.Fatal(err)
+		}
+		ts := m.Get(md.Fields().ByName("timestamp")).Message()
+		sec, nsec := ts.Get(ts.Descriptor().Fields().ByName("seconds")).Int(), ts.Get(ts.Descriptor().Fields().ByName("nanos")).Int()
+		if sec*1e9+nsec != pts || m.Get(md.Fields().ByName("frame_id")).String() != "drone-1.a_b" ||
+			!bytes.Equal(m.Get(md.Fields().ByName("data")).Bytes(), data) || m.Get(md.Fields().ByName("format")).String() != "h264" {
+			t.Fatalf("pts %d: protobuf-go reads %v", pts, m)
+		}
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("pts %d: %x\nwant %x (%v)", pts, got, want, err)
+		}
+		v, err := decodeVideo(got)
+		if err != nil || v.Sec*1e9+int64(v.Nsec) != pts || v.FrameID != "drone-1.a_b" || !bytes.Equal(v.Data, data) || v.Format != "h264" {
+			t.Fatalf("pts %d: decodeVideo %+v %v", pts, v, err)
 		}
 	}
 }

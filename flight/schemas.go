@@ -1,14 +1,8 @@
 package flight
 
-// Foxglove's JSON schemas of the two well-known messages a record writes
-// (foxglove.CompressedVideo, foxglove.LocationFix), as the Foxglove SDK
-// publishes them; bytes are base64 in JSON encoding.
+// Foxglove's JSON schema of foxglove.LocationFix, as the Foxglove SDK
+// publishes it (video is protobuf: video.go).
 const (
-	schemaCompressedVideo = `{"title":"foxglove.CompressedVideo","description":"A single frame of a compressed video bitstream","type":"object","properties":{` +
-		`"timestamp":{"type":"object","title":"time","properties":{"sec":{"type":"integer","minimum":0},"nsec":{"type":"integer","minimum":0,"maximum":999999999}},"description":"Timestamp of video frame"},` +
-		`"frame_id":{"type":"string","description":"Frame of reference for the video."},` +
-		`"data":{"type":"string","contentEncoding":"base64","description":"Compressed video frame data. For h264 and h265: Annex B, one access unit per message, each keyframe with its parameter sets."},` +
-		`"format":{"type":"string","description":"Video format. Supported values: h264, h265, vp9, av1."}}}`
 	schemaLocationFix = `{"title":"foxglove.LocationFix","description":"A navigation satellite fix for any Global Navigation Satellite System","type":"object","properties":{` +
 		`"timestamp":{"type":"object","title":"time","properties":{"sec":{"type":"integer","minimum":0},"nsec":{"type":"integer","minimum":0,"maximum":999999999}},"description":"Timestamp of the message"},` +
 		`"frame_id":{"type":"string","description":"Frame for the sensor."},` +

@@ -295,8 +295,8 @@ func fileMessage(rep *VerifyReport, topic string, m *mcap.Message, entries map[u
 	case m.Sequence != 0:
 		p := m.Data
 		if strings.HasPrefix(topic, "/video/") {
-			var v compressedVideo
-			if err := json.Unmarshal(m.Data, &v); err != nil {
+			v, err := decodeVideo(m.Data)
+			if err != nil {
 				rep.problem("%s: message of event %d is not a CompressedVideo: %v", topic, m.Sequence, err)
 			}
 			p = v.Data

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -210,12 +209,15 @@ func flipByte(topic string, n int) func(string, uint32, []byte) ([]byte, bool) {
 			return d, true
 		}
 		if i++; i == n {
-			var v videoMessage
-			if err := json.Unmarshal(d, &v); err != nil {
+			v, err := decodeVideo(d)
+			if err != nil {
 				panic(err)
 			}
+			v.Data = bytes.Clone(v.Data)
 			v.Data[len(v.Data)/2] ^= 0x40
-			d, _ = json.Marshal(v)
+			if d, err = v.encode(); err != nil {
+				panic(err)
+			}
 		}
 		return d, true
 	}
@@ -296,8 +298,8 @@ func checkKeyframes(t *testing.T, path, topic string) {
 	t.Helper()
 	keys := 0
 	for i, m := range readTopic(t, path, topic) {
-		var v videoMessage
-		if err := json.Unmarshal(m.Data, &v); err != nil {
+		v, err := decodeVideo(m.Data)
+		if err != nil {
 			t.Fatal(err)
 		}
 		var sps, pps bool

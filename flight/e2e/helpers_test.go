@@ -5,12 +5,18 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/edge-agent/edge-agent/flight"
 
 	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/internal/testkit/flyrig"
@@ -88,15 +94,45 @@ func newKeyTB(t testing.TB) ed25519.PrivateKey {
 	return k
 }
 
-// videoMessage is foxglove.CompressedVideo as a record writes it (JSON).
+// videoMessage is foxglove.CompressedVideo as a record writes it
+// (protobuf), read by protobuf-go from the record's schema.
 type videoMessage struct {
-	Timestamp struct {
-		Sec  int64 `json:"sec"`
-		Nsec int64 `json:"nsec"`
-	} `json:"timestamp"`
-	FrameID string `json:"frame_id"`
-	Data    []byte `json:"data"`
-	Format  string `json:"format"`
+	m    *dynamicpb.Message
+	Data []byte
+}
+
+var videoDescriptor = sync.OnceValues(func() (protoreflect.MessageDescriptor, error) {
+	set := &descriptorpb.FileDescriptorSet{}
+	if err := proto.Unmarshal(flight.CompressedVideoSchema(), set); err != nil {
+		return nil, err
+	}
+	files, err := protodesc.NewFiles(set)
+	if err != nil {
+		return nil, err
+	}
+	d, err := files.FindDescriptorByName("foxglove.CompressedVideo")
+	if err != nil {
+		return nil, err
+	}
+	return d.(protoreflect.MessageDescriptor), nil
+})
+
+func decodeVideo(b []byte) (videoMessage, error) {
+	md, err := videoDescriptor()
+	if err != nil {
+		return videoMessage{}, err
+	}
+	m := dynamicpb.NewMessage(md)
+	if err := proto.Unmarshal(b, m); err != nil {
+		return videoMessage{}, err
+	}
+	return videoMessage{m: m, Data: m.Get(md.Fields().ByName("data")).Bytes()}, nil
+}
+
+// encode writes the message back with Data (changed in place or not).
+func (v videoMessage) encode() ([]byte, error) {
+	v.m.Set(v.m.Descriptor().Fields().ByName("data"), protoreflect.ValueOfBytes(v.Data))
+	return proto.Marshal(v.m)
 }
 
 // eventTime is the time a flight places a record by.

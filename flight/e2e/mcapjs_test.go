@@ -106,17 +106,17 @@ func checkWithMCAPJS(t *testing.T, nc *nats.Conn, path string, f flight.Flight) 
 	if err := json.Unmarshal(out, &js); err != nil {
 		t.Fatalf("read.mjs printed %q: %v", out, err)
 	}
-	want := map[string][2]string{
-		"/video/" + testDrone:    {"json", "foxglove.CompressedVideo"},
-		"/position/" + testDrone: {"json", "foxglove.LocationFix"},
-		"/mavlink/" + testDrone:  {"mavlink", ""},
-		"/health/" + testAgent:   {"json", "edge.Telemetry"},
-		flight.TopicEvents:       {"json", "edge.flight.Entry"},
+	want := map[string][3]string{
+		"/video/" + testDrone:    {"protobuf", "foxglove.CompressedVideo", "protobuf"},
+		"/position/" + testDrone: {"json", "foxglove.LocationFix", "jsonschema"},
+		"/mavlink/" + testDrone:  {"mavlink", "", ""},
+		"/health/" + testAgent:   {"json", "edge.Telemetry", "jsonschema"},
+		flight.TopicEvents:       {"json", "edge.flight.Entry", "jsonschema"},
 	}
 	for topic, w := range want {
 		ch, ok := js.Channels[topic]
-		if !ok || ch.Encoding != w[0] || ch.Schema != w[1] || (w[1] != "" && ch.SchemaEncoding != "jsonschema") {
-			t.Errorf("channel %s = %+v, want encoding %s schema %q (jsonschema)", topic, ch, w[0], w[1])
+		if !ok || ch.Encoding != w[0] || ch.Schema != w[1] || ch.SchemaEncoding != w[2] {
+			t.Errorf("channel %s = %+v, want encoding %s schema %q (%s)", topic, ch, w[0], w[1], w[2])
 		}
 	}
 	total := 0

@@ -6,10 +6,14 @@
 // channel the messages read in file order by the streaming reader, with
 // whether their log times are monotone; each /video/* channel's access
 // units are written to OUTDIR/<drone>.<format> (Annex B) for ffprobe.
+// Protobuf messages are decoded as Foxglove Studio decodes them: protobufjs
+// loads the schema's FileDescriptorSet and looks up the schema's name.
 import { open } from "node:fs/promises";
 import { readFileSync, writeFileSync } from "node:fs";
 import { McapIndexedReader, McapStreamReader } from "@mcap/core";
 import { decompress } from "fzstd";
+import protobuf from "protobufjs";
+import descriptor from "protobufjs/ext/descriptor/index.js";
 
 const [file, outDir] = process.argv.slice(2);
 const decompressHandlers = { zstd: (buf, size) => decompress(buf, new Uint8Array(Number(size))) };
@@ -43,9 +47,20 @@ await fh.close();
 const reader = new McapStreamReader({ decompressHandlers, validateCrcs: true });
 reader.append(readFileSync(file));
 const byId = {};
+const schemas = {};
 const video = {};
+// protobufType is a protobuf schema's message type, as Foxglove Studio
+// builds it from the FileDescriptorSet.
+function protobufType(schema) {
+  const root = protobuf.Root.fromDescriptor(descriptor.FileDescriptorSet.decode(schema.data));
+  return root.lookupType(schema.name);
+}
 for (let rec; (rec = reader.nextRecord()); ) {
-  if (rec.type === "Channel") byId[rec.id] = rec;
+  if (rec.type === "Schema") schemas[rec.id] = rec;
+  if (rec.type === "Channel") {
+    byId[rec.id] = rec;
+    if (rec.messageEncoding === "protobuf") rec.type_ = protobufType(schemas[rec.schemaId]);
+  }
   if (rec.type !== "Message") continue;
   const ch = byId[rec.channelId];
   const s = (out.stream[ch.topic] ??= { messages: 0, log_monotone: true, last: -1n, bytes: 0 });
@@ -54,9 +69,12 @@ for (let rec; (rec = reader.nextRecord()); ) {
   if (rec.logTime < s.last) s.log_monotone = false;
   s.last = rec.logTime;
   if (ch.topic.startsWith("/video/")) {
-    const m = JSON.parse(new TextDecoder().decode(rec.data));
+    const m = ch.type_.toObject(ch.type_.decode(rec.data), { longs: String });
     const key = ch.topic.slice("/video/".length) + "." + m.format;
-    (video[key] ??= []).push(Buffer.from(m.data, "base64"));
+    if ((m.frame_id ?? m.frameId) !== ch.topic.slice("/video/".length) || m.timestamp === undefined) {
+      throw new Error(`${ch.topic}: message ${JSON.stringify({ ...m, data: undefined })}`);
+    }
+    (video[key] ??= []).push(Buffer.from(m.data));
   }
 }
 for (const s of Object.values(out.stream)) s.last = s.last.toString();
