@@ -13,7 +13,7 @@
 //
 //	flight.mcap                       flight.mcap.cert.json
 //	+---------------------------+     +----------------------------+
-//	| /video/<drone>            |     | certificate (as attached)  |
+//	| /video/<drone> (protobuf) |     | certificate (as attached)  |
 //	| /mavlink/<drone> (raw)    |     | mcap_sha256                |
 //	| /position/<drone>         |     | file_signature (Ed25519)   |
 //	| /telemetry/<drone> (JSON) |     +----------------------------+
