@@ -114,11 +114,24 @@ func (d *fieldDocs) of(t *testing.T, rt reflect.Type, field string) string {
 	if !ok {
 		types = map[string]structDoc{}
 		dir := filepath.Join("..", strings.TrimPrefix(strings.TrimPrefix(rt.PkgPath(), modulePath), "/"))
-		pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+		// The package's non-test files, one by one (parser.ParseDir is
+		// deprecated).
+		ents, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range pkgs {
+		fset := token.NewFileSet()
+		var files []*ast.File
+		for _, e := range ents {
+			if name := e.Name(); strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+				f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, parser.ParseComments)
+				if err != nil {
+					t.Fatal(err)
+				}
+				files = append(files, f)
+			}
+		}
+		for _, p := range files {
 			ast.Inspect(p, func(n ast.Node) bool {
 				if gd, ok := n.(*ast.GenDecl); ok {
 					for _, sp := range gd.Specs {

@@ -45,10 +45,7 @@ func TestConfigFileErrors(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "agent.yaml")
 			os.WriteFile(path, []byte(c.yaml), 0o644)
 			code, _, errOut := run(t, append([]string{"run", "--config", path}, c.args...)...)
-			want := c.want
-			if strings.Contains(want, "%s") {
-				want = strings.Replace(want, "%s", path, 1)
-			}
+			want := strings.Replace(c.want, "%s", path, 1)
 			if code != 2 || strings.TrimSpace(errOut) != want {
 				t.Errorf("exit %d, stderr:\n%s\nwant exit 2 and:\n%s", code, errOut, want)
 			}
