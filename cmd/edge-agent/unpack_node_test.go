@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -26,47 +24,10 @@ import (
 	"github.com/edge-agent/edge-agent/wire"
 )
 
-// jsConsumerDir prepares the npm consumer of testdata/unpack-js: the
-// package.json and package-lock.json (nats pinned to an exact version)
-// installed with `npm ci` once per lock file, in the user's cache.
+// jsConsumerDir prepares the npm consumer of testdata/unpack-js (nats
+// pinned by its lock file).
 func jsConsumerDir(t *testing.T) string {
-	t.Helper()
-	for _, bin := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed: %v", bin, err)
-		}
-	}
-	src := filepath.Join("testdata", "unpack-js")
-	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "edge-agent-test", "unpack-js-"+hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"package.json", "package-lock.json", "consume.mjs"} {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "nats", "package.json")); err != nil {
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
-	}
-	return dir
+	return testkit.NPMDir(t, filepath.Join("testdata", "unpack-js"), "nats/package.json", "consume.mjs")
 }
 
 // jsLine is one message as consume.mjs prints it.

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/edge-agent/edge-agent/flight"
+	"github.com/edge-agent/edge-agent/internal/testkit"
 
 	"github.com/nats-io/nats.go"
 
@@ -24,47 +23,10 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/video"
 )
 
-// mcapJSDir prepares the npm reader of testdata/mcap-js (@mcap/core and
-// fzstd pinned by its lock file), installed with `npm ci` once per lock
-// file in the user's cache.
+// mcapJSDir prepares the npm reader of testdata/mcap-js (@mcap/core,
+// fzstd and protobufjs pinned by its lock file).
 func mcapJSDir(t *testing.T) string {
-	t.Helper()
-	for _, bin := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not installed: %v", bin, err)
-		}
-	}
-	src := filepath.Join("testdata", "mcap-js")
-	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock)
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	dir := filepath.Join(cache, "edge-agent-test", "mcap-js-"+hex.EncodeToString(sum[:8]))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"package.json", "package-lock.json", "read.mjs"} {
-		b, err := os.ReadFile(filepath.Join(src, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@mcap", "core", "package.json")); err != nil {
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
-	}
-	return dir
+	return testkit.NPMDir(t, filepath.Join("testdata", "mcap-js"), "@mcap/core/package.json", "read.mjs")
 }
 
 // jsRead is what read.mjs prints.
