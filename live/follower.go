@@ -171,9 +171,20 @@ func (f *follower) put(v value) {
 
 // pending returns the drones whose version is above sent's, with their
 // values and versions.
-func (f *follower) pending(sent map[string]uint64) []slot {
+//
+// It also forgets, in the lane's records (sent, sentAt), the drones the
+// table has released: they would otherwise grow with every drone id the
+// agent ever saw. A released drone that returns gets a version above
+// any sent before (version counts across drones), so it is sent again.
+func (f *follower) pending(sent map[string]uint64, sentAt map[string]time.Time) []slot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	for d := range sent {
+		if _, ok := f.latest.Peek(d); !ok {
+			delete(sent, d)
+			delete(sentAt, d)
+		}
+	}
 	var out []slot
 	for d, s := range f.latest.All() {
 		if s.version > sent[d] {

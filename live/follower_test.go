@@ -68,3 +68,30 @@ func TestDroneSlotsReleasedWhenIdle(t *testing.T) {
 	s.appendNoted(ctx, "telemetry", telemetryEvent("early0", 1, back)) // it returns: its new value is sent
 	atCentre("a returning drone", map[string]int64{"early0": back})
 }
+
+// TestLaneForgetsReleasedDrones: what the lane records of the drones it
+// sent (version, time) holds only the drones the table holds. Before, it
+// kept an entry for every drone id the agent ever saw (issue 37's shape:
+// a per-drone record that never releases), growing with id churn.
+func TestLaneForgetsReleasedDrones(t *testing.T) {
+	f := newFollower(nil, StreamConfig{}, 4, 0, nil)
+	sent, sentAt := map[string]uint64{}, map[string]time.Time{}
+	now := time.Now()
+	for round := range 50 {
+		ns := now.Add(time.Duration(round) * 2 * droneIdle).UnixNano()
+		for i := range 4 {
+			f.put(value{drone: fmt.Sprintf("r%d-d%d", round, i), ingestNs: ns})
+		}
+		for _, sl := range f.pending(sent, sentAt) { // the lane sent them all
+			sent[sl.v.drone], sentAt[sl.v.drone] = sl.version, now
+		}
+	}
+	if len(sent) > 4 || len(sentAt) > 4 {
+		t.Fatalf("the lane records %d drones (%d times) after 200 ids through 4 slots", len(sent), len(sentAt))
+	}
+	// A released drone that comes back is sent again.
+	f.put(value{drone: "r0-d0", ingestNs: now.Add(200 * droneIdle).UnixNano()})
+	if due := f.pending(sent, sentAt); len(due) != 1 || due[0].v.drone != "r0-d0" {
+		t.Fatalf("a returning drone is not due: %+v", due)
+	}
+}

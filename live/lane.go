@@ -196,7 +196,7 @@ type inflight struct {
 // publishDue publishes the values due, appending each to out.
 func (l *Lane) publishDue(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, out *[]inflight) error {
 	for _, s := range l.streams {
-		due := s.f.pending(s.sentVersion)
+		due := s.f.pending(s.sentVersion, s.sentAt)
 		slices.SortFunc(due, func(a, b slot) int { return cmp.Compare(a.v.drone, b.v.drone) })
 		for _, sl := range due {
 			now := l.opts.Now()
