@@ -89,9 +89,9 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	cfg.Central.URL = "" // capture only: the intake is under test
 	cfg.Telemetry.DroneIdleTimeout = time.Second
 	// The good video drones are configured by SSRC, as a deployment would:
-	// a configured drone takes a discovered drone's slot at once, where a
-	// discovered one arriving in the middle of the SSRC flood would wait
-	// evict_idle for a slot (and lose its first frames).
+	// a configured drone takes no slot of max_drones, where a discovered
+	// one arriving in the middle of the SSRC flood would wait evict_idle
+	// for a slot (and lose its first frames).
 	cfg.Video.Drones = []video.DroneConfig{{ID: goodVideoID(0x600d0001), SSRC: 0x600d0001}, {ID: goodVideoID(0x600d0002), SSRC: 0x600d0002}}
 	a, err := New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
 	if err != nil {

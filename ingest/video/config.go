@@ -46,11 +46,12 @@ type Config struct {
 	// default true. Unconfigured sources must first send two packets in
 	// sequence (RFC 3550 probation).
 	Discover *bool `yaml:"discover"`
-	// MaxDrones bounds concurrent drones (sessions), default 64. When they
-	// are all taken, a newcomer takes the slot of the discovered drone
-	// silent the longest if it has been silent for EvictIdle (counted
-	// evicted; a configured newcomer takes it however recent); else it is
-	// refused (counted). Configured drones are never evicted.
+	// MaxDrones bounds the discovered drones running at once, default 64
+	// (configured drones and sources take no slot: the config bounds
+	// them, and they are never evicted nor refused). When the slots are
+	// all taken, a discovered newcomer takes the slot of the discovered
+	// drone silent the longest if it has been silent for EvictIdle
+	// (counted evicted); else it is refused (counted).
 	MaxDrones int `yaml:"max_drones"`
 	// EvictIdle is the silence after which a discovered drone may lose its
 	// slot to a newcomer when max_drones are taken, default 2s.

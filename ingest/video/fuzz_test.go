@@ -64,8 +64,8 @@ func FuzzRTPPath(f *testing.F) {
 			}
 		}
 		rc := &receiveCounters{}
-		r := newRouter(&cfg, rc, func(id string, dc *DroneConfig) *droneRun {
-			return &droneRun{d: newDrone(id, &cfg, dc, sink, nil, time.Now, nil), ch: make(chan item, 4), evict: make(chan struct{})}
+		r := newRouter(&cfg, rc, func(id string, dr *droneRun) {
+			dr.d, dr.ch, dr.evict = newDrone(id, &cfg, dr.dc, sink, nil, time.Now, nil), make(chan item, 4), make(chan struct{})
 		})
 		if r.screen(b, netipLoopback) { // as the readers do
 			r.dispatch(b, netipLoopback, now, false)

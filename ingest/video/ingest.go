@@ -95,8 +95,8 @@ func (in *Ingest) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	in.mu.Lock()
-	in.router = newRouter(&in.cfg, &in.rc, func(id string, dc *DroneConfig) *droneRun {
-		return in.startDrone(ctx, id, dc)
+	in.router = newRouter(&in.cfg, &in.rc, func(id string, dr *droneRun) {
+		in.startDrone(ctx, id, dr)
 	})
 	in.mu.Unlock()
 	in.rtpAddr = rtpConn.LocalAddr()
@@ -250,23 +250,22 @@ func (in *Ingest) tickInterval() time.Duration {
 	return t
 }
 
-// startDrone creates a drone and its goroutine. in.mu is held.
-func (in *Ingest) startDrone(ctx context.Context, id string, dc *DroneConfig) *droneRun {
+// startDrone creates dr's drone and starts its goroutine. in.mu is held.
+func (in *Ingest) startDrone(ctx context.Context, id string, dr *droneRun) {
 	c := in.counters[id] // cumulative across restarts of the drone
 	if c == nil {
 		in.boundCounters()
 		c = &droneCounters{}
 		in.counters[id] = c
 	}
-	d := newDrone(id, &in.cfg, dc, in.sink, in.marks, in.now, c)
-	dr := &droneRun{d: d, ch: make(chan item, in.cfg.QueueDepth), evict: make(chan struct{})}
+	dr.d = newDrone(id, &in.cfg, dr.dc, in.sink, in.marks, in.now, c)
+	dr.ch, dr.evict = make(chan item, in.cfg.QueueDepth), make(chan struct{})
 	in.rc.dronesStarted.Add(1)
 	in.wg.Add(1)
 	go func() {
 		defer in.wg.Done()
 		in.runDrone(ctx, dr)
 	}()
-	return dr
 }
 
 // maxCountersFactor × max_drones bounds the drone ids whose counters are
@@ -280,7 +279,7 @@ func (in *Ingest) boundCounters() {
 		return
 	}
 	for id, c := range in.counters {
-		if in.router.byID[id] == nil {
+		if _, running := in.router.byID.Peek(id); !running {
 			in.folded.add(c.snapshot())
 			delete(in.counters, id)
 			return
@@ -372,7 +371,7 @@ func (in *Ingest) Stats() Stats {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if in.router != nil {
-		s.Drones = len(in.router.byID)
+		s.Drones = in.router.byID.Len()
 	}
 	s.DroneStats.add(in.folded)
 	for id, c := range in.counters {

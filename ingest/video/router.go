@@ -50,8 +50,9 @@ type droneRun struct {
 	// dc is the drone's configuration; nil for a discovered drone, which
 	// may be evicted.
 	dc *DroneConfig
-	// lastSeen is the arrival of the last datagram routed to it (router lock).
-	lastSeen time.Time
+	// lastSeen is the arrival (Unix ns) of the last datagram routed to
+	// it (router lock): its activity for the drones' table.
+	lastSeen int64
 	// evict is closed when the router gave the drone's slot to another.
 	evict chan struct{}
 	// drops are the RTP packets dropped since the last one queued
@@ -93,24 +94,27 @@ type router struct {
 	allow     []netip.Prefix
 	cfgBySSRC map[uint32]*DroneConfig
 	bySSRC    map[uint32]*binding
-	byID      map[string]*droneRun
-	cands     map[uint32]*candidate
-	rc        *receiveCounters
+	// byID are the running drones (guard.Table): configured ones and
+	// sources pinned, at most max_drones discovered ones.
+	byID  *guard.Table[string, *droneRun]
+	cands map[uint32]*candidate
+	rc    *receiveCounters
 	// queued counts the bytes of datagrams queued for all drones (the
 	// drones subtract what they take); at most cfg.QueueBytes.
 	queued *atomic.Int64
-	// start launches a drone (the Ingest's goroutine).
-	start func(id string, dc *DroneConfig) *droneRun
+	// start launches dr, held in byID, as drone id: it sets dr's drone,
+	// queue and evict channel and starts its goroutine (the Ingest's).
+	start func(id string, dr *droneRun)
 }
 
-func newRouter(cfg *Config, rc *receiveCounters, start func(string, *DroneConfig) *droneRun) *router {
+func newRouter(cfg *Config, rc *receiveCounters, start func(string, *droneRun)) *router {
 	r := &router{
 		cfg: cfg, rc: rc, start: start, queued: new(atomic.Int64),
 		cfgBySSRC: map[uint32]*DroneConfig{},
 		bySSRC:    map[uint32]*binding{},
-		byID:      map[string]*droneRun{},
 		cands:     map[uint32]*candidate{},
 	}
+	r.byID = r.newDrones()
 	for _, a := range cfg.Allow {
 		p, _ := parsePrefix(a) // checked by Validate
 		r.allow = append(r.allow, p)
@@ -303,20 +307,13 @@ func (r *router) identify(ssrc uint32, src netip.AddrPort) (string, *DroneConfig
 	return "", nil
 }
 
-// bind maps ssrc to drone id, bound to src, starting the drone if needed. When
-// max_drones are running, a newcomer takes the slot of the discovered drone
-// silent the longest, if it has been silent for evict_idle (a configured
-// newcomer takes it however recent); else it is refused.
+// bind maps ssrc to drone id, bound to src, starting the drone if needed
+// (droneFor). It returns nil when the drone has no slot.
 func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, src netip.AddrPort, now time.Time) *droneRun {
-	dr := r.byID[id]
+	dr := r.droneFor(id, dc, now)
 	if dr == nil {
-		if len(r.byID) >= r.cfg.MaxDrones && !r.evictIdlest(now, dc != nil) {
-			r.rc.tooManyDrones.Add(1)
-			return nil
-		}
-		dr = r.start(id, dc)
-		dr.dc, dr.lastSeen = dc, now
-		r.byID[id] = dr
+		r.rc.tooManyDrones.Add(1)
+		return nil
 	}
 	b := &binding{dr: dr}
 	b.b.Admit(src, now.UnixNano(), r.cfg.RebindAfter, true)
@@ -329,24 +326,42 @@ func (r *router) bind(ssrc uint32, id string, dc *DroneConfig, src netip.AddrPor
 	return dr
 }
 
-// evictIdlest removes the discovered drone silent the longest if it has
-// been silent for evict_idle (any, when force) and tells its goroutine to
-// close it. It reports whether a slot was freed. O(max_drones), only when
-// the drones are all taken.
-func (r *router) evictIdlest(now time.Time, force bool) bool {
-	var victim *droneRun
-	for _, dr := range r.byID {
-		if dr.dc == nil && (victim == nil || dr.lastSeen.Before(victim.lastSeen)) {
-			victim = dr
-		}
+// newDrones is the drones' table by id (guard.Table): configured drones
+// and RTSP sources pinned (bounded by the config), at most max_drones
+// discovered ones. When they are all taken, a discovered newcomer takes
+// the slot of the discovered drone silent the longest if it has been
+// silent for evict_idle: that drone is unbound and told to close
+// (evicted, counted).
+func (r *router) newDrones() *guard.Table[string, *droneRun] {
+	return guard.NewTable(guard.TableConfig[string, *droneRun]{
+		Max: r.cfg.MaxDrones, Idle: r.cfg.EvictIdle,
+		// The router keeps each drone's activity as it queues (enqueue):
+		// the table is not written per packet.
+		Active: func(_ string, dr *droneRun) int64 { return dr.lastSeen },
+		Release: func(_ string, dr *droneRun) {
+			r.unbind(dr)
+			close(dr.evict)
+			r.rc.evicted.Add(1)
+		},
+	})
+}
+
+// droneFor returns the running drone id, starting it when it is not
+// running: pinned when configured (dc set), else in a slot of the
+// table; nil when no slot is free.
+func (r *router) droneFor(id string, dc *DroneConfig, now time.Time) *droneRun {
+	if dr, ok := r.byID.Peek(id); ok {
+		return dr
 	}
-	if victim == nil || (!force && now.Sub(victim.lastSeen) < r.cfg.EvictIdle) {
-		return false
+	ns := now.UnixNano()
+	dr := &droneRun{dc: dc, lastSeen: ns}
+	if dc != nil {
+		r.byID.Pin(id, dr, ns)
+	} else if !r.byID.Add(id, dr, ns) {
+		return nil
 	}
-	r.remove(victim)
-	close(victim.evict)
-	r.rc.evicted.Add(1)
-	return true
+	r.start(id, dr)
+	return dr
 }
 
 // evictCandidate makes room for a new candidate by dropping one at random
@@ -364,9 +379,7 @@ func (r *router) evictCandidate() {
 }
 
 func (r *router) enqueue(dr *droneRun, it item) {
-	if it.arrival.After(dr.lastSeen) {
-		dr.lastSeen = it.arrival
-	}
+	dr.lastSeen = max(dr.lastSeen, it.arrival.UnixNano())
 	n := int64(len(it.b))
 	if r.queued.Add(n) > int64(r.cfg.QueueBytes) {
 		r.queued.Add(-n)
@@ -400,24 +413,23 @@ func (r *router) drop(dr *droneRun, it item) {
 // silence closed it). A source's drone is configured: never evicted, and
 // not refused by max_drones (the sources are bounded by the config).
 func (r *router) startSource(dc *DroneConfig, now time.Time) *droneRun {
-	dr := r.byID[dc.ID]
-	if dr == nil {
-		dr = r.start(dc.ID, dc)
-		dr.dc, dr.lastSeen = dc, now
-		r.byID[dc.ID] = dr
-	}
-	return dr
+	return r.droneFor(dc.ID, dc, now)
 }
 
-// remove unbinds a drone that is closing.
+// remove unbinds a drone that is closing and gives back its place.
 func (r *router) remove(dr *droneRun) {
+	r.unbind(dr)
+	if cur, ok := r.byID.Peek(dr.d.id); ok && cur == dr {
+		r.byID.Delete(dr.d.id)
+	}
+}
+
+// unbind marks dr gone and drops its SSRCs' bindings.
+func (r *router) unbind(dr *droneRun) {
 	dr.gone = true
 	for _, s := range dr.ssrcs {
 		if b := r.bySSRC[s]; b != nil && b.dr == dr {
 			delete(r.bySSRC, s)
 		}
-	}
-	if r.byID[dr.d.id] == dr {
-		delete(r.byID, dr.d.id)
 	}
 }
