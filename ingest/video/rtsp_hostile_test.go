@@ -10,6 +10,7 @@ import (
 
 	"github.com/bluenviron/gortsplib/v4/pkg/base"
 
+	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
 	"github.com/edge-agent/edge-agent/internal/testkit"
 )
 
@@ -20,19 +21,19 @@ import (
 // connections in 3 s within one attempt, the source "connecting" with no
 // error).
 func TestRTSPRedirectLoopIsBounded(t *testing.T) {
-	var cam *camera
-	cam = startCamera(t, "127.0.0.1", redirectTo(func() string { return cam.URL("", "cam") }))
+	var cam *rtsptest.Camera
+	cam = rtsptest.StartCamera(t, "127.0.0.1", rtsptest.RedirectTo(func() string { return cam.URL("", "cam") }))
 	in, _, stop := rtspIngest(t, SourceConfig{URL: cam.URL("", "cam"), Drone: "cam", Transport: "tcp"})
 	defer stop()
 	const attempts = 4
 	var st SourceStatus
 	if !testkit.Until(10*time.Second, func() bool {
 		st = in.Stats().Sources[0]
-		return st.Attempts >= attempts && st.State == SourceFailing && len(cam.of(base.Describe)) > (attempts-1)*(maxRedirects+1)
+		return st.Attempts >= attempts && st.State == SourceFailing && len(cam.Of(base.Describe)) > (attempts-1)*(maxRedirects+1)
 	}) {
-		t.Fatalf("after %d connections to the camera: state %v, %d attempts, last error %q", cam.conns.Load(), st.State, st.Attempts, st.LastError)
+		t.Fatalf("after %d connections to the camera: state %v, %d attempts, last error %q", cam.Conns.Load(), st.State, st.Attempts, st.LastError)
 	}
-	conns := cam.conns.Load() // before the attempts: each connection counted belongs to one counted
+	conns := cam.Conns.Load() // before the attempts: each connection counted belongs to one counted
 	st = in.Stats().Sources[0]
 	t.Logf("%d connections in %d attempts; last error %q", conns, st.Attempts, st.LastError)
 	if conns > int64(st.Attempts)*(maxRedirects+1) {
@@ -44,9 +45,9 @@ func TestRTSPRedirectLoopIsBounded(t *testing.T) {
 	// The attempts back off: between the first DESCRIBE of the first
 	// attempt and that of the fourth (each attempt makes maxRedirects+1)
 	// lie at least the first three waits.
-	ds := cam.of(base.Describe)
+	ds := cam.Of(base.Describe)
 	least := backoffSum(in.cfg.SourceReconnectMin, in.cfg.SourceReconnectMax, attempts-1)
-	if took := ds[(attempts-1)*(maxRedirects+1)].at.Sub(ds[0].at); took < least {
+	if took := ds[(attempts-1)*(maxRedirects+1)].At.Sub(ds[0].At); took < least {
 		t.Fatalf("%d attempts within %v: want the backoff's %v", attempts, took, least)
 	}
 }
@@ -67,19 +68,17 @@ func backoffSum(least, most time.Duration, n int) (sum time.Duration) {
 // flapping once, not each session (issue 37 case 9: the backoff went back
 // to its minimum at every PLAY, 63 sessions and 126 log lines in 4 s).
 func TestRTSPPlayThenCloseBacksOff(t *testing.T) {
-	cam := startCamera(t, "127.0.0.1", func(req *base.Request) (*base.Response, bool) {
-		return plays(req), req.Method == base.Play
-	})
+	cam := rtsptest.StartCamera(t, "127.0.0.1", rtsptest.PlayThenClose)
 	var logs testkit.SyncBuffer
 	in, _, stop := rtspIngestLog(t, &logs, slog.LevelInfo, SourceConfig{URL: cam.URL("", "cam"), Drone: "cam", Transport: "tcp"})
 	defer stop()
 	const sessions = 8
 	least := backoffSum(in.cfg.SourceReconnectMin, in.cfg.SourceReconnectMax, sessions-1)
-	var played []cameraRequest
-	if !testkit.Until(least+10*time.Second, func() bool { played = cam.of(base.Play); return len(played) >= sessions }) {
+	var played []rtsptest.Request
+	if !testkit.Until(least+10*time.Second, func() bool { played = cam.Of(base.Play); return len(played) >= sessions }) {
 		t.Fatalf("%d sessions played", len(played))
 	}
-	took := played[sessions-1].at.Sub(played[0].at)
+	took := played[sessions-1].At.Sub(played[0].At)
 	lines := strings.Count(logs.String(), "RTSP source")
 	st := in.Stats().Sources[0]
 	t.Logf("%d sessions in %v (the backoff's least: %v), %d log lines, state %v, last error %q", sessions, took, least, lines, st.State, st.LastError)
@@ -103,41 +102,41 @@ func TestRTSPPlayThenCloseBacksOff(t *testing.T) {
 // credentials to whatever host a redirect names, and answered the other
 // host's basic challenge with them in clear).
 func TestRTSPCredentialsStayWithTheCamerasHost(t *testing.T) {
-	other := startCamera(t, "127.0.0.2", asksBasic)
-	same := startCamera(t, "127.0.0.1", asksBasic)
-	cross := startCamera(t, "127.0.0.1", redirectTo(func() string { return other.URL("", "cam") }))
-	local := startCamera(t, "127.0.0.1", redirectTo(func() string { return same.URL("", "cam") }))
+	other := rtsptest.StartCamera(t, "127.0.0.2", rtsptest.AsksBasic)
+	same := rtsptest.StartCamera(t, "127.0.0.1", rtsptest.AsksBasic)
+	cross := rtsptest.StartCamera(t, "127.0.0.1", rtsptest.RedirectTo(func() string { return other.URL("", "cam") }))
+	local := rtsptest.StartCamera(t, "127.0.0.1", rtsptest.RedirectTo(func() string { return same.URL("", "cam") }))
 	const userinfo = "pilot:s3cret-pw"
 	in, _, stop := rtspIngest(t,
 		SourceConfig{URL: cross.URL(userinfo, "cam"), Drone: "cross", Transport: "tcp"},
 		SourceConfig{URL: local.URL(userinfo, "cam"), Drone: "local", Transport: "tcp"})
 	defer stop()
 	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(userinfo))
-	authed := func(c *camera) (n int) {
-		for _, r := range c.of(base.Describe) {
-			if r.auth != "" {
+	authed := func(c *rtsptest.Camera) (n int) {
+		for _, r := range c.Of(base.Describe) {
+			if r.Auth != "" {
 				n++
 			}
 		}
 		return n
 	}
 	if !testkit.Until(10*time.Second, func() bool {
-		return authed(same) > 0 && len(other.of(base.Describe)) >= 2 && in.Stats().Sources[0].Attempts >= 2
+		return authed(same) > 0 && len(other.Of(base.Describe)) >= 2 && in.Stats().Sources[0].Attempts >= 2
 	}) {
-		t.Fatalf("the same host got %d DESCRIBEs with credentials, the other %d DESCRIBEs", authed(same), len(other.of(base.Describe)))
+		t.Fatalf("the same host got %d DESCRIBEs with credentials, the other %d DESCRIBEs", authed(same), len(other.Of(base.Describe)))
 	}
-	for _, r := range other.requests() {
-		if r.auth != "" {
-			t.Fatalf("the other host got the credentials: %s %q", r.method, r.auth)
+	for _, r := range other.Requests() {
+		if r.Auth != "" {
+			t.Fatalf("the other host got the credentials: %s %q", r.Method, r.Auth)
 		}
 	}
-	for _, r := range same.of(base.Describe) {
-		if r.auth != "" && r.auth != basic {
-			t.Fatalf("the camera's host got %q, want %q", r.auth, basic)
+	for _, r := range same.Of(base.Describe) {
+		if r.Auth != "" && r.Auth != basic {
+			t.Fatalf("the camera's host got %q, want %q", r.Auth, basic)
 		}
 	}
 	st := in.Stats().Sources[0]
-	t.Logf("other host: %d DESCRIBEs, none with credentials; camera's host: %d with them; cross source: %q", len(other.of(base.Describe)), authed(same), st.LastError)
+	t.Logf("other host: %d DESCRIBEs, none with credentials; camera's host: %d with them; cross source: %q", len(other.Of(base.Describe)), authed(same), st.LastError)
 	if !strings.Contains(st.LastError, "401") || !strings.Contains(st.LastError, "sent to 127.0.0.1 only") {
 		t.Fatalf("cross source's error %q does not say the credentials were withheld", st.LastError)
 	}
@@ -150,13 +149,13 @@ func TestRTSPCredentialsStayWithTheCamerasHost(t *testing.T) {
 // last_error).
 func TestRTSPErrorClearedWhenStreaming(t *testing.T) {
 	var published atomic.Bool
-	cam := startCamera(t, "127.0.0.1", func(req *base.Request) (*base.Response, bool) {
+	cam := rtsptest.StartCamera(t, "127.0.0.1", func(req *base.Request) (*base.Response, bool) {
 		if req.Method == base.Describe && !published.Load() {
 			return &base.Response{StatusCode: base.StatusNotFound, StatusMessage: "Not Found"}, false
 		}
-		return plays(req), false
+		return rtsptest.Plays(req), false
 	})
-	cam.streams.Store(true)
+	cam.Stream(nil)
 	in, _, stop := rtspIngest(t, SourceConfig{URL: cam.URL("", "cam"), Drone: "cam", Transport: "tcp"})
 	defer stop()
 	st := waitSource(t, in, "cam", SourceFailing, 5*time.Second)
