@@ -16,6 +16,7 @@ type drone struct {
 	sysid       uint8
 	id, writer  string
 	pending     atomic.Int64 // appends queued in the store, not yet durable (the store's callback changes it without Intake.mu)
+	lastActive  int64        // receive time of its newest frame that passed the checks, Unix ns (the slots' Active)
 	stored      atomic.Uint64
 	comps       [256]component
 	rateLast    map[uint64]int64 // (compid, msgid) → receive time of the last kept, for Rates
@@ -75,11 +76,21 @@ type DroneStats struct {
 // drone pinned, and at most MaxDrones discovered ones at once; when all
 // are taken, the slot of a discovered drone silent for DroneIdleTimeout
 // with nothing in flight goes to a newcomer, its writer closed.
+//
+// The frame path reads the table through in.bySys and marks activity
+// on the drone (Active), not with Peek and Touch: the table is a map,
+// and a lookup by a one-byte key (no fast path in the runtime) cost ~140
+// instructions, two a frame — 13 % of the frame path (BenchmarkFramePath
+// under callgrind). The cost moves to a full table refusing a newcomer:
+// its scan (O(MaxDrones)) is no longer skipped until an entry can have
+// gone idle, as it was not before the table either (docs/benchmarks/mavlink.md).
 func (in *Intake) newSlots() *guard.Table[uint8, *drone] {
 	return guard.NewTable(guard.TableConfig[uint8, *drone]{
 		Max: in.cfg.MaxDrones, Idle: in.cfg.DroneIdleTimeout,
-		Busy: func(_ uint8, d *drone) bool { return d.pending.Load() > 0 },
-		Release: func(_ uint8, d *drone) {
+		Busy:   func(_ uint8, d *drone) bool { return d.pending.Load() > 0 },
+		Active: func(_ uint8, d *drone) int64 { return d.lastActive },
+		Release: func(sysid uint8, d *drone) {
+			in.bySys[sysid] = nil
 			if in.sink.Marks != nil {
 				if err := in.sink.Marks.CloseWriter(d.writer); err != nil {
 					in.c.markErrors.Add(1)
@@ -95,7 +106,7 @@ func (in *Intake) newSlots() *guard.Table[uint8, *drone] {
 // free. It does not mark the drone active: a frame that passes the
 // checks does (frame). Intake.mu is held.
 func (in *Intake) droneFor(sysid uint8, now int64) *drone {
-	if d, ok := in.slots.Peek(sysid); ok {
+	if d := in.bySys[sysid]; d != nil {
 		return d
 	}
 	id, mapped := in.cfg.Drones[sysid]
@@ -106,7 +117,7 @@ func (in *Intake) droneFor(sysid uint8, now int64) *drone {
 	if !mapped {
 		id = DiscoveredID(sysid)
 	}
-	d := &drone{sysid: sysid, id: id, writer: WriterFor(id)}
+	d := &drone{sysid: sysid, id: id, writer: WriterFor(id), lastActive: now}
 	d.st.ID, d.st.SysID, d.st.Vehicle.BatteryPct = id, int(sysid), -1
 	if mapped {
 		in.slots.Pin(sysid, d, now)
@@ -114,6 +125,7 @@ func (in *Intake) droneFor(sysid uint8, now int64) *drone {
 		in.c.dronesOverLimit.Add(1)
 		return nil
 	}
+	in.bySys[sysid] = d
 	return d
 }
 

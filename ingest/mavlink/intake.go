@@ -55,6 +55,9 @@ type Intake struct {
 	// order they were taken from the sockets).
 	mu    sync.Mutex
 	slots *guard.Table[uint8, *drone]
+	// bySys indexes slots' drones by system id for the frame path
+	// (newSlots says why); set on Add and Pin, cleared on Release.
+	bySys [256]*drone
 	batch batch
 	// holes are the components with sequence holes pending (sequence.go);
 	// holeTimer is armed while there are any.
@@ -340,7 +343,7 @@ func (in *Intake) frame(f *Frame, recv, tlogUs int64, src source) {
 		in.c.spoofed.Add(1)
 		return
 	}
-	in.slots.Touch(f.SysID, recv)
+	d.lastActive = max(d.lastActive, recv)
 	d.st.Last = recv
 	d.st.Frames++
 	c := &d.comps[f.CompID]
