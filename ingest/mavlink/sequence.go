@@ -48,9 +48,18 @@ func (in *Intake) noteSeq(d *drone, f *Frame, recv int64) (drop bool, flags loca
 		t.w = sequence.MustNew(seqConfig)
 	}
 	n := len(f.Raw) - sigLen(f)
-	crc := uint32(f.Raw[n-2]) | uint32(f.Raw[n-1])<<8
 	pending := t.w.Pending()
-	r := t.w.Observe(uint32(f.Seq), crc)
+	r := t.w.Observe(uint32(f.Seq), uint32(f.Raw[n-2])|uint32(f.Raw[n-1])<<8)
+	if r.Kind == sequence.Next && r.Lost == 0 {
+		return false, 0 // the common case: no hole opened, filled or lost
+	}
+	return in.seqOutcome(d, t, f.CompID, r, pending, recv)
+}
+
+// seqOutcome is noteSeq's result for an arrival other than the next
+// number: it counts what was lost and lists the component while it has
+// holes. in.mu is held.
+func (in *Intake) seqOutcome(d *drone, t *seqTrack, comp uint8, r sequence.Result, pending int, recv int64) (drop bool, flags localstream.Flags) {
 	in.countLost(d, r.Lost)
 	if t.w.Pending() > pending {
 		if pending == 0 {
@@ -61,7 +70,7 @@ func (in *Intake) noteSeq(d *drone, f *Frame, recv int64) (drop bool, flags loca
 			if len(in.holes) == 0 {
 				in.holeTimer.Reset(holeWait)
 			}
-			in.holes = append(in.holes, holeRef{d: d, comp: f.CompID})
+			in.holes = append(in.holes, holeRef{d: d, comp: comp})
 		}
 	}
 	switch r.Kind {

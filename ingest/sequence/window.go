@@ -163,21 +163,20 @@ func (w *Window) AfterDrops(n int) {
 // tag (see Config.Tags) and records it.
 func (w *Window) Observe(seq, tag uint32) Result {
 	seq &= w.mask
-	if seq == (w.top+1)&w.mask && w.started {
-		// The common case, advance(seq, 1, tag) inline: one slot moves.
-		w.extra, w.suspecting = 0, false
-		i := seq & w.wmask
-		lost := 0
-		if w.state[i] == stHole {
-			lost = 1
-			w.holes--
-		}
-		w.state[i], w.top = stSeen, seq
+	if i := seq & w.wmask; seq == (w.top+1)&w.mask && w.started && w.state[i] != stHole {
+		// The common case, advance(seq, 1, tag) inline (and Observe small
+		// enough to be inlined at its callers): one slot moves.
+		w.extra, w.suspecting, w.state[i], w.top = 0, false, stSeen, seq
 		if w.tags {
 			w.tag[i] = tag
 		}
-		return Result{Kind: Next, Lost: lost}
+		return Result{Kind: Next}
 	}
+	return w.observe(seq, tag)
+}
+
+// observe is Observe but for the next number over a seen slot.
+func (w *Window) observe(seq, tag uint32) Result {
 	extra := w.extra
 	w.extra = 0
 	if !w.started {
