@@ -305,6 +305,9 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	if err != nil {
 		return err
 	}
+	// The first sample before Ready: the agent is Alive (systemd's
+	// watchdog) from the moment it says READY=1.
+	a.sampleOnce()
 	g.Go(func() error { return a.sampleHistory(gctx) })
 	g.Go(func() error { return a.watchCentre(gctx) })
 	// A failed store stops intake: nothing more is acknowledged.

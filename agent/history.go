@@ -105,21 +105,27 @@ func (c *HistoryColumns) append(s streamSample) {
 	c.ReplicatedBytes = append(c.ReplicatedBytes, s.replicatedBytes)
 }
 
-// sampleHistory records a sample every historyEvery until ctx ends.
+// sampleHistory records a sample every historyEvery until ctx ends, the
+// first one historyEvery after the sample Run takes before it is ready.
 func (a *Agent) sampleHistory(ctx context.Context) error {
 	t := time.NewTicker(historyEvery)
 	defer t.Stop()
 	for {
-		a.history.add(time.Now(), a.streamSamples())
-		a.lastSample.Store(time.Now().UnixNano()) // Alive
-		if a.uplink != nil {
-			a.wire.add(time.Now(), a.uplink.Sent())
-		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
+		a.sampleOnce()
+	}
+}
+
+// sampleOnce records one history sample and marks the agent alive.
+func (a *Agent) sampleOnce() {
+	a.history.add(time.Now(), a.streamSamples())
+	a.lastSample.Store(time.Now().UnixNano()) // Alive
+	if a.uplink != nil {
+		a.wire.add(time.Now(), a.uplink.Sent())
 	}
 }
 

@@ -145,3 +145,24 @@ func TestCentreLinkProblem(t *testing.T) {
 		t.Fatalf("back up: %q", p)
 	}
 }
+
+// TestAliveAsSoonAsReady: the agent is alive for systemd's watchdog from
+// the moment it is ready (notify.go sends READY=1 and checks Alive at
+// once). Before, the history sampler's first sample could land after
+// Ready, and every start under a real systemd could log "systemd:
+// watchdog not fed … agent: not sampled yet" at error level
+// (.ci/systemd-boot-check saw it).
+func TestAliveAsSoonAsReady(t *testing.T) {
+	for i := range 10 {
+		cfg := testConfig(t, t.TempDir(), "tcp://127.0.0.1:1")
+		cfg.Telemetry.Enabled, cfg.Video.Enabled = false, false
+		cfg.Central.URL = ""
+		a, cancel, done := startAgent(t, cfg)
+		err := a.Alive(time.Now())
+		cancel()
+		<-done
+		if err != nil {
+			t.Fatalf("start %d: Alive right after Ready: %v", i, err)
+		}
+	}
+}
