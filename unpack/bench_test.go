@@ -4,8 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -181,6 +186,7 @@ func benchUnpack(b *testing.B, c benchCase) {
 		uctx, ucancel := context.WithCancel(context.Background())
 		udone := make(chan error, ns)
 		b.StartTimer()
+		stopProf := phaseProfile(b, "unpack", i)
 		start = time.Now()
 		c0 = cpuNow()
 		for _, u := range us {
@@ -191,6 +197,7 @@ func benchUnpack(b *testing.B, c benchCase) {
 		}
 		unpDur += time.Since(start)
 		unpCPU += cpuNow() - c0
+		stopProf()
 		b.StopTimer()
 		ucancel()
 		for range us {
@@ -218,6 +225,7 @@ func benchUnpack(b *testing.B, c benchCase) {
 		}
 		var pubWG sync.WaitGroup
 		b.StartTimer()
+		stopProf = phaseProfile(b, "floor", i)
 		start = time.Now()
 		c0 = cpuNow()
 		for k := range ns {
@@ -239,6 +247,7 @@ func benchUnpack(b *testing.B, c benchCase) {
 		}
 		floorDur += time.Since(start)
 		floorCPU += cpuNow() - c0
+		stopProf()
 		b.StopTimer()
 	}
 	total := float64(b.N * per * ns)
@@ -290,6 +299,37 @@ func floorMsgs(b *testing.B, nc *nats.Conn, stream string, after uint64, n int) 
 		}
 	}
 	return out
+}
+
+// profiles numbers the phase profiles of one test binary's run.
+var profiles atomic.Int64
+
+// phaseProfile writes a CPU profile of one phase of one op to
+// $EDGE_BENCH_PROFILE/<benchmark>-<phase>-<op>-<n>.pprof when that is
+// set (a whole-run -cpuprofile mixes the replication, unpack and floor
+// phases); the returned func ends it.
+func phaseProfile(b *testing.B, phase string, op int) (stop func()) {
+	dir := os.Getenv("EDGE_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	name := strings.NewReplacer("/", "_", " ", "_").Replace(b.Name())
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s-%d-%d.pprof", name, phase, op, profiles.Add(1))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if os.Getenv("EDGE_BENCH_TRACE") != "" {
+		trace.Start(f)
+		return func() { trace.Stop(); f.Close() }
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // cpuNow is the process's user and system CPU time so far.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -71,6 +72,11 @@ const (
 	outstandingAcks = 4
 )
 
+// sizeSample is how often (in messages) add samples a message's size
+// for the average that sizes the next batch's flow: a size costs a walk
+// of the header map.
+const sizeSample = 32
+
 func newFastPublisher(js jetstream.JetStream, last uint64, window int, maxBytes int64, timeout time.Duration, onAck func(uint64)) (*fastPublisher, error) {
 	return &fastPublisher{js: js, window: window, maxBytes: maxBytes, timeout: timeout, onAck: onAck,
 		failed: make(chan struct{}), next: last, acked: last}, nil
@@ -105,7 +111,14 @@ func (p *fastPublisher) add(ctx context.Context, m *nats.Msg) error {
 	if err := p.error(); err != nil {
 		return err
 	}
-	size := msgSize(m) + fenceReserve
+	var size int64
+	if p.fp == nil || p.next%sizeSample == 0 {
+		size = msgSize(m) + fenceReserve
+		if p.avgSize == 0 {
+			p.avgSize = size
+		}
+		p.avgSize += (size - p.avgSize) / 16
+	}
 	if p.fp == nil {
 		// Ask for a flow ack every quarter of what may be in flight, in
 		// messages of the average size.
@@ -119,8 +132,11 @@ func (p *fastPublisher) add(ctx context.Context, m *nats.Msg) error {
 		}
 		p.fp, p.base, p.batched = fp, p.next, 0
 	}
-	p.avgSize += (size - p.avgSize) / 16
-	ack, err := p.fp.AddMsg(m, jetstreamext.WithBatchExpectLastSequence(p.next))
+	// The fence, set here rather than with jetstreamext's
+	// WithBatchExpectLastSequence: the same header, without an option
+	// closure, its pointer and a header canonicalization per message.
+	m.Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(p.next, 10)}
+	ack, err := p.fp.AddMsg(m)
 	if perr := p.error(); perr != nil {
 		return perr // the server's refusal, not jetstreamext's closed batch
 	}
