@@ -63,8 +63,9 @@ type Agent struct {
 	// uplink is the cap shared by the backlog and the live lane, metered
 	// on the central connection (nil without central).
 	uplink *replicate.Uplink
-	// outage follows the central connection; wire samples the uplink's
-	// bytes sent for its rate (/status uplink).
+	// outage is the one record of the central connection — up, or away
+	// since when and why — that /readyz, /status and the page read;
+	// wire samples the uplink's bytes sent for its rate (/status uplink).
 	outage   *replicate.Outage
 	wire     wireRate
 	lane     *live.Lane
@@ -78,8 +79,6 @@ type Agent struct {
 	red *Redactor
 	// history is the last minutes of each stream's lags and backlog, for the page.
 	history history
-	// centre follows the central connection, for /readyz.
-	centre centreLink
 	// lastSample is when sampleHistory last ran (unix ns), for Alive.
 	lastSample atomic.Int64
 
@@ -309,7 +308,6 @@ func (a *Agent) run(ctx context.Context, stopping chan<- struct{}) (err error) {
 	// watchdog) from the moment it says READY=1.
 	a.sampleOnce()
 	g.Go(func() error { return a.sampleHistory(gctx) })
-	g.Go(func() error { return a.watchCentre(gctx) })
 	// A failed store stops intake: nothing more is acknowledged.
 	g.Go(func() error {
 		select {
@@ -455,7 +453,7 @@ func (a *Agent) startCentral() error {
 	nc, err := replicate.Connect(replicate.ConnConfig{URLs: urls, Name: "edge-agent " + a.id, CAFile: c.CAFile,
 		CertFile: c.CertFile, KeyFile: c.KeyFile, CredsFile: c.CredsFile, NkeySeedFile: c.NkeySeedFile,
 		User: c.User, Password: password, IgnoreDiscoveredServers: c.IgnoreDiscoveredServers,
-		OnReconnectError: a.centre.failed, Dialer: uplink.Dialer(nil), Outage: a.outage}, a.log)
+		Dialer: uplink.Dialer(nil), Outage: a.outage}, a.log)
 	if err != nil {
 		return err
 	}

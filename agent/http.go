@@ -84,7 +84,7 @@ const replicationStall = time.Minute
 // failure of the agent).
 func (a *Agent) replicationProblems(now time.Time) []string {
 	nc := a.centralConn()
-	reachable := nc != nil && (nc.IsConnected() || nc.IsClosed())
+	reachable := nc != nil && (!a.outage.State().Down || nc.IsClosed())
 	var out []string
 	for _, s := range a.replStats() {
 		if p := s.Problem(now, replicationStall); p != "" && (s.Stopped != "" || reachable) {

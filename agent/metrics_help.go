@@ -11,7 +11,7 @@ var fieldHelp = map[string]string{
 	"agent.CatchUp.DrainBytesPerSec":               "SendBytesPerSec is the stream's committed payload bytes a second over the last 10 s; DrainBytesPerSec how fast its backlog shrank (sending less capture; negative: it grows).",
 	"agent.CatchUp.ETASeconds":                     "ETASeconds is the backlog over the drain rate, and CaughtUpAt the time it gives; a backlog that does not shrink but is sent within 2 s at the stream's rate keeps up (backlog over send rate); absent while neither holds (not catching up), 0 when the backlog is empty.",
 	"agent.CatchUp.SendBytesPerSec":                "SendBytesPerSec is the stream's committed payload bytes a second over the last 10 s; DrainBytesPerSec how fast its backlog shrank (sending less capture; negative: it grows).",
-	"agent.Status.CentralConnected":                "CentralConnected tells whether the connection to the centre is up.",
+	"agent.Status.CentralConnected":                "CentralConnected tells whether the connection to the centre is up (the record /readyz and Uplink read: replicate.Outage).",
 	"agent.Status.UptimeSeconds":                   "Uptime since Run started.",
 	"agent.StreamStatus.CommittedLagSeconds":       "LocalLagSeconds and CommittedLagSeconds are how far each watermark's lower bound is behind Status.Time (absent while there is none).",
 	"agent.StreamStatus.LocalLagSeconds":           "LocalLagSeconds and CommittedLagSeconds are how far each watermark's lower bound is behind Status.Time (absent while there is none).",

@@ -11,6 +11,8 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
+	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // probe GETs url and returns its status code and body.
@@ -117,32 +119,101 @@ func TestReadyzCentreAway(t *testing.T) {
 	})
 }
 
-// TestCentreLinkProblem: the states of the link, at fixed times.
-func TestCentreLinkProblem(t *testing.T) {
+// TestCentreProblem: /readyz's answer from the outage record, at fixed
+// times.
+func TestCentreProblem(t *testing.T) {
 	t0 := time.Date(2026, 12, 7, 4, 0, 0, 0, time.UTC)
-	var l centreLink
-	if p := l.problem(t0, time.Minute, "u"); !strings.Contains(p, "not watched") {
-		t.Fatalf("unwatched: %q", p)
-	}
-	l.observe(t0, false, io.ErrUnexpectedEOF)
-	if p := l.problem(t0.Add(time.Hour), time.Minute, "u"); !strings.Contains(p, "never reached since the agent started 1h0m0s ago (u): unexpected EOF") {
+	cause := "centre unreachable: nothing listens at the central address (connection refused)"
+	never := replicate.OutageState{Down: true, Since: t0, NeverConnected: true, Cause: cause}
+	if p := centreProblem(never, t0.Add(time.Hour), time.Minute, "u"); p != "central: never reached since the agent started 1h0m0s ago (u): "+cause {
 		t.Fatalf("never up: %q", p)
 	}
-	l.observe(t0.Add(time.Second), true, nil)
-	l.observe(t0.Add(2*time.Second), false, nil)
-	if p := l.problem(t0.Add(62*time.Second), time.Minute, "u"); p != "" {
+	away := replicate.OutageState{Down: true, Since: t0.Add(2 * time.Second), Cause: cause}
+	if p := centreProblem(away, t0.Add(62*time.Second), time.Minute, "u"); p != "" {
 		t.Fatalf("away for the bound exactly: %q", p)
 	}
-	if p := l.problem(t0.Add(63*time.Second), time.Minute, "u"); !strings.Contains(p, "unreachable since 2026-12-07T04:00:02Z (1m1s") {
+	if p := centreProblem(away, t0.Add(63*time.Second), time.Minute, "u"); !strings.Contains(p, "unreachable since 2026-12-07T04:00:02Z (1m1s") || !strings.HasSuffix(p, cause) {
 		t.Fatalf("away past the bound: %q", p)
 	}
-	l.observe(t0.Add(70*time.Second), false, nil) // still down: the outage keeps its start
-	if p := l.problem(t0.Add(70*time.Second), time.Minute, "u"); !strings.Contains(p, "since 2026-12-07T04:00:02Z") {
-		t.Fatalf("outage start moved: %q", p)
-	}
-	l.observe(t0.Add(71*time.Second), true, nil)
-	if p := l.problem(t0.Add(2*time.Hour), time.Minute, "u"); p != "" {
+	if p := centreProblem(replicate.OutageState{Since: t0.Add(71 * time.Second)}, t0.Add(2*time.Hour), time.Minute, "u"); p != "" {
 		t.Fatalf("back up: %q", p)
+	}
+	if p := centreProblem(away, t0.Add(3*time.Second), 0, "u"); p == "" {
+		t.Fatal("central.unready_after 0: ready while away")
+	}
+}
+
+// TestCentreAwayOneAnswer (issue 40 item 5): /readyz, /status's uplink,
+// its central_connected and its errors answer "is the centre away, and
+// since when" from one record through an outage and a return: read in
+// the order /status, /readyz, /status, two /status that agree bracket a
+// /readyz that agrees with them, and the since-when /readyz names is
+// /status's. With central.unready_after 0 /readyz fails as soon as the
+// centre is away.
+func TestCentreAwayOneAnswer(t *testing.T) {
+	srv := rigs.StartCentral(t, central.Config{})
+	px := testkit.NewProxy(t, strings.TrimPrefix(srv.ClientURL(), "nats://"), testkit.ProxyHooks{})
+	cfg := testConfig(t, t.TempDir(), "tcp://127.0.0.1:1")
+	cfg.Telemetry.Enabled, cfg.Video.Enabled = false, false
+	cfg.Central.URL = "nats://" + px.Addr()
+	cfg.Central.IgnoreDiscoveredServers = true
+	cfg.Central.UnreadyAfter = 0
+	a, cancel, done := startAgent(t, cfg)
+	defer func() { cancel(); <-done }()
+	base := "http://" + a.HTTPAddr()
+	status := func() Status {
+		var s Status
+		getJSON(t, base+"/status", &s)
+		return s
+	}
+	away := func(s Status) bool { return s.Uplink.Down }
+	// agree reads /status, /readyz, /status until d has passed, and fails
+	// on the first answers that disagree; it returns how many reads saw
+	// the centre away and how many there.
+	agree := func(what string, d time.Duration) (down, up int) {
+		t.Helper()
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			s1 := status()
+			code, body := probe(t, base+"/readyz")
+			s2 := status()
+			for _, s := range []Status{s1, s2} {
+				_, central := s.Errors["central"]
+				if away(s) != !s.CentralConnected || away(s) != central {
+					t.Fatalf("%s: /status disagrees with itself: uplink down %v, central_connected %v, errors %v",
+						what, away(s), s.CentralConnected, s.Errors)
+				}
+			}
+			if away(s1) != away(s2) {
+				continue // a change between the reads
+			}
+			if ready := code == http.StatusOK; ready == away(s1) {
+				t.Fatalf("%s: /status says the centre is away: %v (twice, since %v), /readyz %d %q",
+					what, away(s1), s1.Uplink.DownSince, code, body)
+			}
+			if away(s1) {
+				since := s1.Uplink.DownSince.UTC().Format(time.RFC3339)
+				if s1.Uplink.DownSince != s2.Uplink.DownSince || !strings.Contains(body, "since "+since) {
+					t.Fatalf("%s: /status says away since %v and %v, /readyz %q", what, s1.Uplink.DownSince, s2.Uplink.DownSince, body)
+				}
+				down++
+			} else {
+				up++
+			}
+		}
+		return down, up
+	}
+	testkit.WaitFor(t, 20*time.Second, "the centre reached", func() bool { return !away(status()) })
+	agree("reached", 500*time.Millisecond)
+	px.SetDown(true)
+	if px.Cuts() == 0 {
+		t.Fatal("the proxy cut no connection: the agent was not connected through it")
+	}
+	if down, up := agree("going away", 3*time.Second); down == 0 {
+		t.Fatalf("the centre never seen away in 3 s (%d reads there)", up)
+	}
+	px.SetDown(false)
+	if down, up := agree("coming back", 3*time.Second); up == 0 {
+		t.Fatalf("the centre never seen back in 3 s (%d reads away)", down)
 	}
 }
 

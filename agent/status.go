@@ -28,7 +28,8 @@ type Status struct {
 	// Central is the central URL in use, without credentials: the
 	// connected server, else the configured ones ("" when disabled).
 	Central string `json:"central"`
-	// CentralConnected tells whether the connection to the centre is up.
+	// CentralConnected tells whether the connection to the centre is up
+	// (the record /readyz and Uplink read: replicate.Outage).
 	CentralConnected bool `json:"central_connected"`
 	// Store holds store-wide counters (free space, queue, disk-full rejects).
 	Store localstream.StoreStats `json:"store"`
@@ -88,8 +89,13 @@ type StreamStatus struct {
 // Status assembles the current status. Safe to call after Ready.
 func (a *Agent) Status() Status {
 	now := time.Now()
+	// One snapshot of the one record of the centre's link for the whole
+	// document: read twice, or from nats.go's own state beside it, the
+	// parts could disagree (down in uplink, connected in
+	// central_connected, no error).
+	outage := a.outage.State()
 	s := Status{Agent: a.id, Instance: a.instance, Time: now, UptimeSeconds: now.Sub(a.started).Seconds(),
-		Central: a.CentralURL(), CentralConnected: a.centralConn() != nil && a.centralConn().IsConnected(), Store: a.store.Stats(),
+		Central: a.CentralURL(), CentralConnected: a.centralConn() != nil && !outage.Down, Store: a.store.Stats(),
 		Errors: map[string]string{}}
 	a.mu.Lock()
 	maps.Copy(s.Errors, a.errs)
@@ -102,24 +108,16 @@ func (a *Agent) Status() Status {
 		ps := procsStats()
 		s.Procs = &ps
 	}
-	outage := a.outage.State()
-	if nc := a.centralConn(); nc != nil && !s.CentralConnected {
-		cause := outage.Cause
-		if cause == "" {
-			cause = replicate.Cause(nc.LastError())
-		}
-		since := ""
-		if outage.Down {
-			since = fmt.Sprintf(" since %s (%s)", outage.Since.UTC().Format(time.RFC3339), now.Sub(outage.Since).Round(time.Second))
-		}
-		s.Errors["central"] = cause + since + "; not connected to " + s.Central + " (check central.url and that the server runs; capturing locally meanwhile)"
+	if a.centralConn() != nil && outage.Down {
+		s.Errors["central"] = fmt.Sprintf("%s since %s (%s); not connected to %s (check central.url and that the server runs; capturing locally meanwhile)",
+			outage.Cause, outage.Since.UTC().Format(time.RFC3339), now.Sub(outage.Since).Round(time.Second), s.Central)
 	}
 	repl := map[string]*replicate.StreamStats{}
 	for _, rs := range a.replStats() {
 		repl[rs.Stream] = &rs
 		switch {
 		case rs.LastError == "" || !rs.LastErrorEnded.IsZero(): // a past one stays in replication only
-		case !s.CentralConnected && outage.Down:
+		case outage.Down:
 			// The link's error, not the stream's: said once, in words.
 			s.Errors["sync/"+rs.Stream] = outage.Cause + "; the backlog waits (" + replicate.ErrNotConnected.Error() + ")"
 		case s.CentralConnected && rs.LastErrorDisconnected:
@@ -163,7 +161,7 @@ func (a *Agent) Status() Status {
 		}
 		s.Streams = append(s.Streams, ss)
 	}
-	s.Uplink = a.uplinkStatus(now, repl)
+	s.Uplink = a.uplinkStatus(now, outage, repl)
 	if a.video != nil {
 		v := a.video.Stats()
 		s.Video = &v

@@ -82,12 +82,12 @@ func (w *wireRate) rate(since time.Time) float64 {
 	return float64(w.n[len(w.n)-1]-w.n[i]) / dt
 }
 
-// uplinkStatus assembles UplinkStatus (nil without central).
-func (a *Agent) uplinkStatus(now time.Time, repl map[string]*replicate.StreamStats) *UplinkStatus {
+// uplinkStatus assembles UplinkStatus (nil without central) from o, the
+// status's snapshot of the central connection.
+func (a *Agent) uplinkStatus(now time.Time, o replicate.OutageState, repl map[string]*replicate.StreamStats) *UplinkStatus {
 	if a.uplink == nil {
 		return nil
 	}
-	o := a.outage.State()
 	u := &UplinkStatus{CapBytesPerSec: a.uplink.BytesPerSec(), SentBytes: a.uplink.Sent()}
 	if !o.Down {
 		u.SendBytesPerSec = a.wire.rate(o.Since)

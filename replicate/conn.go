@@ -47,12 +47,10 @@ type ConnConfig struct {
 	// Dialer replaces the TCP dialer (tests; the agent's uplink meter,
 	// Uplink.Dialer). Default nil.
 	Dialer nats.CustomDialer
-	// OnReconnectError, when set, is called with each failed attempt to
-	// reach the centre (the first connect's included), on nats.go's
-	// callback goroutine: the agent's /readyz gives it as the reason.
-	OnReconnectError func(error)
 	// Outage, when set, follows the connection: since when it is down
-	// and why. Default nil.
+	// and why (each failed attempt's error). It is the agent's one
+	// record of the centre's link, for /readyz, /status and the page.
+	// Default nil.
 	Outage *Outage
 }
 
@@ -183,9 +181,6 @@ func Connect(cfg ConnConfig, logger *slog.Logger) (*nats.Conn, error) {
 			// Only the agent captures: it says so itself (agent.go); a
 			// reading command is just waiting.
 			logger.Warn("central unreachable; retrying", "urls", cfg.redactedURLs(), "err", err)
-			if cfg.OnReconnectError != nil {
-				cfg.OnReconnectError(err)
-			}
 		}),
 	}
 	if cfg.IgnoreDiscoveredServers {

@@ -12,10 +12,12 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Outage follows the central connection for /status: since when it is
-// down and why, in words. Connect updates it from nats.go's connection
-// handlers (ConnConfig.Outage). Safe for concurrent use; the zero value
-// is ready.
+// Outage follows the central connection: since when it is down and why,
+// in words. Connect updates it from nats.go's connection handlers
+// (ConnConfig.Outage), which a connection the sink replaces keeps. It is
+// the agent's one record of the link: /readyz, /status and the page read
+// it, never nats.go's state beside it, so that they cannot disagree.
+// Safe for concurrent use; the zero value is ready.
 type Outage struct {
 	mu sync.Mutex
 	// down is set while the connection is not up; since is when it went
