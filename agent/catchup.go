@@ -28,10 +28,12 @@ type CatchUp struct {
 	// (sending less capture; negative: it grows).
 	SendBytesPerSec  float64 `json:"send_bytes_per_sec"`
 	DrainBytesPerSec float64 `json:"drain_bytes_per_sec"`
-	// ETASeconds is the backlog over the drain rate, and CaughtUpAt the
-	// time it gives; a backlog that does not shrink but is sent within 2 s
-	// at the stream's rate keeps up (backlog over send rate); absent while
-	// neither holds (not catching up), 0 when the backlog is empty.
+	// ETASeconds is the backlog over the drain rate, or, for a backlog
+	// that does not shrink but is sent within 2 s at the stream's rate,
+	// over the send rate (keeping up); 0 when the backlog is empty; absent
+	// while neither holds and whenever the stream is not replicating (not
+	// catching up: an estimate needs commits, and the rates of the window
+	// before a cut are not the link's now); CaughtUpAt is the time it gives.
 	ETASeconds *float64  `json:"eta_seconds,omitempty"`
 	CaughtUpAt time.Time `json:"caught_up_at,omitzero"`
 }
@@ -43,7 +45,12 @@ func (a *Agent) catchUp(rs *replicate.StreamStats, now time.Time) *CatchUp {
 	if rs.WatermarkLowerNs > 0 {
 		c.BehindSeconds = lagSeconds(now, rs.WatermarkLowerNs)
 	}
-	if rs.BacklogEvents == 0 {
+	// Every stream by one rule: nothing is estimated while nothing
+	// commits. An empty stream retrying is not caught up either: the
+	// centre's watermark of it falls behind (an idle video stream said
+	// "caught up in 0.0 s" 46 s into an outage).
+	committing := rs.State == replicate.StateReplicating
+	if committing && rs.BacklogEvents == 0 {
 		zero := 0.0
 		c.ETASeconds, c.CaughtUpAt = &zero, now
 	}
@@ -54,7 +61,7 @@ func (a *Agent) catchUp(rs *replicate.StreamStats, now time.Time) *CatchUp {
 	c.SendBytesPerSec, c.DrainBytesPerSec = send, drain
 	var eta float64
 	switch {
-	case rs.BacklogEvents == 0:
+	case !committing, rs.BacklogEvents == 0:
 		return c
 	case drain > 0:
 		eta = float64(rs.BacklogBytes) / drain

@@ -13,14 +13,16 @@ import (
 	"github.com/edge-agent/edge-agent/ingest/telemetry/mqttsim"
 	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
+	"github.com/edge-agent/edge-agent/replicate"
 )
 
 // TestOutageOnStatusPage (issues 38, 40 item 5): the centre goes away
 // behind a proxy while drones fly. /status and the page in Chromium say
 // since when, why in words (not nats.go's "outbound buffer limit
 // exceeded"), how much waits and when it will all be at the centre at
-// the cap; once the centre is back the outage and its errors are gone
-// from both while the backlog drains.
+// the cap; no stream claims to catch up while nothing commits (the empty
+// video stream said "0.0 s" while retrying). Once the centre is back the
+// outage and its errors are gone from both while the backlog drains.
 func TestOutageOnStatusPage(t *testing.T) {
 	exe := chromium(t)
 	ctx := context.Background()
@@ -60,9 +62,22 @@ func TestOutageOnStatusPage(t *testing.T) {
 	px.Cut()
 	if !testkit.UntilEvery(30*time.Second, 100*time.Millisecond, func() bool {
 		s = status()
-		return s.Uplink != nil && s.Uplink.Down && s.Uplink.BacklogEvents > 0 && s.Uplink.ETASeconds != nil
+		if s.Uplink == nil || !s.Uplink.Down || s.Uplink.BacklogEvents == 0 || s.Uplink.ETASeconds == nil {
+			return false
+		}
+		for _, st := range s.Streams {
+			if st.Replication.State != replicate.StateRetrying {
+				return false
+			}
+		}
+		return true
 	}) {
-		t.Fatalf("outage not in /status: %+v", s.Uplink)
+		t.Fatalf("outage not in /status, or not every stream retrying: %+v", s.Uplink)
+	}
+	for _, st := range s.Streams {
+		if cu := st.CatchUp; cu.ETASeconds != nil {
+			t.Errorf("stream %s %v with %d events waiting claims to catch up in %.1f s", st.Name, st.Replication.State, cu.BacklogEvents, *cu.ETASeconds)
+		}
 	}
 	u := s.Uplink
 	if px.Cuts() == 0 || u.DownSince.Before(cutAt.Add(-time.Second)) || !strings.HasPrefix(u.Cause, "centre unreachable") ||
@@ -92,6 +107,8 @@ func TestOutageOnStatusPage(t *testing.T) {
 		OutageHidden bool
 		Backlog, ETA string
 		Errors       []string
+		// StreamETA is each stream row's "caught up in".
+		StreamETA map[string]string
 	}
 	const read = `(() => ({
 	  Outage: document.getElementById("outage").textContent,
@@ -99,6 +116,8 @@ func TestOutageOnStatusPage(t *testing.T) {
 	  Backlog: document.querySelector('td[data-k="uplink_backlog"]').textContent,
 	  ETA: document.querySelector('td[data-k="uplink_eta"]').textContent,
 	  Errors: [...document.querySelectorAll("#errors li")].map(li => li.textContent),
+	  StreamETA: Object.fromEntries([...document.querySelectorAll("#streams tbody tr")].map(tr =>
+	    [tr.dataset.stream, tr.querySelector('td[data-k="eta"]').textContent])),
 	}))()`
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/?interval=250")); err != nil {
 		t.Fatal(err)
@@ -110,12 +129,17 @@ func TestOutageOnStatusPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for name, eta := range p.StreamETA {
+		if eta != "not catching up" {
+			t.Errorf("page during the outage: stream %s caught up in %q", name, eta)
+		}
+	}
 	since := u.DownSince.Local().Format("15:04:05")
 	if !strings.Contains(p.Outage, "since") || !strings.Contains(p.Outage, "centre unreachable") ||
 		!strings.Contains(p.Backlog, " events") || !strings.HasSuffix(p.ETA, " at the cap") {
 		t.Fatalf("page during the outage (down since %s): %+v", since, p)
 	}
-	t.Logf("during the outage: %q | backlog %q | complete in %q", p.Outage, p.Backlog, p.ETA)
+	t.Logf("during the outage: %q | backlog %q | complete in %q | streams %v", p.Outage, p.Backlog, p.ETA, p.StreamETA)
 
 	px.SetDown(false)
 	if !testkit.UntilEvery(60*time.Second, 100*time.Millisecond, func() bool {
