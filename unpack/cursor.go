@@ -41,11 +41,15 @@ type msgGetResponse struct {
 // errCodeNoMessage is JetStream's "no message found".
 const errCodeNoMessage = 10037
 
+// errCodeSubjectOverlap is JetStream's "subjects overlap with an
+// existing stream" (JSStreamSubjectOverlapErr; nats.go names no constant).
+const errCodeSubjectOverlap = 10065
+
 // readCursor reads stream's cursor from the derived stream's leader: its
 // info (the last sequence) and its last message with STREAM.MSG.GET (a
 // direct get could be answered by a lagging replica).
-func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stream string) (cursor, error) {
-	name := DerivedStreamName(stream)
+func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, p Partition) (cursor, error) {
+	name := p.StreamName()
 	st, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return cursor{}, nil
@@ -53,7 +57,7 @@ func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stre
 	if err != nil {
 		return cursor{}, fmt.Errorf("unpack: %s: %w", name, err)
 	}
-	if err := checkDerived(st.CachedInfo().Config, stream); err != nil {
+	if err := checkDerived(st.CachedInfo().Config, p); err != nil {
 		return cursor{}, err
 	}
 	if err := allowBatched(ctx, js, st.CachedInfo().Config); err != nil {
@@ -63,7 +67,7 @@ func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stre
 	if c.last == 0 {
 		return c, nil
 	}
-	seq, pos, skipped, found, err := getDerived(ctx, nc, stream, map[string]any{"seq": c.last})
+	seq, pos, skipped, found, err := getDerived(ctx, nc, name, map[string]any{"seq": c.last})
 	if err != nil {
 		return cursor{}, err
 	}
@@ -74,11 +78,10 @@ func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, stre
 	return c, nil
 }
 
-// getDerived reads one derived message from the stream leader
-// ($JS.API.STREAM.MSG.GET with req) and the source position it names;
-// found is false when there is no such message.
-func getDerived(ctx context.Context, nc *nats.Conn, stream string, req map[string]any) (seq uint64, pos position, skipped, found bool, err error) {
-	name := DerivedStreamName(stream)
+// getDerived reads one message of derived stream name from the stream
+// leader ($JS.API.STREAM.MSG.GET with req) and the source position it
+// names; found is false when there is no such message.
+func getDerived(ctx context.Context, nc *nats.Conn, name string, req map[string]any) (seq uint64, pos position, skipped, found bool, err error) {
 	b, _ := json.Marshal(req)
 	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+name, b)
 	if err != nil {
@@ -135,10 +138,22 @@ func allowBatched(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 }
 
 // checkDerived checks a derived stream's configuration: its one subject
-// filter and atomic publish.
-func checkDerived(cfg jetstream.StreamConfig, stream string) error {
-	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != DerivedSubjects(stream) {
-		return fmt.Errorf("%w: %s has subjects %v, want [%s]", ErrDerivedMisconfigured, cfg.Name, cfg.Subjects, DerivedSubjects(stream))
+// filter, atomic publish, and the partitioning it was made with (a
+// stream without that metadata was made with one partition).
+func checkDerived(cfg jetstream.StreamConfig, p Partition) error {
+	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != p.Subjects() {
+		return fmt.Errorf("%w: %s has subjects %v, want [%s]", ErrDerivedMisconfigured, cfg.Name, cfg.Subjects, p.Subjects())
+	}
+	want := p.metadata()
+	got := map[string]string{metaPartitions: "1", metaPartition: "0"}
+	for k := range got {
+		if v, ok := cfg.Metadata[k]; ok {
+			got[k] = v
+		}
+	}
+	if got[metaPartitions] != want[metaPartitions] || got[metaPartition] != want[metaPartition] {
+		return fmt.Errorf("%w: %s was made as partition %s of %s, this unpacker writes partition %s of %s (--partitions changed? the derived streams of the old count must be removed first: docs/unpack.md)",
+			ErrDerivedMisconfigured, cfg.Name, got[metaPartition], got[metaPartitions], want[metaPartition], want[metaPartitions])
 	}
 	if !cfg.AllowAtomicPublish {
 		return fmt.Errorf("%w: %s has allow_atomic false", ErrDerivedMisconfigured, cfg.Name)

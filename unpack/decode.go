@@ -21,12 +21,23 @@ type Event struct {
 	SourceIndex int
 }
 
-// Decode decodes a derived message (subject, headers, payload), for Go
-// consumers and tests; other tools read the headers as they are.
+// Decode decodes a derived message (subject, headers, payload), of a
+// stream with one partition or with many (edgeev.<stream>.p<i>.<agent>.
+// <key>), for Go consumers and tests; other tools read the headers as
+// they are.
 func Decode(subj string, h nats.Header, data []byte) (Event, error) {
 	parts := strings.Split(subj, ".")
+	if len(parts) == 5 && parts[0] == "edgeev" {
+		// A partition's subject (whether i is the agent's partition
+		// needs the count, which the subject does not carry).
+		i, err := strconv.Atoi(strings.TrimPrefix(parts[2], "p"))
+		if !strings.HasPrefix(parts[2], "p") || err != nil || i < 0 || i >= MaxPartitions || strconv.Itoa(i) != parts[2][1:] {
+			return Event{}, fmt.Errorf("%w: subject %q: partition token %q is not p<i>", wire.ErrCorruptRecord, subj, parts[2])
+		}
+		parts = append(parts[:2], parts[3:]...)
+	}
 	if len(parts) != 4 || parts[0] != "edgeev" {
-		return Event{}, fmt.Errorf("%w: subject %q is not edgeev.<stream>.<agent>.<key>", wire.ErrCorruptRecord, subj)
+		return Event{}, fmt.Errorf("%w: subject %q is not edgeev.<stream>[.p<i>].<agent>.<key>", wire.ErrCorruptRecord, subj)
 	}
 	if parts[3] == OwnKeyToken {
 		parts[3] = parts[2] // the agent's own events: key = agent id

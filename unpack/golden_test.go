@@ -47,7 +47,7 @@ func goldenInputs() map[string]*nats.Msg {
 	wm := wire.WatermarkJSON{LowerNs: 1_700_000_000_000_000_000, UpperNs: 1_700_000_000_500_000_000}
 	out := map[string]*nats.Msg{}
 	add := func(name string, s sourced, lim limit) {
-		m, _ := derivedMsg(testStream, s, wm, lim)
+		m, _ := derivedMsg(Partition{Stream: testStream}, s, wm, lim)
 		out[name] = m
 	}
 	add("event", testEvent(), limit{})
@@ -68,9 +68,9 @@ func goldenInputs() map[string]*nats.Msg {
 	add("marker-oversize", over, limit{max: 1500, reserve: fenceReserve})
 	health := testEvent()
 	health.ev.Stream, health.ev.Agent, health.ev.Record.RoutingKey = "health", "gs-1", "gs-1"
-	m, _ := derivedMsg("health", health, wm, limit{})
+	m, _ := derivedMsg(Partition{Stream: "health"}, health, wm, limit{})
 	out["event-agent-own"] = m
-	out["marker-skipped"] = skipMarker(testStream, 4711, "edge.telemetry.gs-9.cut", errors.New("wire: corrupt central record: pack version 3 (this reader knows 1 and 2)"))
+	out["marker-skipped"] = skipMarker(Partition{Stream: testStream}, 4711, "edge.telemetry.gs-9.cut", errors.New("wire: corrupt central record: pack version 3 (this reader knows 1 and 2)"))
 	return out
 }
 

@@ -198,23 +198,29 @@ func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []wire.Ce
 // message's sequence) and decodes it.
 func derivedEvents(t testing.TB, nc *nats.Conn, stream string) ([]Event, []uint64) {
 	t.Helper()
+	evs, seqs, _ := readDerived(t, nc, Partition{Stream: stream})
+	return evs, seqs
+}
+
+// readDerived reads a partition's whole derived stream in order (with
+// each message's sequence and subject) and decodes it.
+func readDerived(t testing.TB, nc *nats.Conn, p Partition) (out []Event, seqs []uint64, subjects []string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	js, _ := jetstream.New(nc)
-	st, err := js.Stream(ctx, DerivedStreamName(stream))
+	st, err := js.Stream(ctx, p.StreamName())
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := st.CachedInfo().State.LastSeq
 	if last == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []Event
-	var seqs []uint64
 	for {
 		b, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
@@ -228,12 +234,13 @@ func derivedEvents(t testing.TB, nc *nats.Conn, stream string) ([]Event, []uint6
 			}
 			out = append(out, ev)
 			seqs = append(seqs, md.Sequence.Stream)
+			subjects = append(subjects, m.Subject())
 			if md.Sequence.Stream >= last {
-				return out, seqs
+				return out, seqs, subjects
 			}
 		}
 		if ctx.Err() != nil {
-			t.Fatalf("derived stream: read %d of %d", len(seqs), last)
+			t.Fatalf("%s: read %d of %d", p.StreamName(), len(seqs), last)
 		}
 	}
 }
@@ -244,11 +251,20 @@ func derivedEvents(t testing.TB, nc *nats.Conn, stream string) ([]Event, []uint6
 // (want: agent → drone key → n). It returns the number of events.
 func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]map[string]int) int {
 	t.Helper()
+	return verifyPartitions(t, nc, stream, 1, want)
+}
+
+// verifyPartitions checks verifyDerived's properties over the n
+// partitions of the stream: partition i holds, on its agents' subjects,
+// the source events of the agents PartitionOf puts in i, each once, in
+// the source's order; together they hold every source event.
+func verifyPartitions(t testing.TB, nc *nats.Conn, stream string, n int, want map[string]map[string]int) int {
+	t.Helper()
 	total := -1
 	for _, ds := range want {
 		total = max(total, 0)
-		for _, n := range ds {
-			total += n
+		for _, c := range ds {
+			total += c
 		}
 	}
 	var src []wire.CentralEvent
@@ -257,7 +273,36 @@ func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]m
 	} else {
 		src = sourceEvents(t, nc, stream)
 	}
-	der, seqs := derivedEvents(t, nc, stream)
+	all := src
+	var events int
+	got := map[string]map[string]int{}
+	for _, p := range Partitions(stream, n) {
+		var src []wire.CentralEvent
+		for _, e := range all {
+			if PartitionOf(e.Agent, n) == p.Index {
+				src = append(src, e)
+			}
+		}
+		der, seqs, subjects := readDerived(t, nc, p)
+		for i, d := range der {
+			if want := p.EventSubject(d.Agent, d.Record.RoutingKey); subjects[i] != want {
+				t.Fatalf("%s seq %d on %q, want %q (agent %q)", p, seqs[i], subjects[i], want, d.Agent)
+			}
+		}
+		checkDerivedSource(t, p, der, seqs, src, got)
+		events += len(der)
+	}
+	if want != nil && fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("per drone counts %v, want %v", got, want)
+	}
+	return events
+}
+
+// checkDerivedSource checks one derived stream (der, at seqs) against
+// the source events it must hold, and counts per agent and drone into
+// got, each drone's numbers continuing from got's.
+func checkDerivedSource(t testing.TB, p Partition, der []Event, seqs []uint64, src []wire.CentralEvent, got map[string]map[string]int) {
+	t.Helper()
 	if len(seqs) > 0 && seqs[len(seqs)-1]-seqs[0]+1 != uint64(len(seqs)) {
 		for i := 1; i < len(seqs); i++ {
 			if seqs[i] != seqs[i-1]+1 {
@@ -287,7 +332,7 @@ func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]m
 				t.Logf("%v: derived 0, source %d", k, n)
 			}
 		}
-		t.Fatalf("derived stream has %d events, source %d", len(der), len(src))
+		t.Fatalf("%s has %d events, source %d", p, len(der), len(src))
 	}
 	for i, d := range der {
 		s := src[i]
@@ -301,7 +346,6 @@ func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]m
 			t.Fatalf("derived event %d differs from the source's:\n%+v\n%+v", i, d.CentralEvent, s)
 		}
 	}
-	got := map[string]map[string]int{}
 	for i, d := range der {
 		var m droneMsg
 		if err := json.Unmarshal(d.Record.Payload, &m); err != nil {
@@ -315,10 +359,6 @@ func verifyDerived(t testing.TB, nc *nats.Conn, stream string, want map[string]m
 		}
 		got[d.Agent][m.Drone] = m.Seq
 	}
-	if want != nil && fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("per drone counts %v, want %v", got, want)
-	}
-	return len(der)
 }
 
 // total is the number of events the agents appended.
@@ -370,12 +410,26 @@ func startUnpacker(t testing.TB, nc *nats.Conn, opts Options) (*Unpacker, func()
 
 // derivedLast is the derived stream's last sequence (0 when missing).
 func derivedLast(nc *nats.Conn, stream string) uint64 {
+	return partitionLast(nc, Partition{Stream: stream})
+}
+
+// partitionLast is a partition's last sequence (0 when missing).
+func partitionLast(nc *nats.Conn, p Partition) uint64 {
 	js, _ := jetstream.New(nc)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, DerivedStreamName(stream))
+	st, err := js.Stream(ctx, p.StreamName())
 	if err != nil {
 		return 0
 	}
 	return st.CachedInfo().State.LastSeq
+}
+
+// partitionsLast is the sum of the n partitions' last sequences.
+func partitionsLast(nc *nats.Conn, stream string, n int) uint64 {
+	var sum uint64
+	for _, p := range Partitions(stream, n) {
+		sum += partitionLast(nc, p)
+	}
+	return sum
 }

@@ -3,7 +3,6 @@ package unpack
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,15 +55,15 @@ func (l limit) fits(m *nats.Msg) bool { return l.max <= 0 || msgSize(m)+l.reserv
 // derivedMsg builds the derived message of ev, committed with watermark
 // wm. An event that would not fit lim becomes a marker (oversize reports
 // it).
-func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, lim limit) (m *nats.Msg, oversize bool) {
-	ev := s.ev
+func derivedMsg(p Partition, s sourced, wm wire.WatermarkJSON, lim limit) (m *nats.Msg, oversize bool) {
+	ev, stream := s.ev, p.Stream
 	if ev.Dropped != "" {
 		m = wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, ev.Dropped, false)
 	} else {
 		m = wire.EncodeEvent(stream, ev.Agent, ev.Txn, ev.Record)
 	}
 	finish := func(m *nats.Msg) *nats.Msg {
-		m.Subject = EventSubject(stream, ev.Agent, ev.Record.RoutingKey)
+		m.Subject = p.EventSubject(ev.Agent, ev.Record.RoutingKey)
 		m.Header[HdrWatermarkLower] = []string{strconv.FormatInt(wm.LowerNs, 10)}
 		m.Header[HdrWatermarkUpper] = []string{strconv.FormatInt(wm.UpperNs, 10)}
 		m.Header[HdrSourceSeq] = []string{strconv.FormatUint(s.pos.seq, 10)}
@@ -87,10 +86,10 @@ func derivedMsg(stream string, s sourced, wm wire.WatermarkJSON, lim limit) (m *
 // the operator because it does not decode (cause): on the subject of
 // its agent and the empty routing key, with no position, transaction or
 // watermark (all 0), Edge-Dropped naming it and Edge-Source-Skipped.
-func skipMarker(stream string, seq uint64, subject string, cause error) *nats.Msg {
-	agent := ""
-	if parts := strings.Split(subject, "."); len(parts) == 4 {
-		if a, err := wire.UnescapeToken(parts[2]); err == nil {
+func skipMarker(p Partition, seq uint64, subject string, cause error) *nats.Msg {
+	stream, agent := p.Stream, ""
+	if tok := sourceAgentToken(subject); tok != "" {
+		if a, err := wire.UnescapeToken(tok); err == nil {
 			agent = a
 		}
 	}
@@ -99,7 +98,7 @@ func skipMarker(stream string, seq uint64, subject string, cause error) *nats.Ms
 	if msgSize(m) > 4096 {
 		m = wire.EncodeMarker(stream, agent, 0, localstream.Record{}, reason[:2048], false)
 	}
-	m.Subject = EventSubject(stream, agent, "")
+	m.Subject = p.EventSubject(agent, "")
 	m.Header[HdrWatermarkLower] = []string{"0"}
 	m.Header[HdrWatermarkUpper] = []string{"0"}
 	m.Header[HdrSourceSeq] = []string{strconv.FormatUint(seq, 10)}
@@ -114,9 +113,9 @@ func skipMarker(stream string, seq uint64, subject string, cause error) *nats.Ms
 // publishes). Markers and oversize events are built fresh, by derivedMsg.
 // It is not safe for concurrent use.
 type builder struct {
-	stream string
-	lim    limit
-	msg    nats.Msg
+	part Partition
+	lim  limit
+	msg  nats.Msg
 	// subjects caches each agent and routing key's subject and token
 	// (cleared when it reaches maxSubjects).
 	subjects map[subjectKey]subjectToken
@@ -134,8 +133,8 @@ type subjectToken struct{ subject, token string }
 // maxSubjects bounds the builder's subject cache.
 const maxSubjects = 1 << 14
 
-func newBuilder(stream string, lim limit) *builder {
-	return &builder{stream: stream, lim: lim, msg: nats.Msg{Header: make(nats.Header, 24)}, subjects: map[subjectKey]subjectToken{}}
+func newBuilder(p Partition, lim limit) *builder {
+	return &builder{part: p, lim: lim, msg: nats.Msg{Header: make(nats.Header, 24)}, subjects: map[subjectKey]subjectToken{}}
 }
 
 // event returns the derived message of s, committed with watermark wm:
@@ -143,7 +142,7 @@ func newBuilder(stream string, lim limit) *builder {
 func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize bool) {
 	ev := s.ev
 	if ev.Dropped != "" {
-		return derivedMsg(b.stream, s, wm, b.lim)
+		return derivedMsg(b.part, s, wm, b.lim)
 	}
 	if s.pos.seq != b.seq || wm.LowerNs != b.lowerNs || wm.UpperNs != b.upperNs || b.seqText == "" {
 		b.seq, b.lowerNs, b.upperNs = s.pos.seq, wm.LowerNs, wm.UpperNs
@@ -157,7 +156,7 @@ func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize
 			clear(b.subjects)
 		}
 		st.token = wire.KeyToken(ev.Record.RoutingKey)
-		st.subject = EventSubject(b.stream, ev.Agent, ev.Record.RoutingKey)
+		st.subject = b.part.EventSubject(ev.Agent, ev.Record.RoutingKey)
 		b.subjects[k] = st
 	}
 	m = &b.msg
@@ -170,7 +169,7 @@ func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize
 	putHeader(h, HdrSourceIndex, strconv.Itoa(s.pos.index))
 	m.Subject, m.Reply, m.Data = st.subject, "", ev.Record.Payload
 	if !b.lim.fits(m) {
-		return derivedMsg(b.stream, s, wm, b.lim)
+		return derivedMsg(b.part, s, wm, b.lim)
 	}
 	return m, false
 }

@@ -29,7 +29,7 @@ func testEvent() sourced {
 // event with its watermark and source position, on the drone's subject.
 func TestDerivedMessageRoundTrip(t *testing.T) {
 	s := testEvent()
-	m, over := derivedMsg(testStream, s, wire.WatermarkJSON{LowerNs: 5, UpperNs: 8}, limit{max: 1 << 20})
+	m, over := derivedMsg(Partition{Stream: testStream}, s, wire.WatermarkJSON{LowerNs: 5, UpperNs: 8}, limit{max: 1 << 20})
 	if over {
 		t.Fatal("a small event reported oversize")
 	}
@@ -53,7 +53,7 @@ func TestDerivedMessageRoundTrip(t *testing.T) {
 // local header, hashed routing key, marker and oversize payload.
 func TestBuilderMatchesFresh(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testkit.Seed(t), 7))
-	b := newBuilder(testStream, limit{max: 4000})
+	b := newBuilder(Partition{Stream: testStream}, limit{max: 4000})
 	for i := range 2000 {
 		s := testEvent()
 		r := &s.ev.Record
@@ -78,7 +78,7 @@ func TestBuilderMatchesFresh(t *testing.T) {
 			r.Payload = make([]byte, 5000) // oversize
 		}
 		wm := wire.WatermarkJSON{LowerNs: int64(i / 5), UpperNs: int64(i/5 + 1)}
-		want, wantOver := derivedMsg(testStream, s, wm, limit{max: 4000})
+		want, wantOver := derivedMsg(Partition{Stream: testStream}, s, wm, limit{max: 4000})
 		got, gotOver := b.event(s, wm)
 		if got.Subject != want.Subject || string(got.Data) != string(want.Data) || gotOver != wantOver || !maps.EqualFunc(got.Header, want.Header, slices.Equal) {
 			t.Fatalf("event %d: builder\n%s %v %v\nfresh\n%s %v %v", i, got.Subject, got.Header, gotOver, want.Subject, want.Header, wantOver)
@@ -92,7 +92,7 @@ func TestBuilderMatchesFresh(t *testing.T) {
 func TestOversizeEventBecomesMarker(t *testing.T) {
 	s := testEvent()
 	s.ev.Record.Payload = make([]byte, 2000)
-	m, over := derivedMsg(testStream, s, wire.WatermarkJSON{}, limit{max: 1500})
+	m, over := derivedMsg(Partition{Stream: testStream}, s, wire.WatermarkJSON{}, limit{max: 1500})
 	if !over || msgSize(m) > 1500 {
 		t.Fatalf("oversize %v, %d bytes", over, msgSize(m))
 	}
@@ -107,7 +107,7 @@ func TestOversizeEventBecomesMarker(t *testing.T) {
 
 // TestDecodeRejects: messages that are not derived ones are errors.
 func TestDecodeRejects(t *testing.T) {
-	good, _ := derivedMsg(testStream, testEvent(), wire.WatermarkJSON{}, limit{})
+	good, _ := derivedMsg(Partition{Stream: testStream}, testEvent(), wire.WatermarkJSON{}, limit{})
 	for name, c := range map[string]struct {
 		subj string
 		h    func(nats.Header)
@@ -140,7 +140,7 @@ func TestDecodeRejects(t *testing.T) {
 // FuzzDecode: Decode of any subject, header block and payload returns
 // an event or an error, never a panic.
 func FuzzDecode(f *testing.F) {
-	m, _ := derivedMsg(testStream, testEvent(), wire.WatermarkJSON{LowerNs: 1, UpperNs: 2}, limit{})
+	m, _ := derivedMsg(Partition{Stream: testStream}, testEvent(), wire.WatermarkJSON{LowerNs: 1, UpperNs: 2}, limit{})
 	var hb strings.Builder
 	hb.WriteString("NATS/1.0\r\n")
 	for k, vs := range m.Header {
@@ -151,6 +151,7 @@ func FuzzDecode(f *testing.F) {
 	hb.WriteString("\r\n")
 	f.Add(m.Subject, []byte(hb.String()), m.Data)
 	f.Add("edgeev.a.b.c", []byte("NATS/1.0\r\nEdge-Source-Seq: 1\r\n\r\n"), []byte{})
+	f.Add("edgeev.a.p1.b.c", []byte("NATS/1.0\r\nEdge-Source-Seq: 1\r\n\r\n"), []byte{})
 	f.Fuzz(func(t *testing.T, subj string, hdr, data []byte) {
 		h, err := parseHeaders(hdr)
 		if err != nil {

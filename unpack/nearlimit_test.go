@@ -34,7 +34,7 @@ func TestNearLimitEventsDoNotStall(t *testing.T) {
 				ContentType: "application/json", Headers: []localstream.Header{{Key: "mqtt-topic", Value: "drones/drone-0/telemetry"}}}
 			tmpl := sourced{pos: position{seq: 10, index: 0}, ev: wire.CentralEvent{Stream: testStream, Agent: a.id, Txn: 10,
 				Record: localstream.Record{Position: localstream.Position{Segment: 1<<32 | 1, Offset: 50}, Event: ev}}}
-			m, _ := derivedMsg(testStream, tmpl, wire.WatermarkJSON{LowerNs: a.base, UpperNs: a.base}, limit{})
+			m, _ := derivedMsg(Partition{Stream: testStream}, tmpl, wire.WatermarkJSON{LowerNs: a.base, UpperNs: a.base}, limit{})
 			head := int(msgSize(m))
 			const n = 100
 			for i := range n {

@@ -54,6 +54,18 @@ type Options struct {
 	// DiscoverInterval is how often a Service without a fixed stream list
 	// looks for new EDGE_<STREAM> streams. Default 10 s.
 	DiscoverInterval time.Duration
+	// Partitions splits each derived stream into that many, by agent
+	// (see Partition; PartitionOf is the documented hash): EDGEEV_<STREAM>_P<i>
+	// on edgeev.<stream>.p<i>.<agent>.<key>, each with its own cursor and
+	// fence, so that N unpackers spread the fan-out over N stream
+	// leaders. Default 0 = 1: EDGEEV_<STREAM> on edgeev.<stream>.<agent>.<key>,
+	// as before partitions existed. At most 64. Changing it needs new
+	// derived streams: an unpacker refuses (ErrDerivedMisconfigured) a
+	// derived stream made with another count.
+	Partitions int
+	// Only lists the partitions (0 … Partitions-1) a Service runs, one
+	// Unpacker each. Default none: every partition.
+	Only []int
 	// Skip lists source sequences the operator allows the unpacker to
 	// skip when they do not decode (a pack of a newer version, a failed
 	// checksum): each is replaced in the derived stream by a skip marker
@@ -118,6 +130,8 @@ func (o Options) validate() error {
 	switch {
 	case o.Replicas < 0 || o.Replicas > 5:
 		return fmt.Errorf("%w: replicas %d (want 0 = as the source, or 1..5)", ErrConfig, o.Replicas)
+	case o.Partitions < 0 || o.Partitions > MaxPartitions:
+		return fmt.Errorf("%w: partitions %d (want 0 or 1 = one derived stream per source stream, or 2..%d)", ErrConfig, o.Partitions, MaxPartitions)
 	case o.BatchSize < 0 || o.BatchSize > 1000:
 		return fmt.Errorf("%w: batch size %d (want 0 = fast batches, 1 = plain publishes, or 2..1000, the server's largest atomic batch by default)", ErrConfig, o.BatchSize)
 	case o.MaxPending < 1 || o.MaxPending > 4096:
@@ -132,5 +146,14 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: a negative duration (ack timeout %s, request timeout %s, standby check %s, retry wait %s, discover interval %s)",
 			ErrConfig, o.AckTimeout, o.RequestTimeout, o.StandbyCheck, o.RetryWait, o.DiscoverInterval)
 	}
+	for _, i := range o.Only {
+		if i < 0 || i >= max(o.Partitions, 1) {
+			return fmt.Errorf("%w: partition %d of %d (want 0..%d)", ErrConfig, i, max(o.Partitions, 1), max(o.Partitions, 1)-1)
+		}
+	}
 	return nil
 }
+
+// MaxPartitions bounds Options.Partitions: a stream leader per
+// partition, and a cluster has far fewer servers than that.
+const MaxPartitions = 64

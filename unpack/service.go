@@ -11,9 +11,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/edge-agent/edge-agent/localstream"
+	"github.com/edge-agent/edge-agent/wire"
 )
 
-// Service runs one Unpacker per central stream: the streams named, or
+// Service runs one Unpacker per central stream and partition
+// (Options.Partitions, Options.Only): the streams named, or
 // every EDGE_<STREAM> found (looked for again every
 // Options.DiscoverInterval). New streams get an unpacker as they appear.
 // Stats is safe for concurrent use.
@@ -51,16 +53,22 @@ func (s *Service) Run(ctx context.Context) error {
 		if started[stream] {
 			return nil
 		}
-		u, err := New(s.nc, stream, s.opts)
-		if err != nil {
-			return err
+		var us []*Unpacker
+		for _, p := range s.partitions(stream) {
+			u, err := NewPartition(s.nc, p, s.opts)
+			if err != nil {
+				return err
+			}
+			us = append(us, u)
 		}
 		started[stream] = true
 		s.mu.Lock()
-		s.running = append(s.running, u)
+		s.running = append(s.running, us...)
 		s.mu.Unlock()
-		s.opts.Logger.Info("unpack: unpacking", "source", u.stream, "derived", DerivedStreamName(u.stream))
-		g.Go(func() error { return u.Run(gctx) })
+		for _, u := range us {
+			s.opts.Logger.Info("unpack: unpacking", "source", wire.StreamName(u.stream), "derived", u.part.StreamName())
+			g.Go(func() error { return u.Run(gctx) })
+		}
 		return nil
 	}
 	for _, st := range s.streams {
@@ -82,6 +90,22 @@ func (s *Service) Run(ctx context.Context) error {
 		})
 	}
 	return g.Wait()
+}
+
+// partitions are the partitions of stream the service runs
+// (Options.Partitions, Options.Only).
+func (s *Service) partitions(stream string) []Partition {
+	all := Partitions(stream, s.opts.Partitions)
+	if len(s.opts.Only) == 0 {
+		return all
+	}
+	var out []Partition
+	for _, p := range all {
+		if slices.Contains(s.opts.Only, p.Index) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Stats returns each running unpacker's counters.

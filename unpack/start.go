@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,7 +27,20 @@ type StreamStart struct {
 	StartSeq uint64 `json:"start_seq,omitempty"`
 	// EventsStartSeq is the first sequence in EDGEEV_<STREAM> whose
 	// source sequence is StartSeq or later (0: the unpacker is not there
-	// yet, or there is no derived stream).
+	// yet, or there is no derived stream, or it has partitions).
+	EventsStartSeq uint64 `json:"events_start_seq,omitempty"`
+	// Partitions is the same point in each partition's derived stream,
+	// when the stream has more than one (Options.Partitions).
+	Partitions []PartitionStart `json:"partitions,omitempty"`
+}
+
+// PartitionStart is a StreamStart's point in one partition's derived
+// stream.
+type PartitionStart struct {
+	// Derived is the partition's stream, EDGEEV_<STREAM>_P<i>.
+	Derived string `json:"derived"`
+	// EventsStartSeq is its first sequence whose source sequence is
+	// StartSeq or later (0: its unpacker is not there yet).
 	EventsStartSeq uint64 `json:"events_start_seq,omitempty"`
 }
 
@@ -53,40 +67,83 @@ func Starts(ctx context.Context, nc *nats.Conn, cut centralread.TimeCut) ([]Stre
 			s.StartSeq = 0
 			continue
 		}
-		seq, err := derivedAtOrAfter(ctx, nc, s.Stream, s.StartSeq)
+		parts, err := FindPartitions(ctx, nc, s.Stream)
 		if err != nil {
 			errs = append(errs, err)
+			continue
 		}
-		s.EventsStartSeq = seq
+		for _, p := range parts {
+			seq, err := derivedAtOrAfter(ctx, nc, p, s.StartSeq)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if p.partitioned() {
+				s.Partitions = append(s.Partitions, PartitionStart{Derived: p.StreamName(), EventsStartSeq: seq})
+			} else {
+				s.EventsStartSeq = seq
+			}
+		}
 	}
 	slices.SortStableFunc(out, func(a, b StreamStart) int { return idx[a.Stream] - idx[b.Stream] })
 	return out, errors.Join(errs...)
 }
 
-// derivedAtOrAfter finds, by binary search over the derived stream, the
-// first derived sequence whose source sequence is src or later (0: none
-// yet, or no derived stream).
-func derivedAtOrAfter(ctx context.Context, nc *nats.Conn, stream string, src uint64) (uint64, error) {
+// FindPartitions returns the derived streams of stream at the centre:
+// EDGEEV_<STREAM> alone, or the partitions of EDGEEV_<STREAM>_P0's count
+// (its metadata), or none.
+func FindPartitions(ctx context.Context, nc *nats.Conn, stream string) ([]Partition, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	whole := Partition{Stream: stream}
+	_, err = js.Stream(ctx, whole.StreamName())
+	if err == nil {
+		return []Partition{whole}, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("unpack: %s: %w", whole.StreamName(), err)
+	}
+	p0 := Partition{Stream: stream, Count: 2}
+	st, err := js.Stream(ctx, p0.StreamName())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("unpack: %s: %w", p0.StreamName(), err)
+	}
+	n, err := strconv.Atoi(st.CachedInfo().Config.Metadata[metaPartitions])
+	if err != nil || n < 2 || n > MaxPartitions {
+		return nil, fmt.Errorf("%w: %s has metadata %s=%q", ErrDerivedMisconfigured, p0.StreamName(), metaPartitions, st.CachedInfo().Config.Metadata[metaPartitions])
+	}
+	return Partitions(stream, n), nil
+}
+
+// derivedAtOrAfter finds, by binary search over the partition's derived
+// stream, the first derived sequence whose source sequence is src or
+// later (0: none yet, or no derived stream).
+func derivedAtOrAfter(ctx context.Context, nc *nats.Conn, p Partition, src uint64) (uint64, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return 0, err
 	}
-	st, err := js.Stream(ctx, DerivedStreamName(stream))
+	name := p.StreamName()
+	st, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("unpack: %s: %w", DerivedStreamName(stream), err)
+		return 0, fmt.Errorf("unpack: %s: %w", name, err)
 	}
 	state := st.CachedInfo().State
 	lo, hi := state.FirstSeq, state.LastSeq
 	if hi == 0 {
 		return 0, nil
 	}
-	filter := DerivedSubjects(stream)
+	filter := p.Subjects()
 	// The first message at or after n and its source sequence.
 	at := func(n uint64) (uint64, uint64, bool, error) {
-		seq, pos, _, found, err := getDerived(ctx, nc, stream, map[string]any{"seq": n, "next_by_subj": filter})
+		seq, pos, _, found, err := getDerived(ctx, nc, name, map[string]any{"seq": n, "next_by_subj": filter})
 		return seq, pos.seq, found, err
 	}
 	if _, s, found, err := at(hi); err != nil || !found || s < src {

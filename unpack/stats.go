@@ -43,6 +43,11 @@ func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 type Stats struct {
 	// Stream is the local stream name.
 	Stream string `json:"stream"`
+	// Derived is the derived stream it writes; Partition is its index
+	// of Partitions (0 of 1 without partitions).
+	Derived    string `json:"derived"`
+	Partition  int    `json:"partition"`
+	Partitions int    `json:"partitions"`
 	// State is what it does now.
 	State State `json:"state"`
 	// Events counts derived messages acked (markers included).

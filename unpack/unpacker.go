@@ -22,15 +22,28 @@ import (
 type Unpacker struct {
 	nc     *nats.Conn
 	stream string
-	opts   Options
-	log    *slog.Logger
-	c      counters
+	// part is the derived stream it writes.
+	part Partition
+	opts Options
+	log  *slog.Logger
+	c    counters
 	// batch is the batch size in use (halved when the server refuses it).
 	batch atomic.Int64
 }
 
-// New returns the unpacker of local stream stream on nc.
+// New returns the unpacker of local stream stream on nc, with one
+// derived stream (Options.Partitions must be 0 or 1; see NewPartition).
 func New(nc *nats.Conn, stream string, opts Options) (*Unpacker, error) {
+	if opts.Partitions > 1 {
+		return nil, fmt.Errorf("%w: %d partitions: an unpacker writes one (NewPartition)", ErrConfig, opts.Partitions)
+	}
+	return NewPartition(nc, Partition{Stream: stream}, opts)
+}
+
+// NewPartition returns the unpacker of one partition of a local stream
+// on nc. Options.Partitions and Options.Only play no part (p says both).
+func NewPartition(nc *nats.Conn, p Partition, opts Options) (*Unpacker, error) {
+	opts.Partitions, opts.Only = 0, nil
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -38,10 +51,17 @@ func New(nc *nats.Conn, stream string, opts Options) (*Unpacker, error) {
 	if nc == nil {
 		return nil, fmt.Errorf("%w: no connection", ErrConfig)
 	}
-	if stream == "" {
+	if p.Stream == "" {
 		return nil, fmt.Errorf("%w: no stream", ErrConfig)
 	}
-	u := &Unpacker{nc: nc, stream: stream, opts: opts, log: opts.Logger.With("stream", stream)}
+	if p.Count < 0 || p.Count > MaxPartitions || p.Index < 0 || p.Index >= max(p.Count, 1) {
+		return nil, fmt.Errorf("%w: partition %d of %d", ErrConfig, p.Index, p.Count)
+	}
+	log := opts.Logger.With("stream", p.Stream)
+	if p.partitioned() {
+		log = log.With("partition", p.Index)
+	}
+	u := &Unpacker{nc: nc, stream: p.Stream, part: p, opts: opts, log: log}
 	u.batch.Store(int64(opts.BatchSize))
 	return u, nil
 }
@@ -49,10 +69,13 @@ func New(nc *nats.Conn, stream string, opts Options) (*Unpacker, error) {
 // Stream is the local stream name.
 func (u *Unpacker) Stream() string { return u.stream }
 
+// Partition is the derived stream it writes.
+func (u *Unpacker) Partition() Partition { return u.part }
+
 // Stats returns the counters.
 func (u *Unpacker) Stats() Stats {
 	return Stats{
-		Stream: u.stream, State: State(u.c.state.Load()),
+		Stream: u.stream, Derived: u.part.StreamName(), Partition: u.part.Index, Partitions: max(u.part.Count, 1), State: State(u.c.state.Load()),
 		Events: u.c.events.Load(), Oversize: u.c.oversize.Load(), Corrupt: u.c.corrupt.Load(), Skipped: u.c.skipped.Load(),
 		OrphanParts: u.c.orphans.Load(), Fenced: u.c.fenced.Load(), Sessions: u.c.sessions.Load(),
 		SourceSeq: u.c.src.Load(), DerivedSeq: u.c.deriv.Load(), BlockedSeq: u.c.blocked.Load(), Error: u.lastError(),
@@ -157,7 +180,7 @@ func (u *Unpacker) standby(ctx context.Context) {
 	var last uint64
 	for i := 0; ctx.Err() == nil; i++ {
 		rctx, cancel := context.WithTimeout(ctx, u.opts.RequestTimeout)
-		st, err := js.Stream(rctx, DerivedStreamName(u.stream))
+		st, err := js.Stream(rctx, u.part.StreamName())
 		cancel()
 		var now uint64
 		if err == nil {
@@ -197,7 +220,7 @@ func (u *Unpacker) session(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithTimeout(ctx, u.opts.RequestTimeout)
 	defer cancel()
-	cur, err := readCursor(rctx, u.nc, js, u.stream)
+	cur, err := readCursor(rctx, u.nc, js, u.part)
 	if err != nil {
 		return err
 	}
@@ -261,7 +284,7 @@ func (u *Unpacker) session(ctx context.Context) error {
 	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{}, pub: pub,
 		lim: limit{max: u.nc.MaxPayload(), reserve: pub.reserve()}}
 	if _, fast := pub.(*fastPublisher); fast {
-		s.build = newBuilder(u.stream, s.lim)
+		s.build = newBuilder(u.part, s.lim)
 	}
 	u.log.Debug("unpack: session", "derived_last", cur.last, "from_source_seq", cur.pos.seq, "from_index", cur.pos.index)
 	defer s.pub.close()
@@ -342,6 +365,11 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 	if s.cur.skipped && seq == s.cur.pos.seq {
 		return nil // skipped before (the derived stream's last message says so)
 	}
+	if !s.u.part.holds(m.Subject()) {
+		// Another partition's agent: not decoded here, so that a pack
+		// that does not decode blocks its own partition only.
+		return nil
+	}
 	evs, commit, err := wire.DecodeMessage(m.Subject(), m.Headers(), m.Data())
 	if err != nil {
 		u.c.corrupt.Add(1)
@@ -379,7 +407,7 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 		if s.build != nil {
 			dm, over = s.build.event(e, commit.Watermark)
 		} else {
-			dm, over = derivedMsg(u.stream, e, commit.Watermark, s.lim)
+			dm, over = derivedMsg(u.part, e, commit.Watermark, s.lim)
 		}
 		if over {
 			u.c.oversize.Add(1)
@@ -400,7 +428,7 @@ func (s *sessionState) skip(ctx context.Context, seq uint64, subject string, cau
 			return err
 		}
 	}
-	m := skipMarker(u.stream, seq, subject, cause)
+	m := skipMarker(u.part, seq, subject, cause)
 	if err := s.pub.add(ctx, m); err != nil {
 		return err
 	}
@@ -422,11 +450,16 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 	if replicas == 0 {
 		replicas = max(s.src.CachedInfo().Config.Replicas, 1)
 	}
-	name := DerivedStreamName(u.stream)
+	name := u.part.StreamName()
+	desc := "edge-agent per-event stream of " + wire.StreamName(u.stream)
+	if u.part.partitioned() {
+		desc += fmt.Sprintf(" (partition %d of %d by agent)", u.part.Index, u.part.Count)
+	}
 	st, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:               name,
-		Description:        "edge-agent per-event stream of " + wire.StreamName(u.stream) + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
-		Subjects:           []string{DerivedSubjects(u.stream)},
+		Description:        desc + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
+		Subjects:           []string{u.part.Subjects()},
+		Metadata:           u.part.metadata(),
 		Storage:            jetstream.FileStorage,
 		Replicas:           replicas,
 		AllowDirect:        true,
@@ -436,10 +469,16 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		st, err = s.js.Stream(ctx, name)
 	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectOverlap {
+		// Another count of partitions made streams on these subjects.
+		return fmt.Errorf("%w: %s: its subjects %s overlap another stream's (derived streams of another partition count? docs/unpack.md): %v",
+			ErrDerivedMisconfigured, name, u.part.Subjects(), err)
+	}
 	if err != nil {
 		return fmt.Errorf("unpack: create %s: %w", name, err)
 	}
-	if err := checkDerived(st.CachedInfo().Config, u.stream); err != nil {
+	if err := checkDerived(st.CachedInfo().Config, u.part); err != nil {
 		return err
 	}
 	if last := st.CachedInfo().State.LastSeq; last != s.cur.last {

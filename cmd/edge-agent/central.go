@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/edge-agent/edge-agent/central"
+	"github.com/edge-agent/edge-agent/unpack"
 )
 
 func init() {
@@ -33,8 +34,12 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	routes := fs.String("routes", "", "comma-separated route `URLS` of the members (nats://host:port,...)")
 	noAdvertise := fs.Bool("no-advertise", false, "do not advertise other members' client URLs to clients")
 	withUnpack := fs.Bool("unpack", false, "also run the unpack service on this node (per-drone events in EDGEEV_<STREAM>; docs/unpack.md); on every node of a cluster, one is active, the others stand by")
+	unpackPartitions := fs.Int("unpack-partitions", 1, "with --unpack, split each derived stream into `N` partitions by agent (as `central unpack --partitions`)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *unpackPartitions < 1 || *unpackPartitions > unpack.MaxPartitions {
+		return usagef("--unpack-partitions %d: want 1..%d", *unpackPartitions, unpack.MaxPartitions)
 	}
 	cfg := central.Config{
 		Listen:        *listen,
@@ -67,7 +72,7 @@ func runCentral(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return srv.Run(ctx)
 	}
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return runUnpackBeside(gctx, srv, stderr) })
+	g.Go(func() error { return runUnpackBeside(gctx, srv, *unpackPartitions, stderr) })
 	g.Go(func() error { return srv.Run(gctx) })
 	return g.Wait()
 }

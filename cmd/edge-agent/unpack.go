@@ -31,11 +31,23 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 	var skips stringList
 	fs.Var(&skips, "skip", "source `SEQ` of the one --stream to skip if it does not decode (a pack of a newer version, a failed checksum); a skip marker in the derived stream names it (repeatable)")
 	status := fs.String("status", "", "serve GET /status (JSON: each stream's state, counters and error) on `HOST:PORT`")
+	partitions := fs.Int("partitions", 1, "split each derived stream into `N` by agent: EDGEEV_<STREAM>_P<i> on edgeev.<stream>.p<i>.<agent>.<drone>, i = FNV-1a-32(agent token) mod N (docs/unpack.md); 1: EDGEEV_<STREAM>")
+	partition := fs.Int("partition", -1, "with --partitions, run partition `I` only (0..N-1; default every partition)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	opts := unpack.DefaultOptions()
 	opts.Replicas = *replicas
+	if *partitions < 1 || *partitions > unpack.MaxPartitions {
+		return usagef("--partitions %d: want 1..%d", *partitions, unpack.MaxPartitions)
+	}
+	opts.Partitions = *partitions
+	if *partition != -1 {
+		if *partition < 0 || *partition >= *partitions {
+			return usagef("--partition %d: want 0..%d (one of --partitions %d)", *partition, *partitions-1, *partitions)
+		}
+		opts.Only = []int{*partition}
+	}
 	for _, v := range skips {
 		seq, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || seq == 0 {
@@ -68,7 +80,7 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return usagef("%v", err)
 	}
-	fmt.Fprintf(stdout, "central unpack: %s → EDGEEV_<STREAM> (edgeev.<stream>.<agent>.<drone>)\n", nc.ConnectedUrlRedacted())
+	fmt.Fprintf(stdout, "central unpack: %s → %s\n", nc.ConnectedUrlRedacted(), unpackTarget(*partitions, *partition))
 	if *status == "" {
 		return svc.Run(ctx)
 	}
@@ -92,8 +104,20 @@ func runCentralUnpack(ctx context.Context, args []string, stdout, stderr io.Writ
 	return g.Wait()
 }
 
+// unpackTarget says which derived streams the service writes.
+func unpackTarget(n, only int) string {
+	switch {
+	case n <= 1:
+		return "EDGEEV_<STREAM> (edgeev.<stream>.<agent>.<drone>)"
+	case only >= 0:
+		return fmt.Sprintf("EDGEEV_<STREAM>_P%d (edgeev.<stream>.p%d.<agent>.<drone>), partition %d of %d", only, only, only, n)
+	default:
+		return fmt.Sprintf("EDGEEV_<STREAM>_P0 … _P%d (edgeev.<stream>.p<i>.<agent>.<drone>), all %d partitions", n-1, n)
+	}
+}
+
 // unpackStatus is the JSON document at `central unpack --status`'s
-// /status: one entry per source stream, in start order.
+// /status: one entry per source stream and partition, in start order.
 type unpackStatus struct {
 	Streams []unpack.Stats `json:"streams"`
 }
@@ -110,7 +134,7 @@ func unpackStatusHandler(svc *unpack.Service) http.Handler {
 // runUnpackBeside runs the unpack service inside `edge-agent central
 // --unpack`, on an in-process connection to the node (no TCP loopback:
 // less CPU per event, see docs/unpack.md).
-func runUnpackBeside(ctx context.Context, node nats.InProcessConnProvider, stderr io.Writer) error {
+func runUnpackBeside(ctx context.Context, node nats.InProcessConnProvider, partitions int, stderr io.Writer) error {
 	nc, err := nats.Connect("", nats.InProcessServer(node), nats.Name("edge-agent-unpack"), nats.MaxReconnects(-1))
 	if err != nil {
 		return fmt.Errorf("central --unpack: %w", err)
@@ -118,6 +142,7 @@ func runUnpackBeside(ctx context.Context, node nats.InProcessConnProvider, stder
 	defer nc.Close()
 	opts := unpack.DefaultOptions()
 	opts.Logger = levelLogger(stderr, "info")
+	opts.Partitions = partitions
 	svc, err := unpack.NewService(nc, nil, opts)
 	if err != nil {
 		return err
