@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,8 @@ import (
 // since when, why in words (not nats.go's "outbound buffer limit
 // exceeded"), how much waits and when it will all be at the centre at
 // the cap; no stream claims to catch up while nothing commits (the empty
-// video stream said "0.0 s" while retrying). Once the centre is back the
+// video stream said "0.0 s" while retrying), and the live lane says it
+// is not delivering (it said "problems 0"). Once the centre is back the
 // outage and its errors are gone from both while the backlog drains.
 func TestOutageOnStatusPage(t *testing.T) {
 	exe := chromium(t)
@@ -107,8 +109,10 @@ func TestOutageOnStatusPage(t *testing.T) {
 		OutageHidden bool
 		Backlog, ETA string
 		Errors       []string
-		// StreamETA is each stream row's "caught up in".
+		// StreamETA is each stream row's "caught up in"; Live each live
+		// lane row's problems and last sent.
 		StreamETA map[string]string
+		Live      map[string][2]string
 	}
 	const read = `(() => ({
 	  Outage: document.getElementById("outage").textContent,
@@ -118,6 +122,8 @@ func TestOutageOnStatusPage(t *testing.T) {
 	  Errors: [...document.querySelectorAll("#errors li")].map(li => li.textContent),
 	  StreamETA: Object.fromEntries([...document.querySelectorAll("#streams tbody tr")].map(tr =>
 	    [tr.dataset.stream, tr.querySelector('td[data-k="eta"]').textContent])),
+	  Live: Object.fromEntries([...document.querySelectorAll("#live tbody tr")].map(tr =>
+	    [tr.dataset.live, [tr.querySelector('td[data-k="problems"]').textContent, tr.querySelector('td[data-k="last_sent"]').textContent]])),
 	}))()`
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/?interval=250")); err != nil {
 		t.Fatal(err)
@@ -125,6 +131,9 @@ func TestOutageOnStatusPage(t *testing.T) {
 	if err := poll(`!document.getElementById("outage").hidden && window.edgePage.polls >= 2`); err != nil {
 		t.Fatal(err)
 	}
+	// The lane's telemetry drones fly on: their values wait.
+	stalled := poll10(bctx, `(() => { const td = document.querySelector('tr[data-live="telemetry"] td[data-k="problems"]');
+	  return td != null && td.textContent.includes("not delivering"); })()`)
 	p, err := chromedp.Run(bctx, chromedp.Evaluate[shown](read))
 	if err != nil {
 		t.Fatal(err)
@@ -134,12 +143,19 @@ func TestOutageOnStatusPage(t *testing.T) {
 			t.Errorf("page during the outage: stream %s caught up in %q", name, eta)
 		}
 	}
+	if stalled != nil {
+		t.Errorf("page during the outage: the live lane does not say it is not delivering (problems, last sent): %v", p.Live)
+	} else if !slices.ContainsFunc(p.Errors, func(e string) bool {
+		return strings.HasPrefix(e, "live/telemetry: not delivering since ") && strings.Contains(e, "centre unreachable")
+	}) {
+		t.Errorf("page during the outage: the live lane not delivering, but not among the errors: %q", p.Errors)
+	}
 	since := u.DownSince.Local().Format("15:04:05")
 	if !strings.Contains(p.Outage, "since") || !strings.Contains(p.Outage, "centre unreachable") ||
 		!strings.Contains(p.Backlog, " events") || !strings.HasSuffix(p.ETA, " at the cap") {
 		t.Fatalf("page during the outage (down since %s): %+v", since, p)
 	}
-	t.Logf("during the outage: %q | backlog %q | complete in %q | streams %v", p.Outage, p.Backlog, p.ETA, p.StreamETA)
+	t.Logf("during the outage: %q | backlog %q | complete in %q | streams %v | live %v", p.Outage, p.Backlog, p.ETA, p.StreamETA, p.Live)
 
 	px.SetDown(false)
 	if !testkit.UntilEvery(60*time.Second, 100*time.Millisecond, func() bool {
@@ -153,6 +169,7 @@ func TestOutageOnStatusPage(t *testing.T) {
 	if err := poll(`document.getElementById("outage").hidden`); err != nil {
 		t.Fatal(err)
 	}
+	delivering := poll10(bctx, `![...document.querySelectorAll('#live td[data-k="problems"]')].some(td => td.textContent.includes("not delivering"))`)
 	if p, err = chromedp.Run(bctx, chromedp.Evaluate[shown](read)); err != nil {
 		t.Fatal(err)
 	}
@@ -161,5 +178,14 @@ func TestOutageOnStatusPage(t *testing.T) {
 			t.Errorf("the outage's error still on the page once the centre is back: %q", e)
 		}
 	}
-	t.Logf("after: backlog %q | complete in %q | errors %v", p.Backlog, p.ETA, p.Errors)
+	if delivering != nil {
+		t.Errorf("the live lane still not delivering once the centre is back: %v", p.Live)
+	}
+	t.Logf("after: backlog %q | complete in %q | errors %v | live %v", p.Backlog, p.ETA, p.Errors, p.Live)
+}
+
+// poll10 waits up to 10 s for the page's pred to hold.
+func poll10(ctx context.Context, pred string) error {
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](pred, chromedp.WithPollingTimeout(10*time.Second)))
+	return err
 }

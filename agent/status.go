@@ -183,9 +183,37 @@ func (a *Agent) Status() Status {
 	if a.lane != nil {
 		l := a.lane.Stats()
 		s.Live = &l
+		for _, ls := range l.Streams {
+			if p := laneProblem(ls, l.LastError, outage, now); p != "" {
+				s.Errors["live/"+ls.Stream] = p
+			}
+		}
 	}
 	s.Devices = a.devices.status()
 	return s
+}
+
+// laneProblem says why a stream's live lane does not deliver ("" when it
+// does, or nothing waits): since when, how old its last value at the
+// centre is, and the cause — the outage's, else the lane's last error.
+func laneProblem(ls live.StreamStats, laneErr string, o replicate.OutageState, now time.Time) string {
+	if ls.NotDeliveringSince.IsZero() {
+		return ""
+	}
+	last := "nothing sent yet"
+	if !ls.LastSent.IsZero() {
+		last = "last value sent " + now.Sub(ls.LastSent).Round(100*time.Millisecond).String() + " ago"
+	}
+	cause := laneErr
+	if o.Down {
+		cause = o.Cause
+	}
+	p := fmt.Sprintf("not delivering since %s (%s; %s)", ls.NotDeliveringSince.UTC().Format(time.RFC3339),
+		now.Sub(ls.NotDeliveringSince).Round(time.Second), last)
+	if cause != "" {
+		p += ": " + cause
+	}
+	return p
 }
 
 // lagSeconds is how far the time lowerNs is behind now.

@@ -90,7 +90,16 @@ type streamLane struct {
 	// publishes that failed or were not acknowledged.
 	sent, bytes, pubErrs, tooLarge atomic.Uint64
 	lastSentNs                     atomic.Int64
+	// stalledNs is when a value due first could not be sent (the centre
+	// unreachable, EDGELIVE not checked, a publish refused) since the
+	// stream's last acknowledged value; 0 while it delivers or nothing
+	// waits.
+	stalledNs atomic.Int64
 }
+
+// stall records that a value of s is due and cannot be sent at t; the
+// first such moment since the last acknowledged value stays.
+func (s *streamLane) stall(t time.Time) { s.stalledNs.CompareAndSwap(0, t.UnixNano()) }
 
 // New returns the lane of agent over the given local streams; those whose
 // Config.Stream is off are left out.
@@ -169,10 +178,12 @@ func (l *Lane) Run(ctx context.Context) error {
 func (l *Lane) sendDue(ctx context.Context) error {
 	nc := l.opts.Conn()
 	if nc == nil || !nc.IsConnected() {
+		l.stallDue()
 		return nil
 	}
 	js, err := l.ensure(ctx, nc)
 	if js == nil {
+		l.stallDue()
 		return err
 	}
 	var out []inflight
@@ -181,6 +192,27 @@ func (l *Lane) sendDue(ctx context.Context) error {
 		err = aerr
 	}
 	return err
+}
+
+// stallDue records, for each stream, that its values due cannot be sent
+// now; a stream with nothing waiting is not stalled (its drones' last
+// values are at the centre, or were released).
+func (l *Lane) stallDue() {
+	now := l.opts.Now()
+	for _, s := range l.streams {
+		waiting := false
+		for _, sl := range s.f.pending(s.sentVersion, s.sentAt) {
+			if now.Sub(s.sentAt[sl.v.drone]) >= s.cfg.Interval {
+				waiting = true
+				break
+			}
+		}
+		if !waiting {
+			s.stalledNs.Store(0)
+			continue
+		}
+		s.stall(now)
+	}
 }
 
 // inflight is a value published and not yet acknowledged.
@@ -197,6 +229,9 @@ type inflight struct {
 func (l *Lane) publishDue(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, out *[]inflight) error {
 	for _, s := range l.streams {
 		due := s.f.pending(s.sentVersion, s.sentAt)
+		if len(due) == 0 {
+			s.stalledNs.Store(0) // nothing waits
+		}
 		slices.SortFunc(due, func(a, b slot) int { return cmp.Compare(a.v.drone, b.v.drone) })
 		for _, sl := range due {
 			now := l.opts.Now()
@@ -215,6 +250,7 @@ func (l *Lane) publishDue(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 				return nil // ctx ended
 			}
 			if !nc.IsConnected() {
+				s.stall(now)
 				return nil // the link dropped meanwhile: the value stays due
 			}
 			// Stamped when it leaves, after the wait for the uplink.
@@ -222,6 +258,7 @@ func (l *Lane) publishDue(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 			f, err := js.PublishMsgAsync(m, jetstream.WithRetryAttempts(0))
 			if err != nil {
 				s.pubErrs.Add(1)
+				s.stall(now)
 				l.ensured = nil
 				return fmt.Errorf("live: publish %s: %w", m.Subject, err)
 			}
@@ -234,8 +271,12 @@ func (l *Lane) publishDue(ctx context.Context, nc *nats.Conn, js jetstream.JetSt
 // acked waits for the acknowledgements of out (each bounded by ackTimeout)
 // and counts the values acknowledged as sent. A value not acknowledged
 // stays due, and the stream is checked again before the next publish (a
-// centre that lost EDGELIVE answers "no responders").
+// centre that lost EDGELIVE answers "no responders"). Once every stream
+// delivers, the lane's last error is past and cleared.
 func (l *Lane) acked(ctx context.Context, out []inflight) error {
+	if len(out) == 0 {
+		return nil
+	}
 	var first error
 	for _, f := range out {
 		var err error
@@ -247,6 +288,7 @@ func (l *Lane) acked(ctx context.Context, out []inflight) error {
 		}
 		if err != nil {
 			f.s.pubErrs.Add(1)
+			f.s.stall(f.at)
 			l.ensured = nil
 			if first == nil {
 				first = fmt.Errorf("live: publish %s: %w", f.ack.Msg().Subject, err)
@@ -260,8 +302,24 @@ func (l *Lane) acked(ctx context.Context, out []inflight) error {
 		s.sent.Add(1)
 		s.bytes.Add(uint64(f.n))
 		s.lastSentNs.Store(f.at.UnixNano())
+		s.stalledNs.Store(0)
+	}
+	if first == nil && !l.stalled() {
+		l.mu.Lock()
+		l.lastErr = ""
+		l.mu.Unlock()
 	}
 	return first
+}
+
+// stalled reports whether a stream has values due that it cannot send.
+func (l *Lane) stalled() bool {
+	for _, s := range l.streams {
+		if s.stalledNs.Load() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ackTimeout bounds the wait for a value's acknowledgement.

@@ -8,7 +8,8 @@ type Stats struct {
 	ShareBytesPerSec int64 `json:"share_bytes_per_sec"`
 	// EnsureErrors counts failed attempts to create the EDGELIVE stream.
 	EnsureErrors uint64 `json:"ensure_errors"`
-	// LastError is the latest publish or stream error.
+	// LastError is the latest publish or stream error; cleared once
+	// every stream delivers again.
 	LastError string `json:"last_error,omitempty"`
 	// Streams is each stream's lane, in priority order.
 	Streams []StreamStats `json:"streams"`
@@ -38,6 +39,12 @@ type StreamStats struct {
 	Undecodable uint64 `json:"undecodable"`
 	// LastSent is when the last value acknowledged was sent (zero: never).
 	LastSent time.Time `json:"last_sent,omitzero"`
+	// NotDeliveringSince is set while a value is due that the lane cannot
+	// send — the centre unreachable, EDGELIVE not there, a publish
+	// refused or not acknowledged: since the first such moment after the
+	// stream's last acknowledged value (zero while it delivers, or
+	// nothing waits).
+	NotDeliveringSince time.Time `json:"not_delivering_since,omitzero"`
 }
 
 // Stats returns the lane's snapshot. Safe for concurrent use.
@@ -51,6 +58,9 @@ func (l *Lane) Stats() Stats {
 			TooLarge: sl.tooLarge.Load(), DronesRefused: sl.f.refused.Load(), Undecodable: sl.f.skipped.Load()}
 		if ns := sl.lastSentNs.Load(); ns != 0 {
 			ss.LastSent = time.Unix(0, ns)
+		}
+		if ns := sl.stalledNs.Load(); ns != 0 {
+			ss.NotDeliveringSince = time.Unix(0, ns)
 		}
 		s.Streams = append(s.Streams, ss)
 	}

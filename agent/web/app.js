@@ -235,7 +235,13 @@ function renderLive(s) {
     cell(tr, "bytes", fmtBytes(x.bytes));
     cell(tr, "last_sent", x.last_sent ? fmtSec(Math.max(0, (now - Date.parse(x.last_sent)) / 1000)) + " ago" : "never");
     const bad = (x.publish_errors || 0) + (x.too_large || 0) + (x.drones_refused || 0) + (x.undecodable || 0);
-    cell(tr, "problems", fmtInt(bad), bad > 0 ? "warnText" : "");
+    // Values wait that the lane cannot send (the centre away, a publish
+    // refused): a problem however few errors it counted.
+    const stalled = x.not_delivering_since
+      ? "not delivering since " + new Date(x.not_delivering_since).toLocaleTimeString() + " (" +
+        fmtSec(Math.max(0, (now - Date.parse(x.not_delivering_since)) / 1000)) + ")" : "";
+    cell(tr, "problems", stalled ? stalled + (bad > 0 ? ", " + fmtInt(bad) + " errors" : "") : fmtInt(bad),
+      bad > 0 || stalled ? "warnText" : "");
     tb.appendChild(tr);
   }
 }
