@@ -26,7 +26,7 @@ import (
 // TestMain lets the test binary run as an unpacker process (child role
 // "unpacker"), so that tests can SIGKILL it.
 func TestMain(m *testing.M) {
-	testkit.Main(m, map[string]func() int{"unpacker": childUnpacker})
+	testkit.Main(m, map[string]func() int{"unpacker": childUnpacker, "partition": childPartition})
 }
 
 // childUnpacker runs the unpacker of the test stream on the URLs in
