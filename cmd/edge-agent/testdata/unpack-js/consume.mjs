@@ -1,16 +1,20 @@
-// A stock consumer of the derived stream: the npm nats client's ordered
-// consumer, nothing of edge-agent. Usage: node consume.mjs URL STREAM [SPEC]
-// It prints one JSON line per message (stream sequence, subject, headers,
-// payload) as it arrives; with SPEC (docs/central-format.md), each line
-// also lists in "unknown" the headers that the spec's derived-message
-// table does not name. When stdin gives a number N, it stops once it
-// has N messages and has seen nothing more for 1.5 s (a duplicate would
-// arrive then), and exits.
+// A stock consumer of the derived streams: the npm nats client's ordered
+// consumers, nothing of edge-agent.
+// Usage: node consume.mjs URL STREAM[,STREAM...] [SPEC]
+// STREAM is EDGEEV_TELEMETRY, or with partitions every one of them
+// (EDGEEV_TELEMETRY_P0,EDGEEV_TELEMETRY_P1,...): one ordered consumer
+// each, read side by side. It prints one JSON line per message (stream,
+// stream sequence, subject, headers, payload) as it arrives; with SPEC
+// (docs/central-format.md), each line also lists in "unknown" the
+// headers that the spec's derived-message table does not name. When
+// stdin gives a number N, it stops once it has N messages in all and has
+// seen nothing more for 1.5 s (a duplicate would arrive then), and exits.
 import { connect } from "nats";
 import { createInterface } from "node:readline";
 import { readFileSync } from "node:fs";
 
-const [url, stream, spec] = process.argv.slice(2);
+const [url, streamList, spec] = process.argv.slice(2);
+const streams = streamList.split(",");
 
 // The header names of the table under "### Derived messages": every
 // `Name` in the first cell of a row.
@@ -26,25 +30,20 @@ if (spec) {
 }
 const nc = await connect({ servers: url, maxReconnectAttempts: -1 });
 const jsm = await nc.jetstreamManager();
-for (;;) {
-  try {
-    await jsm.streams.info(stream);
-    break;
-  } catch {
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 const js = nc.jetstream();
-const consumer = await js.consumers.get(stream); // an ordered consumer
-const messages = await consumer.consume();
 
 let expected = -1;
 let count = 0;
 let quiet = null;
+let stopped = false;
+const running = [];
 const stopWhenDone = () => {
   if (expected < 0 || count < expected) return;
   clearTimeout(quiet);
-  quiet = setTimeout(() => messages.stop(), 1500);
+  quiet = setTimeout(() => {
+    stopped = true;
+    for (const m of running) m.stop();
+  }, 1500);
 };
 createInterface({ input: process.stdin }).on("line", (l) => {
   expected = Number(l);
@@ -52,13 +51,31 @@ createInterface({ input: process.stdin }).on("line", (l) => {
 });
 
 const td = new TextDecoder();
-for await (const m of messages) {
-  const headers = {};
-  if (m.headers) for (const k of m.headers.keys()) headers[k] = m.headers.get(k);
-  const unknown = spec ? Object.keys(headers).filter((k) => !table.has(k)) : [];
-  console.log(JSON.stringify({ seq: m.seq, subject: m.subject, headers, unknown, data: td.decode(m.data) }));
-  count++;
-  stopWhenDone();
-}
+// consume reads one stream, once it exists (a partition's stream is
+// made when its first event arrives).
+const consume = async (stream) => {
+  for (;;) {
+    try {
+      await jsm.streams.info(stream);
+      break;
+    } catch {
+      if (stopped) return;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  if (stopped) return;
+  const consumer = await js.consumers.get(stream); // an ordered consumer
+  const messages = await consumer.consume();
+  running.push(messages);
+  for await (const m of messages) {
+    const headers = {};
+    if (m.headers) for (const k of m.headers.keys()) headers[k] = m.headers.get(k);
+    const unknown = spec ? Object.keys(headers).filter((k) => !table.has(k)) : [];
+    console.log(JSON.stringify({ stream, seq: m.seq, subject: m.subject, headers, unknown, data: td.decode(m.data) }));
+    count++;
+    stopWhenDone();
+  }
+};
+await Promise.all(streams.map(consume));
 await nc.close();
 process.exit(0);
