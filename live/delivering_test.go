@@ -21,12 +21,7 @@ func TestLaneErrorClearedOnceDelivering(t *testing.T) {
 	s.start(stationOpts{lane: true})
 	js, _ := jetstream.New(s.reader)
 	seq := 0
-	next := func(what string) {
-		t.Helper()
-		seq++
-		s.appendNoted(ctx, "telemetry", telemetryEvent("d1", seq, time.Now().UnixNano()))
-		testkit.WaitFor(t, 10*time.Second, what, func() bool { return hasSeq(liveValue(ctx, s, "d1"), seq) })
-	}
+	next := func(what string) { t.Helper(); sendNext(ctx, t, s, &seq, what) }
 	next("the first value at the centre")
 	if err := js.DeleteStream(ctx, StreamName); err != nil {
 		t.Fatal(err)

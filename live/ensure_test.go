@@ -42,6 +42,20 @@ func hasSeq(v *Value, seq int) bool {
 	return v != nil && strings.Contains(string(v.Payload), fmt.Sprintf(`"seq":%d,`, seq))
 }
 
+// sendNext appends drone d1's next telemetry value (number *seq + 1) and
+// waits for it at the centre; what names the step in a failure.
+func sendNext(ctx context.Context, t *testing.T, s *station, seq *int, what string) {
+	t.Helper()
+	*seq++
+	s.appendNoted(ctx, "telemetry", telemetryEvent("d1", *seq, time.Now().UnixNano()))
+	var v *Value
+	if !testkit.Until(10*time.Second, func() bool { v = liveValue(ctx, s, "d1"); return hasSeq(v, *seq) }) {
+		st := s.lane.Stats()
+		t.Fatalf("%s: value %d not at the centre (there: %v; lane: %d sent, %d publish errors, %d ensure errors, %q)",
+			what, *seq, v != nil, st.Streams[0].Sent, st.Streams[0].PublishErrors, st.EnsureErrors, st.LastError)
+	}
+}
+
 // TestLaneSendsOnlyAckedValues: a landed drone's last value, while the
 // centre refuses EDGELIVE, then holds it once the obstacle is gone. The
 // value is sent only into the stream, with an acknowledgement, and counts
@@ -115,17 +129,7 @@ func TestLaneRechecksStreamAfterReconnect(t *testing.T) {
 	s.start(stationOpts{lane: true})
 	js, _ := jetstream.New(s.reader)
 	seq := 0
-	next := func(what string) {
-		t.Helper()
-		seq++
-		s.appendNoted(ctx, "telemetry", telemetryEvent("d1", seq, time.Now().UnixNano()))
-		var v *Value
-		if !testkit.Until(10*time.Second, func() bool { v = liveValue(ctx, s, "d1"); return hasSeq(v, seq) }) {
-			st := s.lane.Stats()
-			t.Fatalf("%s: value %d not at the centre (there: %v; lane: %d sent, %d publish errors, %d ensure errors, %q)",
-				what, seq, v != nil, st.Streams[0].Sent, st.Streams[0].PublishErrors, st.EnsureErrors, st.LastError)
-		}
-	}
+	next := func(what string) { t.Helper(); sendNext(ctx, t, s, &seq, what) }
 	next("first value")
 
 	if err := js.DeleteStream(ctx, StreamName); err != nil {
