@@ -223,6 +223,7 @@ func TestPartitionedUnpackersWithStandbys(t *testing.T) {
 		}
 	}
 	t.Logf("%d events over %d partitions, each once, in its partition and in order", events, n)
+	checkStarts(t, nc, n)
 
 	// Another count is refused: partition 0 of 2 finds partition 0 of 3,
 	// and one derived stream's subjects overlap the partitions'.

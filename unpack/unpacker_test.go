@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -57,13 +58,13 @@ func TestUnpackLiveAgents(t *testing.T) {
 	if st.Events != uint64(n) || st.Corrupt != 0 || st.Oversize != 0 || st.Fenced != 0 {
 		t.Fatalf("stats %+v for %d events", st, n)
 	}
-	checkStarts(t, nc)
+	checkStarts(t, nc, 1)
 }
 
 // checkStarts: for a time cut in the middle of the run, every non-late
 // event with time ≤ T is before StartSeq, and EventsStartSeq is the
-// first derived message from StartSeq on.
-func checkStarts(t *testing.T, nc *nats.Conn) {
+// first derived message from StartSeq on (in each of n partitions).
+func checkStarts(t *testing.T, nc *nats.Conn, n int) {
 	t.Helper()
 	src := sourceEvents(t, nc, testStream)
 	// T: the earliest of the agents' median event times (each agent's
@@ -81,22 +82,37 @@ func checkStarts(t *testing.T, nc *nats.Conn) {
 		t.Fatalf("cut at the middle: %+v %v", cut, err)
 	}
 	starts, err := Starts(context.Background(), nc, cut)
-	if err != nil || len(starts) != 1 || !starts[0].Complete || starts[0].StartSeq == 0 || starts[0].EventsStartSeq == 0 {
+	if err != nil || len(starts) != 1 || !starts[0].Complete || starts[0].StartSeq == 0 {
 		t.Fatalf("starts %+v %v", starts, err)
 	}
 	s := starts[0]
+	eventsStart := []uint64{s.EventsStartSeq}
+	if n > 1 {
+		eventsStart = nil
+		for i, p := range s.Partitions {
+			if p.Derived != Partitions(testStream, n)[i].StreamName() {
+				t.Fatalf("starts %+v: partition %d is %s", s, i, p.Derived)
+			}
+			eventsStart = append(eventsStart, p.EventsStartSeq)
+		}
+	}
+	if len(eventsStart) != n || slices.Contains(eventsStart, 0) {
+		t.Fatalf("starts %+v: events start %v in %d partitions", s, eventsStart, n)
+	}
 	for _, ev := range src {
 		if ev.Record.EventTime <= at && !ev.Record.Flags.Has(localstream.FlagLate) && ev.Seq >= s.StartSeq {
 			t.Fatalf("event at %d ≤ T in source seq %d, not before start %d", ev.Record.EventTime, ev.Seq, s.StartSeq)
 		}
 	}
-	der, seqs := derivedEvents(t, nc, testStream)
-	for i, d := range der {
-		if (d.Seq >= s.StartSeq) != (seqs[i] >= s.EventsStartSeq) {
-			t.Fatalf("derived seq %d (source %d) on the wrong side of events start %d (source start %d)", seqs[i], d.Seq, s.EventsStartSeq, s.StartSeq)
+	for _, p := range Partitions(testStream, n) {
+		der, seqs, _ := readDerived(t, nc, p)
+		for i, d := range der {
+			if (d.Seq >= s.StartSeq) != (seqs[i] >= eventsStart[p.Index]) {
+				t.Fatalf("%s seq %d (source %d) on the wrong side of events start %d (source start %d)", p, seqs[i], d.Seq, eventsStart[p.Index], s.StartSeq)
+			}
 		}
 	}
-	t.Logf("cut at the middle: start seq %d, events start seq %d", s.StartSeq, s.EventsStartSeq)
+	t.Logf("cut at the middle: start seq %d, events start seqs %v", s.StartSeq, eventsStart)
 }
 
 // TestLayoutOneNothingChanges: a stream written in layout 1 has no

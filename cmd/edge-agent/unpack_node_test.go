@@ -32,10 +32,13 @@ func jsConsumerDir(t *testing.T) string {
 
 // jsLine is one message as consume.mjs prints it.
 type jsLine struct {
-	Stream  string            `json:"stream"`
-	Seq     uint64            `json:"seq"`
-	Subject string            `json:"subject"`
-	Headers map[string]string `json:"headers"`
+	Stream  string `json:"stream"`
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
+	// Partition is the subject's agent's partition as the consumer
+	// computes it from docs/unpack.md's hash (0 without partitions).
+	Partition int               `json:"partition"`
+	Headers   map[string]string `json:"headers"`
 	// Unknown are the headers the spec's derived-message table does not
 	// name (the consumer reads the table from docs/central-format.md).
 	Unknown []string `json:"unknown"`
@@ -218,6 +221,9 @@ devices: {health_interval: 500ms, disk: {retain_below: 64MiB, shed_below: 32MiB}
 			}
 			if want := p.EventSubject(s.Agent, s.Record.RoutingKey); l.Subject != want || s.Record.RoutingKey != m.Drone {
 				t.Fatalf("%s message %d on %q (drone %q), want %q", p, i, l.Subject, m.Drone, want)
+			}
+			if l.Partition != p.Index {
+				t.Fatalf("%s message %d on %q: the JS consumer's hash puts it in partition %d", p, i, l.Subject, l.Partition)
 			}
 			key := s.Agent + "/" + m.Drone
 			if m.Seq != seen[key]+1 {

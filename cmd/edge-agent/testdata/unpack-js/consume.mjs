@@ -4,7 +4,9 @@
 // STREAM is EDGEEV_TELEMETRY, or with partitions every one of them
 // (EDGEEV_TELEMETRY_P0,EDGEEV_TELEMETRY_P1,...): one ordered consumer
 // each, read side by side. It prints one JSON line per message (stream,
-// stream sequence, subject, headers, payload) as it arrives; with SPEC
+// stream sequence, subject, headers, payload, and with partitions the
+// partition of the subject's agent token by the hash of docs/unpack.md,
+// computed here) as it arrives; with SPEC
 // (docs/central-format.md), each line also lists in "unknown" the
 // headers that the spec's derived-message table does not name. When
 // stdin gives a number N, it stops once it has N messages in all and has
@@ -50,6 +52,18 @@ createInterface({ input: process.stdin }).on("line", (l) => {
   stopWhenDone();
 });
 
+// The partition of an agent token of n: FNV-1a 32-bit of its bytes mod n
+// (docs/unpack.md, "Partitions").
+const fnv1a = (s) => {
+  let h = 0x811c9dc5;
+  for (const b of new TextEncoder().encode(s)) h = Math.imul(h ^ b, 0x01000193) >>> 0;
+  return h;
+};
+const partitionOf = (subject) => {
+  const t = subject.split(".");
+  return t.length === 5 ? fnv1a(t[3]) % streams.length : 0;
+};
+
 const td = new TextDecoder();
 // consume reads one stream, once it exists (a partition's stream is
 // made when its first event arrives).
@@ -71,7 +85,7 @@ const consume = async (stream) => {
     const headers = {};
     if (m.headers) for (const k of m.headers.keys()) headers[k] = m.headers.get(k);
     const unknown = spec ? Object.keys(headers).filter((k) => !table.has(k)) : [];
-    console.log(JSON.stringify({ stream, seq: m.seq, subject: m.subject, headers, unknown, data: td.decode(m.data) }));
+    console.log(JSON.stringify({ stream, seq: m.seq, subject: m.subject, partition: partitionOf(m.subject), headers, unknown, data: td.decode(m.data) }));
     count++;
     stopWhenDone();
   }
