@@ -92,11 +92,15 @@ func (in *Ingest) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The drones stop after the readers and sources (pipeline order):
+	// they flush what those queued, and no packet read while the readers
+	// stop starts a drone again after its flush (its chunks would race
+	// the first drone's to the store). So their context is not ctx.
+	drones, stopDrones := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDrones()
 	in.mu.Lock()
 	in.router = newRouter(&in.cfg, &in.rc, func(id string, dr *droneRun) {
-		in.startDrone(ctx, id, dr)
+		in.startDrone(drones, id, dr)
 	})
 	in.mu.Unlock()
 	in.rtpAddr = rtpConn.LocalAddr()
@@ -136,7 +140,7 @@ func (in *Ingest) Run(ctx context.Context) error {
 	}
 	close(stopReport)
 	readers.Wait()
-	cancel() // drones flush and close
+	stopDrones() // drones flush and close
 	in.wg.Wait()
 	return nil
 }

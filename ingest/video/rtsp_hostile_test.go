@@ -3,12 +3,15 @@ package video
 import (
 	"encoding/base64"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bluenviron/gortsplib/v4/pkg/base"
+	"github.com/pion/rtp"
 
 	"github.com/edge-agent/edge-agent/ingest/video/rtsptest"
 	"github.com/edge-agent/edge-agent/internal/testkit"
@@ -169,5 +172,80 @@ func TestRTSPErrorClearedWhenStreaming(t *testing.T) {
 	}
 	if st.State != SourceStreaming || st.RTP == 0 {
 		t.Fatalf("error cleared but %v with %d packets", st.State, st.RTP)
+	}
+}
+
+// TestStopStartsNoDroneAgain: an Ingest stopped while a camera streams
+// (a frame every 10 ms) and a drone pushes RTP as fast as it can. The
+// drones flush after the sources and readers have stopped (pipeline
+// order), so a packet that arrives while they stop never starts a drone
+// again: one drone per source and run, its frames stored once, in order.
+// Before, the drones stopped with the sources and readers (one context):
+// a packet read after its drone had left the router started a second
+// drone, whose chunks raced the first's to the store (the agent's run of
+// every intake at once stored the camera's frame 1690 before 1689).
+func TestStopStartsNoDroneAgain(t *testing.T) {
+	cam := rtsptest.StartCamera(t, "127.0.0.1", rtsptest.Playing)
+	cam.Stream(nil)
+	restarted := 0
+	const rounds = 10
+	for round := range rounds {
+		in, sink, stop := rtspIngest(t, SourceConfig{URL: cam.URL("", "cam"), Drone: "cam", Transport: "tcp"})
+		conn, err := net.Dial("udp", in.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pushing := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-pushing:
+					return
+				default:
+				}
+				p := rtp.Packet{Header: rtp.Header{Version: 2, PayloadType: 96, SequenceNumber: uint16(i), Timestamp: uint32(i) * 3000, SSRC: 0x5eed, Marker: true},
+					Payload: rtsptest.FrameNAL(i)}
+				b, _ := p.Marshal()
+				conn.Write(b)
+			}
+		})
+		testkit.WaitFor(t, 10*time.Second, "frames pulled and pushed", func() bool {
+			s := in.Stats()
+			return len(s.Sources) == 1 && s.Sources[0].RTP >= 20 && s.PerDrone["ssrc-00005eed"].Packets >= 20
+		})
+		stop()
+		close(pushing)
+		wg.Wait()
+		conn.Close()
+		if n := in.Stats().DronesStarted; n != 2 {
+			t.Logf("round %d: %d drones started for a source and a pushing drone", round, n)
+			restarted++
+		}
+		last := map[string]int{}
+		for _, ev := range sink.snapshot() {
+			c, err := DecodeChunk(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			off := 0
+			for _, f := range c.Frames {
+				i, ok := rtsptest.FrameIndex(c.Payload[off : off+f.Size])
+				off += f.Size
+				prev, seen := last[ev.RoutingKey]
+				// The camera's frames come over TCP: every one; pushed
+				// ones may be dropped by the kernel: in order, once.
+				if !ok || seen && (i <= prev || ev.RoutingKey == "cam" && i != prev+1) {
+					t.Fatalf("round %d: %s frame %d (%v) stored after %d", round, ev.RoutingKey, i, ok, prev)
+				}
+				last[ev.RoutingKey] = i
+			}
+		}
+		if last["cam"] < 19 {
+			t.Fatalf("round %d: the camera's frames stored up to %d of 20 or more pulled", round, last["cam"])
+		}
+	}
+	if restarted > 0 {
+		t.Fatalf("in %d of %d stops a packet started a drone again", restarted, rounds)
 	}
 }
