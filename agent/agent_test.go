@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,6 +64,22 @@ func startAgent(t *testing.T, cfg Config) (*Agent, context.CancelFunc, <-chan er
 		t.Fatal("agent not ready after 30s")
 	}
 	return a, cancel, done
+}
+
+// stopOnce returns a stop of an agent running until cancel, whose Run
+// returns on done: the first call cancels it and waits for Run, which
+// must return nil; later calls do nothing (a test stops the agent to
+// read its store, and defers the stop for its early exits).
+func stopOnce(tb testing.TB, cancel context.CancelFunc, done <-chan error) func() {
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				tb.Errorf("agent: %v", err)
+			}
+		})
+	}
 }
 
 func getJSON(t *testing.T, url string, v any) {

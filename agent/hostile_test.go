@@ -100,16 +100,7 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
-	stopped := false
-	stop := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				tb.Errorf("agent: %v", err)
-			}
-		}
-	}
+	stop := stopOnce(tb, cancel, done)
 	defer stop()
 	select {
 	case <-a.Ready():

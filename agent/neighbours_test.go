@@ -182,16 +182,7 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Run(runCtx) }()
-	stopped := false
-	stopAgent := func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			if err := <-done; err != nil {
-				tb.Errorf("agent: %v", err)
-			}
-		}
-	}
+	stopAgent := stopOnce(tb, cancel, done)
 	defer stopAgent()
 	select {
 	case <-a.Ready():
@@ -560,11 +551,18 @@ func (d *delayLog) p99(name string) (p99 time.Duration, n int, maxD time.Duratio
 	d.mu.Lock()
 	ds := slices.Clone(d.delays[name])
 	d.mu.Unlock()
+	p99, maxD = percentile99(ds)
+	return p99, len(ds), maxD
+}
+
+// percentile99 returns the 99th percentile of ds and its maximum (0 for
+// none), sorting ds.
+func percentile99(ds []time.Duration) (p99, maxD time.Duration) {
 	if len(ds) == 0 {
-		return 0, 0, 0
+		return 0, 0
 	}
 	slices.Sort(ds)
-	return ds[(len(ds)*99)/100], len(ds), ds[len(ds)-1]
+	return ds[(len(ds)*99)/100], ds[len(ds)-1]
 }
 
 // attackNewDroneIDs (30.1): the attack, faster (there 1,025

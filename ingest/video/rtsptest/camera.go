@@ -3,7 +3,6 @@ package rtsptest
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -153,15 +152,29 @@ func streamTo(write func([]byte) error, done <-chan struct{}, sent func(int, tim
 	}
 }
 
-// frameMark follows the NAL header of a numbered frame: an IDR slice's
-// first bytes, then "IX" and the index.
-var frameMark = []byte{0x65, 0x88, 0x84, 'I', 'X'}
+// frameMark follows the NAL header of a numbered frame: a slice's first
+// bytes, then "IX" and the index.
+var frameMark = []byte{0x88, 0x84, 'I', 'X'}
 
-// FrameNAL is numbered frame i: an H.264 IDR slice NAL (a keyframe with
-// no parameter sets) whose bytes carry i, so that a test finds each
-// frame stored (FrameIndex) and sees any lost, repeated or out of order.
+// FrameGOP: every FrameGOP-th numbered frame (0 first) is a keyframe.
+const FrameGOP = 30
+
+// FrameNAL is numbered frame i (0 to 2^28-1): an H.264 slice NAL — an IDR
+// slice (a keyframe, with no parameter sets) every FrameGOP frames, else
+// a non-IDR one — whose bytes carry i, so that a test finds each frame
+// stored (FrameIndex) and sees any lost, repeated or out of order. The
+// index takes 7 bits a byte, the top bit set: no zero byte, so no start
+// code can appear inside the NAL.
 func FrameNAL(i int) []byte {
-	return binary.BigEndian.AppendUint32(append([]byte(nil), frameMark...), uint32(i))
+	hdr := byte(0x41) // non-IDR slice
+	if i%FrameGOP == 0 {
+		hdr = 0x65 // IDR slice
+	}
+	b := append([]byte{hdr}, frameMark...)
+	for shift := 21; shift >= 0; shift -= 7 {
+		b = append(b, 0x80|byte(i>>shift)&0x7f)
+	}
+	return b
 }
 
 // FrameIndex returns the index of the numbered frame in b (a stored
@@ -171,7 +184,11 @@ func FrameIndex(b []byte) (int, bool) {
 	if k < 0 || len(b) < k+len(frameMark)+4 {
 		return 0, false
 	}
-	return int(binary.BigEndian.Uint32(b[k+len(frameMark):])), true
+	i := 0
+	for _, c := range b[k+len(frameMark) : k+len(frameMark)+4] {
+		i = i<<7 | int(c&0x7f)
+	}
+	return i, true
 }
 
 // Requests returns the requests received so far.
