@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -105,5 +106,26 @@ func TestCentralUnpackStatusAndSkip(t *testing.T) {
 	ev, err := unpack.Decode(m.Subject, m.Header, m.Data)
 	if err != nil || m.Header.Get(unpack.HdrSourceSkipped) != "1" || ev.Seq != 1 || !strings.Contains(ev.Dropped, "(--skip 1)") || ev.Agent != "gs-1" {
 		t.Fatalf("skip marker %s %v: %+v %v", m.Subject, m.Header, ev, err)
+	}
+}
+
+// TestCentralUnpackPartitionFlags: a partition count or index out of
+// range is a usage error (exit 2) that names the flag, before any
+// connection.
+func TestCentralUnpackPartitionFlags(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"central", "unpack", "--partitions", "0"}, "--partitions 0: want 1..64"},
+		{[]string{"central", "unpack", "--partitions", "65"}, "--partitions 65: want 1..64"},
+		{[]string{"central", "unpack", "--partitions", "3", "--partition", "3"}, "--partition 3: want 0..2"},
+		{[]string{"central", "unpack", "--partition", "1"}, "--partition 1: want 0..0"},
+		{[]string{"central", "--data-dir", t.TempDir(), "--unpack", "--unpack-partitions", "0"}, "--unpack-partitions 0: want 1..64"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := runMain(context.Background(), c.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+			t.Fatalf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
 	}
 }
