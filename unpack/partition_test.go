@@ -2,6 +2,7 @@ package unpack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
@@ -257,4 +259,99 @@ func agentsIn(agents []*testAgent, n, i int) []string {
 		}
 	}
 	return out
+}
+
+// TestUndecodablePackBlocksItsPartitionOnly: a pack that does not decode
+// (from gs-9, partition 2 of 3) blocks partition 2's unpacker there,
+// while partitions 0 and 1 (gs-3, gs-1) republish every event of their
+// agents: an unpacker decodes only its partition's packs. Skipped by the
+// operator, its skip marker lands in partition 2, on gs-9's subject.
+func TestUndecodablePackBlocksItsPartitionOnly(t *testing.T) {
+	const n = 3
+	srv := rigs.StartCentral(t, central.Config{})
+	nc := connect(t, srv.ClientURL())
+	agents := []*testAgent{newTestAgent(t, "gs-3", 2), newTestAgent(t, "gs-1", 2)}
+	if PartitionOf("gs-3", n) != 0 || PartitionOf("gs-1", n) != 1 || PartitionOf("gs-9", n) != 2 {
+		t.Fatal("the agents are not in partitions 0, 1 and 2")
+	}
+	var reps []*replicate.Replicator
+	for _, a := range agents {
+		r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
+		reps = append(reps, r)
+	}
+	round := func() {
+		for _, a := range agents {
+			for range 10 {
+				if err := a.appendRound(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i, a := range agents {
+			a.waitReplicated(t, reps[i], 30*time.Second)
+		}
+	}
+	round()
+	bad := badPack(t, nc, "version") // from gs-9
+	js, _ := jetstream.New(nc)
+	pa, err := js.PublishMsg(context.Background(), bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	round()
+	parts := Partitions(testStream, n)
+	run := func(opts Options) (*Service, func()) {
+		opts.Partitions, opts.Logger = n, quiet()
+		svc, err := NewService(nc, []string{testStream}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- svc.Run(ctx) }()
+		stop := sync.OnceFunc(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
+		t.Cleanup(stop)
+		return svc, stop
+	}
+	svc, stop := run(Options{})
+	testkit.WaitFor(t, 30*time.Second, "partitions 0 and 1 to hold their agents' events, partition 2 blocked", func() bool {
+		st := svc.Stats()
+		return len(st) == n && partitionLast(nc, parts[0]) == uint64(total(agents[0])) && partitionLast(nc, parts[1]) == uint64(total(agents[1])) &&
+			st[2].State == StateBlocked
+	})
+	for i, s := range svc.Stats() {
+		t.Logf("partition %d: state %s, blocked at %d, corrupt %d, events %d", i, s.State, s.BlockedSeq, s.Corrupt, s.Events)
+		if i < 2 && (s.State != StateActive || s.Corrupt != 0) || i == 2 && (s.BlockedSeq != pa.Sequence || s.Corrupt != 1) {
+			t.Fatalf("partition %d stats %+v (the bad pack is source seq %d)", i, s, pa.Sequence)
+		}
+	}
+	stop()
+	_, stop = run(Options{Skip: []uint64{pa.Sequence}})
+	testkit.WaitFor(t, 30*time.Second, "the skip marker in partition 2", func() bool { return partitionLast(nc, parts[2]) == 1 })
+	stop()
+	der, _, subjects := readDerived(t, nc, parts[2])
+	if len(der) != 1 || der[0].Seq != pa.Sequence || !strings.Contains(der[0].Dropped, "skipped") || subjects[0] != "edgeev.telemetry.p2.gs-9.%" {
+		t.Fatalf("partition 2: %+v on %v", der, subjects)
+	}
+	// Partitions 0 and 1: each its agent's events, per drone 1..n in order
+	// (the source cannot be read whole past the bad pack to compare).
+	for i, a := range agents {
+		der, _, _ := readDerived(t, nc, parts[i])
+		got := map[string]int{}
+		for _, d := range der {
+			var m droneMsg
+			if err := json.Unmarshal(d.Record.Payload, &m); err != nil || d.Agent != a.id || m.Seq != got[m.Drone]+1 {
+				t.Fatalf("%s: agent %s drone %s seq %d after %d (%v)", parts[i], d.Agent, m.Drone, m.Seq, got[m.Drone], err)
+			}
+			got[m.Drone] = m.Seq
+		}
+		if fmt.Sprint(got) != fmt.Sprint(a.counts()) {
+			t.Fatalf("%s: per drone %v, agent %s appended %v", parts[i], got, a.id, a.counts())
+		}
+	}
 }
