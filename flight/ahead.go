@@ -18,6 +18,7 @@ const aheadDepth = 64
 // them into gaps in the same place as a read in line would).
 type ahead struct {
 	it   centralread.Item
+	prep prepared // what it becomes
 	err  error
 	lost []wire.LostRange
 }
@@ -33,9 +34,13 @@ func (s *streamRead) readAhead(ctx context.Context) {
 		defer close(s.exited)
 		for {
 			it, err := s.next(ctx)
+			var prep prepared
+			if err == nil {
+				prep, err = s.prepare(&it)
+			}
 			// After the first event s.lost only grows: the elements
 			// below its length now stay as they are.
-			a := ahead{it: it, err: err, lost: s.lost[:len(s.lost):len(s.lost)]}
+			a := ahead{it: it, prep: prep, err: err, lost: s.lost[:len(s.lost):len(s.lost)]}
 			select {
 			case s.ahead <- a:
 			case <-s.stop:

@@ -31,6 +31,10 @@ type streamRead struct {
 	toNs   int64
 	r      *centralread.CentralReader
 	done   bool
+	// health: the stream is the agent's health (no positions in it).
+	health bool
+	// dec decodes the stream's MAVLink frames (prepare).
+	dec *mavDecoder
 
 	// The reader goroutine (readAhead) and what it has read.
 	ahead  chan ahead
@@ -98,9 +102,17 @@ func openStream(ctx context.Context, nc *nats.Conn, stream, agent, key string, f
 	if err != nil {
 		return nil, fmt.Errorf("flight: open %s: %w", stream, err)
 	}
-	return &streamRead{name: stream, key: key, fromNs: f.StartNs, toNs: f.EndNs, r: r,
+	s := newStreamRead(stream, agent, key, f)
+	s.r = r
+	return s, nil
+}
+
+// newStreamRead is the check of one stream's part of flight f (events of
+// routing key key), without a reader.
+func newStreamRead(stream, agent, key string, f Flight) *streamRead {
+	return &streamRead{name: stream, key: key, fromNs: f.StartNs, toNs: f.EndNs,
 		report: StreamReport{Stream: stream, Agent: agent},
-		seen:   map[localstream.SegmentID][]uint64{}}, nil
+		seen:   map[localstream.SegmentID][]uint64{}}
 }
 
 // eventTime is the time a record is placed by: its event time, else
@@ -123,26 +135,36 @@ func (s *streamRead) next(ctx context.Context) (centralread.Item, error) {
 		if err != nil {
 			return centralread.Item{}, fmt.Errorf("flight: read %s: %w", s.name, err)
 		}
-		if s.report.FirstSeq == 0 {
-			s.report.FirstSeq = it.Seq
-		}
-		s.report.LastSeq = it.Seq
-		if it.Kind == centralread.ItemCommit {
-			s.commit(it)
-			continue
-		}
-		rec := &it.Event.Record
-		s.seen[rec.Segment] = append(s.seen[rec.Segment], rec.Offset)
-		if rec.Flags.Has(localstream.FlagGap) && rec.Writer == localstream.ShedWriter {
-			s.noteShed(rec.Payload)
-		}
-		if t := eventTime(rec); rec.RoutingKey == s.key && t >= s.fromNs && t <= s.toNs {
-			s.started = true
-			s.report.Events++
+		if s.sift(it) {
 			return it, nil
 		}
 	}
 	return centralread.Item{}, io.EOF
+}
+
+// sift files one item read from the stream (a commit or an event) and
+// reports whether it is an event of the flight. After it set done, the
+// read is over for the flight.
+func (s *streamRead) sift(it centralread.Item) bool {
+	if s.report.FirstSeq == 0 {
+		s.report.FirstSeq = it.Seq
+	}
+	s.report.LastSeq = it.Seq
+	if it.Kind == centralread.ItemCommit {
+		s.commit(it)
+		return false
+	}
+	rec := &it.Event.Record
+	s.seen[rec.Segment] = append(s.seen[rec.Segment], rec.Offset)
+	if rec.Flags.Has(localstream.FlagGap) && rec.Writer == localstream.ShedWriter {
+		s.noteShed(rec.Payload)
+	}
+	if t := eventTime(rec); rec.RoutingKey == s.key && t >= s.fromNs && t <= s.toNs {
+		s.started = true
+		s.report.Events++
+		return true
+	}
+	return false
 }
 
 // commit checks one transaction and ends the read once the watermark has

@@ -3,13 +3,11 @@ package flight
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"strconv"
 	"strings"
@@ -89,7 +87,9 @@ func Resolve(ctx context.Context, nc *nats.Conn, o ExportOptions) (Flight, error
 	return Flight{}, fmt.Errorf("%w: drone %s has no events at the centre in that range", ErrNoFlight, o.Drone)
 }
 
-// Export writes flight's record to w and returns its certificate.
+// Export writes flight's record to w and returns its certificate. w is
+// written by a goroutine of Export's, in order; every write is done when
+// Export returns.
 func Export(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, w io.Writer) (Result, error) {
 	if err := o.FindOptions.setDefaults(); err != nil {
 		return Result{}, err
@@ -103,8 +103,9 @@ func Export(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, w io.
 	if o.Compression == 0 {
 		o.Compression = mcap.CompressionLevelFastest
 	}
-	hw := &hashingWriter{w: w, h: sha256.New()}
-	rw, err := newRecordWriter(hw, o.Compression)
+	out := newOutput(w)
+	defer out.close()
+	rw, err := newRecordWriter(out, o.Compression)
 	if err != nil {
 		return Result{}, err
 	}
@@ -130,23 +131,13 @@ func Export(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, w io.
 	if err := rw.close(meta, cb, cert.CreatedNs); err != nil {
 		return Result{}, err
 	}
+	if err := out.close(); err != nil {
+		return Result{}, err
+	}
 	var res Result
-	res.Certificate, res.Bytes = cert, hw.n
-	hw.h.Sum(res.SHA256[:0])
+	res.Certificate, res.Bytes = cert, out.n
+	out.h.Sum(res.SHA256[:0])
 	return res, nil
-}
-
-type hashingWriter struct {
-	w io.Writer
-	h hash.Hash
-	n int64
-}
-
-func (h *hashingWriter) Write(p []byte) (int, error) {
-	n, err := h.w.Write(p)
-	h.h.Write(p[:n])
-	h.n += int64(n)
-	return n, err
 }
 
 // exporter merges the flight's streams by ingest time into one record.
@@ -154,24 +145,20 @@ type exporter struct {
 	f       Flight
 	o       ExportOptions
 	rw      *recordWriter
-	dec     *mavDecoder
 	streams []*streamRead
 	heads   []*centralread.Item
+	preps   []prepared // what each head becomes
 	n       uint32
 	keys    map[[2]string]*KeyReport
 	keyList []*KeyReport
 	gaps    []Gap
 	lostAt  []int // per stream: loss records already turned into gaps
 	tlog    []byte
-	buf     []byte // a video message being encoded
+	buf     []byte // a video or position message being encoded
 }
 
 func newExporter(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, rw *recordWriter) (*exporter, error) {
-	dec, err := newMavDecoder()
-	if err != nil {
-		return nil, err
-	}
-	x := &exporter{f: f, o: o, rw: rw, dec: dec, keys: map[[2]string]*KeyReport{}}
+	x := &exporter{f: f, o: o, rw: rw, keys: map[[2]string]*KeyReport{}}
 	for _, s := range []struct{ name, key string }{{o.Streams.Telemetry, f.Drone}, {o.Streams.Video, f.Drone}, {o.Streams.Health, f.Agent}} {
 		if s.name == "" {
 			continue
@@ -184,9 +171,11 @@ func newExporter(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, 
 			x.close(ctx)
 			return nil, err
 		}
+		sr.health = s.name == o.Streams.Health
 		x.streams = append(x.streams, sr)
 	}
 	x.heads = make([]*centralread.Item, len(x.streams))
+	x.preps = make([]prepared, len(x.streams))
 	x.lostAt = make([]int, len(x.streams))
 	return x, nil
 }
@@ -222,7 +211,7 @@ func (x *exporter) run(ctx context.Context) error {
 		if best < 0 {
 			return nil
 		}
-		if err := x.event(x.streams[best], x.heads[best]); err != nil {
+		if err := x.write(x.streams[best], x.heads[best], &x.preps[best]); err != nil {
 			return err
 		}
 		if err := x.advance(ctx, best, x.streams[best]); err != nil {
@@ -241,7 +230,7 @@ func (x *exporter) advance(ctx context.Context, i int, s *streamRead) error {
 	} else if a.err != nil {
 		return a.err
 	} else {
-		x.heads[i] = &a.it
+		x.heads[i], x.preps[i] = &a.it, a.prep
 	}
 	for ; x.lostAt[i] < len(a.lost); x.lostAt[i]++ {
 		l := a.lost[x.lostAt[i]]
@@ -265,53 +254,64 @@ func (x *exporter) gap(g Gap, seq uint32, logNs int64) error {
 	return x.rw.message(TopicGaps, seq, logNs, g.TimeNs, b)
 }
 
-// event writes one event: its data messages, then its entry.
+// event writes one event, prepared in line (tests; the export prepares
+// events on the streams' reader goroutines).
 func (x *exporter) event(s *streamRead, it *centralread.Item) error {
+	p, err := s.prepare(it)
+	if err != nil {
+		return err
+	}
+	return x.write(s, it, &p)
+}
+
+// write writes one prepared event: its data messages, then its entry.
+func (x *exporter) write(s *streamRead, it *centralread.Item, p *prepared) error {
 	x.n++
 	rec := &it.Event.Record
-	e := Entry{N: x.n, Stream: s.name, Agent: it.Agent, Seq: it.Seq, Txn: it.Event.Txn, Position: rec.Position.String(),
+	e := Entry{N: x.n, Stream: s.name, Agent: it.Agent, Seq: it.Seq, Txn: it.Event.Txn, Position: p.position,
 		Key: rec.RoutingKey, Writer: rec.Writer, EventTimeNs: rec.EventTime, IngestTimeNs: rec.IngestTime,
 		Flags: uint16(rec.Flags), ContentType: rec.ContentType, Dropped: it.Event.Dropped}
-	sum := sha256.New()
 	var err error
-	switch {
-	case e.Dropped != "" || rec.Flags.Has(localstream.FlagGap):
-		err = x.gapEvent(&e, rec, sum)
-	case strings.HasPrefix(rec.ContentType, "video/"):
-		err = x.video(&e, rec, sum)
-	case rec.ContentType == mavlink.ContentType:
-		err = x.mavlink(&e, rec, sum)
-	case isJSON(rec):
-		err = x.json(&e, s, rec, sum)
+	switch p.kind {
+	case kindGap:
+		err = x.gapEvent(&e, rec)
+	case kindVideo:
+		err = x.video(&e, rec, p.chunk)
+	case kindMAVLink:
+		err = x.mavlink(&e, rec)
+	case kindJSON:
+		err = x.json(&e, s, rec)
 	default:
-		err = x.raw(&e, s, rec, sum)
+		err = x.raw(&e, s, rec)
+	}
+	if err == nil && p.hasPos {
+		err = x.position(rec, e.N, p.lat, p.lon, p.alt)
 	}
 	if err != nil {
 		return err
 	}
-	e.PayloadSHA256 = hex.EncodeToString(sum.Sum(nil))
-	x.noteKey(s.name, rec)
+	e.PayloadSHA256 = hex.EncodeToString(p.sum[:])
+	x.noteKey(s.name, rec, e.Position)
 	return x.rw.entry(&e)
 }
 
-func (x *exporter) noteKey(stream string, rec *localstream.Record) {
+func (x *exporter) noteKey(stream string, rec *localstream.Record, pos string) {
 	k := [2]string{stream, rec.RoutingKey}
 	kr := x.keys[k]
 	if kr == nil {
-		kr = &KeyReport{Stream: stream, Key: rec.RoutingKey, First: rec.Position.String()}
+		kr = &KeyReport{Stream: stream, Key: rec.RoutingKey, First: pos}
 		x.keys[k] = kr
 		x.keyList = append(x.keyList, kr)
 	}
 	kr.Events++
-	kr.Last = rec.Position.String()
+	kr.Last = pos
 }
 
-func (x *exporter) gapEvent(e *Entry, rec *localstream.Record, sum hash.Hash) error {
+func (x *exporter) gapEvent(e *Entry, rec *localstream.Record) error {
 	g := Gap{Kind: "marker", Stream: e.Stream, Agent: e.Agent, Position: e.Position, Key: e.Key, Reason: e.Dropped, TimeNs: eventTime(rec)}
 	if e.Dropped == "" {
 		g.Kind, g.Reason = "shed", shedReason(rec.Payload)
 		g.Payload = base64.StdEncoding.EncodeToString(rec.Payload)
-		sum.Write(rec.Payload)
 	}
 	e.Topic, e.Messages = TopicGaps, 1
 	return x.gap(g, e.N, rec.IngestTime)
@@ -336,11 +336,7 @@ type stamp struct {
 
 func stampOf(ns int64) stamp { return stamp{Sec: ns / 1e9, Nsec: ns % 1e9} }
 
-func (x *exporter) video(e *Entry, rec *localstream.Record, sum hash.Hash) error {
-	c, err := video.DecodeChunk(rec.Event)
-	if err != nil {
-		return x.raw(e, &streamRead{name: e.Stream}, rec, sum)
-	}
+func (x *exporter) video(e *Entry, rec *localstream.Record, c *video.Chunk) error {
 	e.Topic = "/video/" + rec.RoutingKey
 	if _, err := x.rw.channel(e.Topic, encProtobuf, videoSchemaName, CompressedVideoSchema()); err != nil {
 		return err
@@ -350,7 +346,6 @@ func (x *exporter) video(e *Entry, rec *localstream.Record, sum hash.Hash) error
 		data := c.Payload[off : off+fr.Size]
 		off += fr.Size
 		x.buf = appendVideo(x.buf[:0], fr.PTS, rec.RoutingKey, data, string(c.Codec))
-		sum.Write(data)
 		e.Messages++
 		if err := x.rw.message(e.Topic, e.N, rec.IngestTime, fr.PTS, x.buf); err != nil {
 			return err
@@ -359,15 +354,26 @@ func (x *exporter) video(e *Entry, rec *localstream.Record, sum hash.Hash) error
 	return nil
 }
 
-// locationFix is foxglove.LocationFix in JSON encoding.
-type locationFix struct {
-	Timestamp          stamp      `json:"timestamp"`
-	FrameID            string     `json:"frame_id"`
-	Latitude           float64    `json:"latitude"`
-	Longitude          float64    `json:"longitude"`
-	Altitude           float64    `json:"altitude"`
-	PositionCovariance [9]float64 `json:"position_covariance"`
-	CovarianceType     int        `json:"position_covariance_type"`
+// appendLocationFix appends a foxglove.LocationFix in JSON encoding, as
+// json.Marshal writes it (jsonappend.go): the fix's time, the drone as
+// its frame, degrees and metres, the covariance unknown (nine zeros,
+// type 0).
+func appendLocationFix(b []byte, ns int64, frameID string, lat, lon, alt float64) ([]byte, error) {
+	st := stampOf(ns)
+	b = append(b, `{"timestamp":{"sec":`...)
+	b = strconv.AppendInt(b, st.Sec, 10)
+	b = append(b, `,"nsec":`...)
+	b = strconv.AppendInt(b, st.Nsec, 10)
+	b = append(b, `},"frame_id":`...)
+	b = appendJSONString(b, frameID)
+	for i, f := range [3]float64{lat, lon, alt} {
+		b = append(b, [3]string{`,"latitude":`, `,"longitude":`, `,"altitude":`}[i]...)
+		var ok bool
+		if b, ok = appendJSONFloat(b, f); !ok {
+			return b, fmt.Errorf("flight: position of %s: %v is not a number JSON can hold", frameID, f)
+		}
+	}
+	return append(b, `,"position_covariance":[0,0,0,0,0,0,0,0,0],"position_covariance_type":0}`...), nil
 }
 
 func (x *exporter) position(rec *localstream.Record, seq uint32, lat, lon, alt float64) error {
@@ -375,19 +381,18 @@ func (x *exporter) position(rec *localstream.Record, seq uint32, lat, lon, alt f
 	if _, err := x.rw.channel(topic, encJSON, "foxglove.LocationFix", []byte(schemaLocationFix)); err != nil {
 		return err
 	}
-	b, err := json.Marshal(locationFix{Timestamp: stampOf(eventTime(rec)), FrameID: rec.RoutingKey, Latitude: lat, Longitude: lon, Altitude: alt})
-	if err != nil {
+	var err error
+	if x.buf, err = appendLocationFix(x.buf[:0], eventTime(rec), rec.RoutingKey, lat, lon, alt); err != nil {
 		return err
 	}
-	return x.rw.message(topic, seq, rec.IngestTime, eventTime(rec), b)
+	return x.rw.message(topic, seq, rec.IngestTime, eventTime(rec), x.buf)
 }
 
-func (x *exporter) mavlink(e *Entry, rec *localstream.Record, sum hash.Hash) error {
+func (x *exporter) mavlink(e *Entry, rec *localstream.Record) error {
 	e.Topic, e.Messages = "/mavlink/"+rec.RoutingKey, 1
 	if _, err := x.rw.channel(e.Topic, encMAVLink, "", nil); err != nil {
 		return err
 	}
-	sum.Write(rec.Payload)
 	if err := x.rw.message(e.Topic, e.N, rec.IngestTime, rec.EventTime, rec.Payload); err != nil {
 		return err
 	}
@@ -397,97 +402,64 @@ func (x *exporter) mavlink(e *Entry, rec *localstream.Record, sum hash.Hash) err
 			return fmt.Errorf("flight: tlog: %w", err)
 		}
 	}
-	if m := x.dec.decode(rec); m != nil {
-		if lat, lon, alt, ok := mavPosition(m); ok {
-			return x.position(rec, e.N, lat, lon, alt)
-		}
-	}
 	return nil
 }
 
-func isJSON(rec *localstream.Record) bool {
-	ct := rec.ContentType
-	return (ct == "application/json" || strings.HasSuffix(ct, "+json")) && !rec.Flags.Has(localstream.FlagRaw) && json.Valid(rec.Payload)
-}
-
-func (x *exporter) json(e *Entry, s *streamRead, rec *localstream.Record, sum hash.Hash) error {
+func (x *exporter) json(e *Entry, s *streamRead, rec *localstream.Record) error {
 	kind := "/telemetry/"
-	if s.name == x.o.Streams.Health {
+	if s.health {
 		kind = "/health/"
 	}
 	e.Topic, e.Messages = kind+rec.RoutingKey, 1
 	if _, err := x.rw.channel(e.Topic, encJSON, "edge.Telemetry", []byte(schemaObject)); err != nil {
 		return err
 	}
-	sum.Write(rec.Payload)
-	if err := x.rw.message(e.Topic, e.N, rec.IngestTime, eventTime(rec), rec.Payload); err != nil {
-		return err
-	}
-	if kind != "/telemetry/" {
-		return nil
-	}
-	var p struct {
-		Lat       *float64 `json:"lat"`
-		Lon       *float64 `json:"lon"`
-		Alt       *float64 `json:"alt"`
-		Latitude  *float64 `json:"latitude"`
-		Longitude *float64 `json:"longitude"`
-		Altitude  *float64 `json:"altitude"`
-	}
-	if json.Unmarshal(rec.Payload, &p) != nil {
-		return nil
-	}
-	lat, lon, alt := p.Lat, p.Lon, p.Alt
-	if lat == nil {
-		lat, lon, alt = p.Latitude, p.Longitude, p.Altitude
-	}
-	if lat == nil || lon == nil {
-		return nil
-	}
-	var a float64
-	if alt != nil {
-		a = *alt
-	}
-	return x.position(rec, e.N, *lat, *lon, a)
+	return x.rw.message(e.Topic, e.N, rec.IngestTime, eventTime(rec), rec.Payload)
 }
 
-func (x *exporter) raw(e *Entry, s *streamRead, rec *localstream.Record, sum hash.Hash) error {
+func (x *exporter) raw(e *Entry, s *streamRead, rec *localstream.Record) error {
 	e.Topic, e.Messages = "/raw/"+s.name+"/"+rec.RoutingKey, 1
 	if _, err := x.rw.channel(e.Topic, encRaw, "", nil); err != nil {
 		return err
 	}
-	sum.Write(rec.Payload)
 	return x.rw.message(e.Topic, e.N, rec.IngestTime, eventTime(rec), rec.Payload)
 }
 
 // certificate assembles the certificate (unsigned).
 func (x *exporter) certificate(now int64) Certificate {
 	c := Certificate{Version: 1, Flight: x.f, Gaps: x.gaps, Channels: x.rw.channelCounts(),
-		Events: x.rw.chain.n, Chain: x.rw.chain.hex(), CreatedNs: now, Streams: []StreamReport{}, Keys: []KeyReport{}}
+		Events: x.rw.chain.n, Chain: x.rw.chain.hex(), CreatedNs: now, Keys: []KeyReport{}}
 	if c.Gaps == nil {
 		c.Gaps = []Gap{}
 	}
-	for _, s := range x.streams {
-		if len(s.report.Commits) == 0 && s.report.Events == 0 {
-			continue // the agent never wrote this stream
-		}
-		c.Streams = append(c.Streams, s.report)
-		c.Reasons = append(c.Reasons, s.report.Problems...)
-	}
+	c.Status, c.Reasons, c.Streams = judge(x.f, x.streams)
 	for _, k := range x.keyList {
 		c.Keys = append(c.Keys, *k)
 	}
-	if x.f.Open {
-		c.Reasons = append(c.Reasons, "the drone was still in flight at the last telemetry the centre holds")
-	}
-	if len(c.Streams) == 0 {
-		c.Reasons = append(c.Reasons, "the centre holds no stream of agent "+x.f.Agent)
-	}
-	c.Status = StatusComplete
-	if len(c.Reasons) > 0 {
-		c.Status = StatusIncomplete
-	}
 	return c
+}
+
+// judge says whether the flight's record is complete from its streams'
+// reports, and why not: the certificate's status, reasons and streams.
+func judge(f Flight, streams []*streamRead) (status string, reasons []string, reports []StreamReport) {
+	reports = []StreamReport{}
+	for _, s := range streams {
+		if len(s.report.Commits) == 0 && s.report.Events == 0 {
+			continue // the agent never wrote this stream
+		}
+		reports = append(reports, s.report)
+		reasons = append(reasons, s.report.Problems...)
+	}
+	if f.Open {
+		reasons = append(reasons, "the drone was still in flight at the last telemetry the centre holds")
+	}
+	if len(reports) == 0 {
+		reasons = append(reasons, "the centre holds no stream of agent "+f.Agent)
+	}
+	if len(reasons) > 0 {
+		return StatusIncomplete, reasons, reports
+	}
+	return StatusComplete, nil, reports
 }
 
 // tlogTime is a frame's time in a tlog: the time the tlog it was replayed

@@ -3,12 +3,11 @@ package flight
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/foxglove/mcap/go/mcap"
-	"github.com/klauspost/compress/zstd"
 )
 
 // Topics of a record.
@@ -48,6 +47,51 @@ type Entry struct {
 	PayloadSHA256 string `json:"payload_sha256"`
 }
 
+// appendJSON appends the entry as json.Marshal writes it (jsonappend.go).
+func (e *Entry) appendJSON(b []byte) []byte {
+	b = append(b, `{"n":`...)
+	b = strconv.AppendUint(b, uint64(e.N), 10)
+	b = append(b, `,"stream":`...)
+	b = appendJSONString(b, e.Stream)
+	b = append(b, `,"agent":`...)
+	b = appendJSONString(b, e.Agent)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, `,"txn":`...)
+	b = strconv.AppendUint(b, e.Txn, 10)
+	b = append(b, `,"position":`...)
+	b = appendJSONString(b, e.Position)
+	b = append(b, `,"routing_key":`...)
+	b = appendJSONString(b, e.Key)
+	if e.Writer != "" {
+		b = append(b, `,"writer":`...)
+		b = appendJSONString(b, e.Writer)
+	}
+	b = append(b, `,"event_time_ns":`...)
+	b = strconv.AppendInt(b, e.EventTimeNs, 10)
+	b = append(b, `,"ingest_time_ns":`...)
+	b = strconv.AppendInt(b, e.IngestTimeNs, 10)
+	if e.Flags != 0 {
+		b = append(b, `,"flags":`...)
+		b = strconv.AppendUint(b, uint64(e.Flags), 10)
+	}
+	if e.ContentType != "" {
+		b = append(b, `,"content_type":`...)
+		b = appendJSONString(b, e.ContentType)
+	}
+	if e.Dropped != "" {
+		b = append(b, `,"dropped":`...)
+		b = appendJSONString(b, e.Dropped)
+	}
+	b = append(b, `,"topic":`...)
+	b = appendJSONString(b, e.Topic)
+	b = append(b, `,"messages":`...)
+	b = strconv.AppendInt(b, int64(e.Messages), 10)
+	b = append(b, `,"payload_sha256":`...)
+	b = appendJSONString(b, e.PayloadSHA256)
+	return append(b, '}')
+}
+
 // Gap is a gap marker of the record, on /flight/gaps and in the
 // certificate: a marker event (the agent could not send it, or shed
 // events), or a loss found when a chain resumed.
@@ -73,11 +117,11 @@ type chain struct {
 
 // add chains one entry's bytes as written.
 func (c *chain) add(entry []byte) {
+	var link [64]byte // head ‖ leaf
+	copy(link[:32], c.head[:])
 	leaf := sha256.Sum256(entry)
-	h := sha256.New()
-	h.Write(c.head[:])
-	h.Write(leaf[:])
-	h.Sum(c.head[:0])
+	copy(link[32:], leaf[:])
+	c.head = sha256.Sum256(link[:])
 	c.n++
 }
 
@@ -87,53 +131,47 @@ func (c *chain) hex() string { return hex.EncodeToString(c.head[:]) }
 // message counted per topic, entries chained.
 type recordWriter struct {
 	w        *mcap.Writer
-	enc      *zstd.Encoder     // pooled, returned by close (nil: not pooled)
+	cc       *chunkCompressor  // returned to the free list by close (nil: the library's)
 	schemas  map[string]uint16 // schema name → id
 	channels map[string]uint16 // topic → id
 	counts   map[string]int
 	chain    chain
 	entryLog uint64 // the last log time on /flight/events
+	buf      []byte // an entry being written
 }
 
-// zstdEncoders keep chunk compressors between records: a new one costs
-// megabytes of tables to allocate and clear, as much as a short flight's
-// compression (BenchmarkExportFlight). A small free list, not a
-// sync.Pool: a pool is emptied by every garbage collection, and an export
-// collects many times. One goroutine each: a record is written by one.
-var zstdEncoders = make(chan *zstd.Encoder, 4)
+// chunkSize is the size of a chunk's records at which the writer closes
+// it (the MCAP library's default).
+const chunkSize = 1 << 20
 
 func newRecordWriter(out io.Writer, level mcap.CompressionLevel) (*recordWriter, error) {
 	if level != mcap.CompressionLevelFastest {
-		// Other levels are for a reader's own measurements; not pooled.
-		w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: 1 << 20, IncludeCRC: true,
+		// Other levels are for a reader's own measurements: the
+		// library's encoder at that level.
+		w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: chunkSize, IncludeCRC: true,
 			Compression: mcap.CompressionZSTD, CompressionLevel: level})
 		if err != nil {
 			return nil, err
 		}
 		return startRecord(w, nil)
 	}
-	var enc *zstd.Encoder
-	select {
-	case enc = <-zstdEncoders:
-	default:
-		var err error
-		if enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1)); err != nil {
-			return nil, err
-		}
-	}
-	w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: 1 << 20, IncludeCRC: true,
-		Compressor: mcap.NewCustomCompressor(mcap.CompressionZSTD, enc)})
+	cc, err := getChunkCompressor()
 	if err != nil {
 		return nil, err
 	}
-	return startRecord(w, enc)
+	w, err := mcap.NewWriter(out, &mcap.WriterOptions{Chunked: true, ChunkSize: chunkSize, IncludeCRC: true,
+		Compressor: mcap.NewCustomCompressor(mcap.CompressionZSTD, cc)})
+	if err != nil {
+		return nil, err
+	}
+	return startRecord(w, cc)
 }
 
-func startRecord(w *mcap.Writer, enc *zstd.Encoder) (*recordWriter, error) {
+func startRecord(w *mcap.Writer, cc *chunkCompressor) (*recordWriter, error) {
 	if err := w.WriteHeader(&mcap.Header{Profile: "", Library: "edge-agent flight"}); err != nil {
 		return nil, err
 	}
-	return &recordWriter{w: w, enc: enc, schemas: map[string]uint16{}, channels: map[string]uint16{}, counts: map[string]int{}}, nil
+	return &recordWriter{w: w, cc: cc, schemas: map[string]uint16{}, channels: map[string]uint16{}, counts: map[string]int{}}, nil
 }
 
 // channel returns the id of topic's channel, writing its schema and
@@ -177,10 +215,8 @@ func (rw *recordWriter) message(topic string, seq uint32, logNs, pubNs int64, da
 // event's ingest time, or the last entry's when that is later (entries
 // of the merged streams stay in order on their channel).
 func (rw *recordWriter) entry(e *Entry) error {
-	b, err := json.Marshal(e)
-	if err != nil {
-		return err
-	}
+	rw.buf = e.appendJSON(rw.buf[:0])
+	b := rw.buf
 	if _, err := rw.channel(TopicEvents, encJSON, "edge.flight.Entry", []byte(schemaEntry)); err != nil {
 		return err
 	}
@@ -218,11 +254,8 @@ func (rw *recordWriter) close(meta map[string]string, cert []byte, createdNs int
 	if err := rw.w.Close(); err != nil {
 		return err
 	}
-	if rw.enc != nil {
-		select {
-		case zstdEncoders <- rw.enc:
-		default:
-		}
+	if rw.cc != nil {
+		putChunkCompressor(rw.cc)
 	}
 	return nil
 }

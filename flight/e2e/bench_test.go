@@ -73,6 +73,8 @@ func BenchmarkExportFlight(b *testing.B) {
 	b.ReportMetric(float64(bytes), "record_bytes")
 	b.ReportMetric(float64(exportNs.Milliseconds())/float64(b.N), "export_ms")
 	b.ReportMetric(float64(readNs.Milliseconds())/float64(b.N), "read_ms")
+	b.ReportMetric(float64(readCPU.Microseconds())/1000/float64(b.N), "read_cpu_ms")
+	b.ReportMetric(float64(exportCPU.Microseconds())/1000/float64(b.N), "export_cpu_ms")
 }
 
 // cpuTime is the process's CPU time (user + system): the centre runs in

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"io"
 	"sync"
 	"testing"
@@ -145,4 +146,39 @@ func eventTime(rec *localstream.Record) int64 {
 
 func waitTB(d time.Duration, cond func() bool) bool {
 	return testkit.UntilEvery(d, 250*time.Millisecond, cond)
+}
+
+// checksAreCertificates checks the flight f, its two halves and a range
+// from its middle to a minute after it in one CheckFlights pass, and
+// each against its own export's certificate: the same status, reasons
+// and stream reports. It returns the checks.
+func checksAreCertificates(t *testing.T, nc *nats.Conn, key ed25519.PrivateKey, f flight.Flight) []flight.Check {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mid := f.StartNs + (f.EndNs-f.StartNs)/2
+	half := func(from, to int64) flight.Flight {
+		return flight.Flight{Drone: f.Drone, Agent: f.Agent, StartNs: from, EndNs: to, Rule: "range"}
+	}
+	fls := []flight.Flight{f, half(f.StartNs, mid), half(mid, f.EndNs), half(mid, f.EndNs+int64(time.Minute))}
+	checks, err := flight.CheckFlights(ctx, nc, fls, flight.FindOptions{Drone: testDrone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, fl := range fls {
+		res, err := flight.Export(ctx, nc, fl, flight.ExportOptions{FindOptions: flight.FindOptions{Drone: testDrone}, Key: key}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := res.Certificate
+		got, _ := json.Marshal(checks[i])
+		want, _ := json.Marshal(flight.Check{Flight: fl, Status: c.Status, Reasons: c.Reasons, Streams: c.Streams})
+		if string(got) != string(want) {
+			t.Fatalf("flight %d of one pass:\n%s\nits export's certificate:\n%s", i, got, want)
+		}
+	}
+	if checks[3].Status != flight.StatusIncomplete {
+		t.Fatalf("a range a minute into the future is %s", checks[3].Status)
+	}
+	return checks
 }

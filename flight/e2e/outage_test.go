@@ -75,6 +75,9 @@ func TestFlightAcrossOutage(t *testing.T) {
 		t.Fatalf("during the outage the flight is %s (open %v), want pending", res.Certificate.Status, fl[0].Open)
 	}
 	t.Logf("during the outage: %v", res.Certificate.Reasons)
+	if c := checksAreCertificates(t, nc, key, fl[0]); c[0].Status != flight.StatusIncomplete {
+		t.Fatalf("during the outage one pass says %s", c[0].Status)
+	}
 
 	proxy.SetDown(false)
 	if !testkit.UntilEvery(60*time.Second, 250*time.Millisecond, func() bool { return complete(nc, key) }) {
@@ -84,6 +87,9 @@ func TestFlightAcrossOutage(t *testing.T) {
 	fl, err = flight.Find(ctx, nc, flight.FindOptions{Drone: testDrone})
 	if err != nil || len(fl) != 1 || fl[0].Open {
 		t.Fatalf("flights after the drain: %+v, %v", fl, err)
+	}
+	if c := checksAreCertificates(t, nc, key, fl[0]); c[0].Status != flight.StatusComplete {
+		t.Fatalf("after the drain one pass says %s %v", c[0].Status, c[0].Reasons)
 	}
 	path := filepath.Join(t.TempDir(), "flight.mcap")
 	out, _ := os.Create(path)
