@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/wire"
@@ -99,40 +98,9 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 		t.Skip("-short: a fault test of a minute")
 	}
 	rng := rand.New(rand.NewPCG(testkit.Seed(t), 31))
-	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel0()
-	nodes, err := central.StartLocalCluster(ctx0, t.TempDir(), "unpack", 3, true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	}()
-	var urls []string
-	for _, n := range nodes {
-		urls = append(urls, n.ClientURL())
-	}
-	nc := connect(t, urls...)
-
 	agents := []*testAgent{newTestAgent(t, "gs-a", 3), newTestAgent(t, "gs.b", 2)}
-	var proxies []*testkit.Proxy
-	var reps []*replicate.Replicator
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	appDone := make(chan error, len(agents))
-	for _, a := range agents {
-		var purls []string
-		for _, u := range urls {
-			p := testkit.NewProxy(t, strings.TrimPrefix(u, "nats://"), testkit.ProxyHooks{})
-			proxies = append(proxies, p)
-			purls = append(purls, "nats://"+p.Addr())
-		}
-		r, _ := a.replicate(t, connect(t, purls...), replicate.JetStreamOptions{Replicas: 3})
-		reps = append(reps, r)
-		go func() { appDone <- a.run(ctx, 3*time.Millisecond) }()
-	}
+	rig := startClusterRig(t, "unpack", agents, 3*time.Millisecond)
+	nodes, urls, nc, proxies := rig.nodes, rig.urls, rig.nc, rig.proxies
 	// One sends fast batches (the default), the other atomic batches of
 	// up to 100.
 	batches := []int{0, 100}
@@ -179,15 +147,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 			}
 		}
 	}
-	cancel()
-	for range agents {
-		if err := <-appDone; err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, a := range agents {
-		a.waitReplicated(t, reps[i], 90*time.Second)
-	}
+	want := rig.stop(t, 90*time.Second)
 	waitCurrent(t, nc, wire.StreamName(testStream))
 	src := uint64(len(waitSource(t, nc, testStream, total(agents...))))
 	testkit.WaitFor(t, 90*time.Second, "the unpackers to catch up", func() bool { return derivedLast(nc, testStream) >= src })
@@ -195,15 +155,8 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	for _, c := range children {
 		c.kill(t)
 	}
-	want := map[string]map[string]int{}
-	for _, a := range agents {
-		want[a.id] = a.counts()
-	}
 	events := verifyDerived(t, nc, testStream, want)
-	var cuts int64
-	for _, p := range proxies {
-		cuts += p.Cuts()
-	}
+	cuts := rig.cuts()
 	t.Logf("%d rounds: %d unpacker SIGKILLs, %d derived-leader shutdowns, %d link cuts; %d events once, in order", n, kills, leaderKills, cuts, events)
 	if kills < n || leaderKills < n/2 || cuts == 0 {
 		t.Fatalf("faults did not happen: %d kills, %d leader kills, %d cuts", kills, leaderKills, cuts)

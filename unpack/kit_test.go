@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/centralread"
 	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -432,4 +434,97 @@ func partitionsLast(nc *nats.Conn, stream string, n int) uint64 {
 		sum += partitionLast(nc, p)
 	}
 	return sum
+}
+
+// fleet is a set of test agents replicating to a centre, each appending
+// a round every interval until stop.
+type fleet struct {
+	agents []*testAgent
+	reps   []*replicate.Replicator
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// runFleet starts each agent's replicator on its connection (conns(a))
+// and its appends, every interval.
+func runFleet(t testing.TB, agents []*testAgent, conns func(*testAgent) *nats.Conn, jsOpts replicate.JetStreamOptions, interval time.Duration) *fleet {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	f := &fleet{agents: agents, cancel: cancel, done: make(chan error, len(agents))}
+	for _, a := range agents {
+		r, _ := a.replicate(t, conns(a), jsOpts)
+		f.reps = append(f.reps, r)
+		go func() { f.done <- a.run(ctx, interval) }()
+	}
+	return f
+}
+
+// stop ends the appends, waits (up to d each) until every agent's store
+// is at the centre, and returns what they appended: agent → drone → n.
+func (f *fleet) stop(t testing.TB, d time.Duration) map[string]map[string]int {
+	t.Helper()
+	f.cancel()
+	for range f.agents {
+		if err := <-f.done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := map[string]map[string]int{}
+	for i, a := range f.agents {
+		a.waitReplicated(t, f.reps[i], d)
+		want[a.id] = a.counts()
+	}
+	return want
+}
+
+// clusterRig is an R3 cluster of three nodes in this process and a fleet
+// replicating to it (R3 streams) through a link proxy per agent and node.
+type clusterRig struct {
+	nodes   []*central.Server
+	urls    []string
+	nc      *nats.Conn
+	proxies []*testkit.Proxy
+	*fleet
+}
+
+// startClusterRig starts the cluster (named name) and the agents'
+// replication and appends, every interval.
+func startClusterRig(t *testing.T, name string, agents []*testAgent, interval time.Duration) *clusterRig {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	nodes, err := central.StartLocalCluster(ctx, t.TempDir(), name, 3, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			nd.Close()
+		}
+	})
+	r := &clusterRig{nodes: nodes}
+	for _, nd := range nodes {
+		r.urls = append(r.urls, nd.ClientURL())
+	}
+	r.nc = connect(t, r.urls...)
+	r.fleet = runFleet(t, agents, func(*testAgent) *nats.Conn {
+		var purls []string
+		for _, u := range r.urls {
+			p := testkit.NewProxy(t, strings.TrimPrefix(u, "nats://"), testkit.ProxyHooks{})
+			r.proxies = append(r.proxies, p)
+			purls = append(purls, "nats://"+p.Addr())
+		}
+		return connect(t, purls...)
+	}, replicate.JetStreamOptions{Replicas: 3}, interval)
+	return r
+}
+
+// cuts is the number of connections the proxies cut.
+func (r *clusterRig) cuts() int64 {
+	var n int64
+	for _, p := range r.proxies {
+		n += p.Cuts()
+	}
+	return n
 }

@@ -115,44 +115,13 @@ func TestPartitionsSurviveKillsAndLeaderChanges(t *testing.T) {
 	}
 	const n = 3
 	rng := rand.New(rand.NewPCG(testkit.Seed(t), 41))
-	ctx0, cancel0 := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel0()
-	nodes, err := central.StartLocalCluster(ctx0, t.TempDir(), "partitions", 3, true, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, nd := range nodes {
-			nd.Close()
-		}
-	}()
-	var urls []string
-	for _, nd := range nodes {
-		urls = append(urls, nd.ClientURL())
-	}
-	nc := connect(t, urls...)
-	parts := Partitions(testStream, n)
-
 	var agents []*testAgent
 	for _, id := range agentsOverPartitions(n, 2, "gs-a", "gs.b") {
 		agents = append(agents, newTestAgent(t, id, 2))
 	}
-	var proxies []*testkit.Proxy
-	var reps []*replicate.Replicator
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	appDone := make(chan error, len(agents))
-	for _, a := range agents {
-		var purls []string
-		for _, u := range urls {
-			p := testkit.NewProxy(t, strings.TrimPrefix(u, "nats://"), testkit.ProxyHooks{})
-			proxies = append(proxies, p)
-			purls = append(purls, "nats://"+p.Addr())
-		}
-		r, _ := a.replicate(t, connect(t, purls...), replicate.JetStreamOptions{Replicas: 3})
-		reps = append(reps, r)
-		go func() { appDone <- a.run(ctx, 5*time.Millisecond) }()
-	}
+	rig := startClusterRig(t, "partitions", agents, 5*time.Millisecond)
+	nodes, urls, nc, proxies := rig.nodes, rig.urls, rig.nc, rig.proxies
+	parts := Partitions(testStream, n)
 	children := make([]*child, n)
 	for i := range n {
 		children[i] = startPartitionChild(t, urls, n, i)
@@ -220,15 +189,7 @@ func TestPartitionsSurviveKillsAndLeaderChanges(t *testing.T) {
 			}
 		}
 	}
-	cancel()
-	for range agents {
-		if err := <-appDone; err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, a := range agents {
-		a.waitReplicated(t, reps[i], 90*time.Second)
-	}
+	want := rig.stop(t, 90*time.Second)
 	waitCurrent(t, nc, wire.StreamName(testStream))
 	src := uint64(len(waitSource(t, nc, testStream, total(agents...))))
 	testkit.WaitFor(t, 90*time.Second, "the unpackers to catch up", func() bool { return partitionsLast(nc, testStream, n) >= src })
@@ -238,15 +199,8 @@ func TestPartitionsSurviveKillsAndLeaderChanges(t *testing.T) {
 	for _, c := range children {
 		c.kill(t)
 	}
-	want := map[string]map[string]int{}
-	for _, a := range agents {
-		want[a.id] = a.counts()
-	}
 	events := verifyPartitions(t, nc, testStream, n, want)
-	var cuts int64
-	for _, px := range proxies {
-		cuts += px.Cuts()
-	}
+	cuts := rig.cuts()
 	per := make([]string, n)
 	for i, p := range parts {
 		per[i] = fmt.Sprintf("%s %d events (agents %v)", p, partitionLast(nc, p), agentsIn(agents, n, i))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/central"
@@ -130,15 +131,7 @@ func TestPartitionedUnpackersWithStandbys(t *testing.T) {
 	for _, id := range agentsOverPartitions(n, 2, "gs.b") {
 		agents = append(agents, newTestAgent(t, id, 2))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var reps []*replicate.Replicator
-	done := make(chan error, len(agents))
-	for _, a := range agents {
-		r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
-		reps = append(reps, r)
-		go func() { done <- a.run(ctx, 5*time.Millisecond) }()
-	}
+	f := runFleet(t, agents, func(*testAgent) *nats.Conn { return connect(t, srv.ClientURL()) }, replicate.JetStreamOptions{}, 5*time.Millisecond)
 	opts := Options{StandbyCheck: 200 * time.Millisecond, Logger: quiet()}
 	type pair struct {
 		u    [2]*Unpacker
@@ -202,17 +195,7 @@ func TestPartitionedUnpackersWithStandbys(t *testing.T) {
 		}
 		return true
 	})
-	cancel()
-	want := map[string]map[string]int{}
-	for i, a := range agents {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		a.waitReplicated(t, reps[i], 30*time.Second)
-	}
-	for _, a := range agents {
-		want[a.id] = a.counts()
-	}
+	want := f.stop(t, 30*time.Second)
 	src := uint64(len(waitSource(t, nc, testStream, total(agents...))))
 	testkit.WaitFor(t, 60*time.Second, "the standbys to catch up", func() bool { return partitionsLast(nc, testStream, n) == src })
 	events := verifyPartitions(t, nc, testStream, n, want)

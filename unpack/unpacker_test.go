@@ -27,29 +27,11 @@ func TestUnpackLiveAgents(t *testing.T) {
 	srv := rigs.StartCentral(t, central.Config{})
 	nc := connect(t, srv.ClientURL())
 	agents := []*testAgent{newTestAgent(t, "gs.1", 3), newTestAgent(t, "gs-2", 2)}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var reps []*replicate.Replicator
-	done := make(chan error, len(agents))
-	for _, a := range agents {
-		r, _ := a.replicate(t, connect(t, srv.ClientURL()), replicate.JetStreamOptions{})
-		reps = append(reps, r)
-		go func() { done <- a.run(ctx, 2*time.Millisecond) }()
-	}
+	f := runFleet(t, agents, func(*testAgent) *nats.Conn { return connect(t, srv.ClientURL()) }, replicate.JetStreamOptions{}, 2*time.Millisecond)
 	u, _ := startUnpacker(t, nc, Options{})
 	// The unpacker republishes while the agents append.
 	testkit.WaitFor(t, 60*time.Second, "1,000 events unpacked while the agents append", func() bool { return derivedLast(nc, testStream) >= 1000 })
-	cancel()
-	want := map[string]map[string]int{}
-	for i, a := range agents {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		a.waitReplicated(t, reps[i], 30*time.Second)
-	}
-	for _, a := range agents {
-		want[a.id] = a.counts()
-	}
+	want := f.stop(t, 30*time.Second)
 	src := len(waitSource(t, nc, testStream, total(agents...)))
 	testkit.WaitFor(t, 30*time.Second, "the unpacker to catch up", func() bool { return derivedLast(nc, testStream) == uint64(src) })
 	n := verifyDerived(t, nc, testStream, want)
