@@ -204,6 +204,25 @@ func (p *linkProxy) window(from, to time.Time) (live, other int64) {
 	return b.live - a.live, b.other - a.other
 }
 
+// lastFrame is when the last client→server frame of more than n bytes
+// was forwarded, at or before to.
+func (p *linkProxy) lastFrame(n int64, to time.Time) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var at time.Time
+	var prev byteSample
+	for _, s := range p.samples {
+		if s.at.After(to) {
+			break
+		}
+		if s.live+s.other-prev.live-prev.other > n {
+			at = s.at
+		}
+		prev = s
+	}
+	return at
+}
+
 func (p *linkProxy) close() {
 	p.ln.Close()
 	p.cutAll()

@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
-	"github.com/edge-agent/edge-agent/internal/testkit/rigs"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -23,16 +21,7 @@ import (
 // halving (main: lower stuck at the start for most of the drain).
 func TestDrainWatermarkWithinBound(t *testing.T) {
 	const drones, hz, outage = 4, 5, 600 * time.Second
-	srv := rigs.StartCentral(t, central.Config{})
-	link := newCappedLink(10_000)
-	px := testkit.NewProxy(t, srv.ClientURL()[len("nats://"):], testkit.ProxyHooks{Up: link.copy})
-	up := NewUplink(10_000)
-	nc, err := Connect(ConnConfig{URLs: []string{"nats://" + px.Addr()}, IgnoreDiscoveredServers: true,
-		RequestTimeout: 5 * time.Second, Dialer: up.Dialer(nil)}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	_, up, nc := meteredLink(t, 10_000)
 	_, st := openStore(t, t.TempDir())
 	tr := trackerFor(st)
 	ctx := testCtx(t, 2*time.Minute)

@@ -46,6 +46,11 @@ const natsMsgOverhead = 256
 
 func (t *packTxn) wireBytes() int { return t.wire }
 
+// probeWire is what the events packed so far would take on the wire.
+func (t *packTxn) probeWire() int {
+	return t.w.EncodedSize(t.sink.packHint(t.stream)) + natsMsgOverhead
+}
+
 func (t *packTxn) Len() int       { return t.n }
 func (t *packTxn) Bytes() int64   { return t.bytes }
 func (t *packTxn) Number() uint64 { return t.number }

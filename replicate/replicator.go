@@ -269,6 +269,12 @@ type Replicator struct {
 	// txnEst is what collect's events reserved on the uplink, settled
 	// against the pack's bytes once it is written (Uplink.Settle).
 	txnEst int64
+	// txnRatio is the wire ratio of the transaction collect builds, from
+	// its own pack (probeWire), 0 until probed; txnProbed is the weight
+	// (txnCharged) at which it was last probed, txnProbeAt the one at
+	// which it is probed next.
+	txnRatio              float64
+	txnProbed, txnProbeAt int64
 }
 
 // NewReplicator returns the replicator of st into sink. instance must be
@@ -507,6 +513,7 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 	var ingest []int64
 	lastCut, owned := cut, false
 	r.txnRepeats, r.txnCharged, r.txnEst = 0, 0, 0
+	r.txnRatio, r.txnProbed, r.txnProbeAt = 0, 0, probeFirst
 	var closeAt time.Time
 	// more: another record is at hand, so the next wait on the uplink
 	// follows at once (the uplink keeps the turn for it).
@@ -535,6 +542,7 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 				return err
 			}
 		}
+		r.probeWire(txn)
 		if txn.Len() == 1 {
 			closeAt = r.cfg.Now().Add(r.txnInterval())
 		}
@@ -556,7 +564,7 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 		// The commit interval holds under a backlog too: with events
 		// always ready (and each add paced by the uplink), only this check
 		// closes the transaction on time.
-		if txn.Len() > 0 && !r.cfg.Now().Before(closeAt) && !r.holdOpen(flDone) {
+		if txn.Len() > 0 && !r.cfg.Now().Before(closeAt) && !r.holdOpen(flDone) || r.sendNow(txn, fl, flDone, false) {
 			return lastCut, ingest, nil
 		}
 		f, ok := pf.head()
@@ -565,6 +573,9 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 			select {
 			case b, ok = <-pf.ch: // what is there already, without arming a timer
 			default:
+				if r.sendNow(txn, fl, flDone, true) {
+					return lastCut, ingest, nil
+				}
 				wait := r.cfg.IdleCommitInterval
 				if txn.Len() > 0 {
 					if wait = closeAt.Sub(r.cfg.Now()); wait <= 0 {
@@ -763,7 +774,10 @@ func (r *Replicator) onWire(n int) int {
 	if !r.cfg.Uplink.Metered() {
 		return n
 	}
-	ratio := math.Float64frombits(r.wireRatio.Load())
+	ratio := r.txnRatio
+	if ratio == 0 {
+		ratio = math.Float64frombits(r.wireRatio.Load())
+	}
 	if ratio == 0 {
 		return n
 	}
@@ -785,4 +799,92 @@ func (r *Replicator) learnWire(txn Txn, charged, est int64) {
 		obs = (obs + old) / 2
 	}
 	r.wireRatio.Store(math.Float64bits(obs))
+}
+
+// wireProber is a transaction that can tell what its events so far
+// would take on the wire (a layout-2 pack: compressed, framed).
+type wireProber interface {
+	probeWire() int
+}
+
+// probeFirst is the weight (payload + 256 an event) at which a
+// transaction's pack is first probed, probeGrowth how much it grows
+// before the next probe: the probes compress at most a third more than
+// the pack's own commit does.
+const (
+	probeFirst  = 16 << 10
+	probeGrowth = 4
+)
+
+// probeWire learns, on a link charged on the wire, what the transaction's
+// events take there from its own pack as it grows (at probeFirst, then
+// each probeGrowth times more): the ratio the last packs achieved can be
+// far off for this one — the first pack of a run has none, and a live
+// pack of a few events compresses far less than a drain's pack of
+// thousands — and the reservations paced by a ratio too high leave the
+// link idle (the first pack of a drain took half a second to reserve
+// what crossed the link in 14 ms). What the events reserved beyond their
+// bytes is settled at once, credit for the next events.
+func (r *Replicator) probeWire(txn Txn) {
+	if r.txnCharged >= r.txnProbeAt {
+		r.probeNow(txn, probeGrowth)
+	}
+}
+
+// probeNow probes the transaction's pack now (probeWire), and next once
+// it weighs growth times more.
+func (r *Replicator) probeNow(txn Txn, growth int64) {
+	if !r.cfg.Uplink.Metered() || r.cfg.Uplink.BytesPerSec() == 0 || r.txnCharged == 0 {
+		return
+	}
+	p, ok := txn.(wireProber)
+	if !ok {
+		return
+	}
+	r.txnProbed, r.txnProbeAt = r.txnCharged, r.txnCharged*growth
+	w := int64(p.probeWire())
+	r.txnRatio = min(max(float64(w)/float64(r.txnCharged), 0.001), 4)
+	if r.txnEst > w {
+		r.cfg.Uplink.Settle(r.txnEst, w)
+		r.txnEst = w
+	}
+}
+
+// sendNow reports whether a transaction closes before its interval, on
+// a link charged on the wire, because the link would idle while it stays
+// open. Either it began with no commit in flight (the first of a drain)
+// and holds the bucket's depth, a quarter second of the link: held to
+// its interval, the first pack of a drain left the link idle for it.
+// Or, dry — nothing more at hand — with no commit in flight any more, it
+// holds at least a chunk: the last pack of a backlog (the chunk keeps a
+// live stream's trickle from becoming a commit an event). Otherwise the
+// interval and holdOpen close it: a pack sent while another is in flight
+// waits for that one's ack anyway.
+func (r *Replicator) sendNow(txn Txn, fl *inflight, flDone chan struct{}, dry bool) bool {
+	u := r.cfg.Uplink
+	if txn.Len() == 0 || !u.Metered() || u.BytesPerSec() == 0 {
+		return false
+	}
+	if !dry {
+		if fl != nil || r.txnEst < int64(u.depth()) {
+			return false
+		}
+		// Reserved by the ratio of a smaller pack, the estimate may be
+		// high: the pack itself says (at most once per doubling).
+		if r.txnCharged >= 2*r.txnProbed {
+			r.probeNow(txn, probeGrowth)
+		}
+		return r.txnEst >= int64(u.depth())
+	}
+	if r.txnEst < int64(u.chunk) {
+		return false
+	}
+	if flDone != nil {
+		select {
+		case <-flDone:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -34,7 +34,7 @@ import (
 // writes. docs/sync.md, "uplink cap".
 type Uplink struct {
 	// bps is the cap in bytes/s (0: unlimited); chunk the largest grant
-	// of one turn, also the bucket's depth.
+	// of one turn (the bucket's depth is depth()).
 	bps   float64
 	chunk int
 	// sent counts bytes written to metered connections; metered is set
@@ -125,8 +125,17 @@ func (u *Uplink) grant(n int) time.Duration {
 		n -= int(c)
 	}
 	u.tat = later(u.tat, now).Add(u.dur(n))
-	return u.tat.Sub(now) - u.dur(u.chunk)
+	return u.tat.Sub(now) - u.dur(u.depth())
 }
+
+// depth is how far grants may run ahead of the cap: a quarter second
+// of it (maxCredit), at least a chunk. A link that was idle takes the
+// first quarter second of a backlog at once: a pack's bytes go out
+// only once all its events are granted, and a bucket of one chunk
+// (20 ms) paced the first pack of a drain while the link stayed idle.
+// The link is asked for no more ahead of the cap than the credit
+// allows already.
+func (u *Uplink) depth() int { return int(u.maxCredit()) }
 
 // maxCredit bounds the credit: what the link may be asked to carry ahead
 // of the cap, a quarter second of it.

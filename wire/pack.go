@@ -391,6 +391,10 @@ func (h *PackHint) try() bool {
 	}
 }
 
+// skipping reports whether the next pack would be sent raw without
+// trying (read only: try takes the turn).
+func (h *PackHint) skipping() bool { return h != nil && h.skip.Load() > 0 }
+
 // result records whether a tried pack compressed.
 func (h *PackHint) result(compressed bool) {
 	if h == nil {
@@ -420,27 +424,8 @@ func (w *PackWriter) Encode(commit *PackCommit, txn uint64, hint *PackHint) []by
 			packBodies.Put(bp)
 		}
 	}()
-	body := slices.Grow((*bp)[:0], w.Size()+256)
+	body := w.appendBody(slices.Grow((*bp)[:0], w.Size()+256), commit, txn)
 	defer func() { *bp = body[:0] }()
-	if commit != nil {
-		flag := byte(packFlagCommit)
-		switch {
-		case commit.hasChain():
-			flag = packFlagCommitChain
-		}
-		body = append(body, flag)
-		body = appendCommit(body, commit)
-	} else {
-		body = append(body, packFlagPart)
-		body = binary.AppendUvarint(body, txn)
-	}
-	body = binary.AppendUvarint(body, w.nstrs)
-	body = append(body, w.table...)
-	body = binary.AppendUvarint(body, uint64(w.n))
-	body = append(body, w.meta...)
-	for _, p := range w.payload {
-		body = append(body, p...)
-	}
 	// Room for the body as it is: an incompressible body's frame (a
 	// little larger) is kept or dropped without growing out.
 	out := make([]byte, packEnvelopeLen, packEnvelopeLen+len(body)+MaxPackOverhead(len(body)))
@@ -464,6 +449,61 @@ func (w *PackWriter) Encode(commit *PackCommit, txn uint64, hint *PackHint) []by
 	binary.LittleEndian.PutUint32(out[11:], crc32.Checksum(out[packEnvelopeLen:], castagnoli))
 	return out
 }
+
+// appendBody appends the pack's body: the commit record (or the part's
+// txn), the string table, the events' metadata and their payloads.
+func (w *PackWriter) appendBody(body []byte, commit *PackCommit, txn uint64) []byte {
+	if commit != nil {
+		flag := byte(packFlagCommit)
+		switch {
+		case commit.hasChain():
+			flag = packFlagCommitChain
+		}
+		body = append(body, flag)
+		body = appendCommit(body, commit)
+	} else {
+		body = append(body, packFlagPart)
+		body = binary.AppendUvarint(body, txn)
+	}
+	body = binary.AppendUvarint(body, w.nstrs)
+	body = append(body, w.table...)
+	body = binary.AppendUvarint(body, uint64(w.n))
+	body = append(body, w.meta...)
+	for _, p := range w.payload {
+		body = append(body, p...)
+	}
+	return body
+}
+
+// EncodedSize is about what Encode would return for the events added so
+// far, without a commit record: the body compressed as Encode would
+// (when hint would try now) or stored. A sender that pays for bytes on
+// the wire learns from it what a pack of these events costs before it
+// is complete (replicate's uplink reservations); it leaves hint as it
+// was. It costs one compression of the body.
+func (w *PackWriter) EncodedSize(hint *PackHint) int {
+	bp := packBodies.Get().(*[]byte)
+	body := w.appendBody((*bp)[:0], nil, 1)
+	defer func() {
+		if *bp = body[:0]; cap(body) <= maxPooledBody {
+			packBodies.Put(bp)
+		}
+	}()
+	stored := len(body) + MaxPackOverhead(len(body))
+	if len(body) < 64 || hint.skipping() {
+		return stored
+	}
+	zp := packProbes.Get().(*[]byte)
+	*zp = zstdEnc.EncodeAll(body, (*zp)[:0])
+	n := packEnvelopeLen + len(*zp)
+	if cap(*zp) <= maxPooledBody {
+		packProbes.Put(zp)
+	}
+	return min(n, stored)
+}
+
+// packProbes holds EncodedSize's compression buffers.
+var packProbes = sync.Pool{New: func() any { return new([]byte) }}
 
 // isPack tells a layout-2 message from a layout-1 commit record.
 func isPack(b []byte) bool { return len(b) > 0 && b[0] == packMagic }

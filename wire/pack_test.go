@@ -132,6 +132,42 @@ func TestPackSize(t *testing.T) {
 	}
 }
 
+// TestPackEncodedSize: what EncodedSize says a pack takes is what Encode
+// makes of it, without the commit record, for JSON (compressed) and
+// random payloads (stored), at every size a sender probes; the hint is
+// left as it was.
+func TestPackEncodedSize(t *testing.T) {
+	for _, random := range []bool{false, true} {
+		recs := packRecords(4000, random)
+		w := NewPackWriter()
+		for i := range recs {
+			w.Add(&recs[i])
+			if n := i + 1; n&(n-1) != 0 && n != len(recs) {
+				continue // powers of two and the whole pack
+			}
+			var hint PackHint
+			got := w.EncodedSize(&hint)
+			want := len(w.Encode(nil, 1, nil))
+			if got > want || got < want-want/16-16 {
+				t.Fatalf("random=%v, %d events: EncodedSize %d, Encode %d", random, i+1, got, want)
+			}
+			if hint.skip.Load() != 0 || hint.backoff.Load() != 0 {
+				t.Fatalf("EncodedSize changed the hint")
+			}
+		}
+	}
+	// A hint that skips compression: the stored size, as Encode sends.
+	w := NewPackWriter()
+	for _, r := range packRecords(500, false) {
+		w.Add(&r)
+	}
+	var hint PackHint
+	hint.skip.Store(3)
+	if got, want := w.EncodedSize(&hint), len(w.Encode(nil, 1, &hint)); got != want || isCompressed(w.Encode(nil, 1, &hint)) {
+		t.Fatalf("skipping: EncodedSize %d, Encode %d", got, want)
+	}
+}
+
 func TestCommitMessageBothLayouts(t *testing.T) {
 	c := testCommit()
 	w := NewPackWriter()
