@@ -59,7 +59,10 @@ type stationOpts struct {
 	capBps    int64 // the agent's uplink cap (0: none)
 	proxyBps  int   // the link's rate (0: uncapped)
 	lane      bool
-	live      Config
+	// onWire charges the cap on the wire, as the agent does
+	// (Uplink.Dialer); else with what each event asks for.
+	onWire bool
+	live   Config
 }
 
 func newStation(t testing.TB, o stationOpts) *station {
@@ -105,7 +108,13 @@ func newStation(t testing.TB, o stationOpts) *station {
 // dial connects the way the agent does.
 func dial(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := replicate.Connect(replicate.ConnConfig{URLs: []string{url}, IgnoreDiscoveredServers: true}, quiet)
+	return dialVia(t, url, nil)
+}
+
+// dialVia is dial through d (nil: a plain dialer).
+func dialVia(t testing.TB, url string, d nats.CustomDialer) *nats.Conn {
+	t.Helper()
+	nc, err := replicate.Connect(replicate.ConnConfig{URLs: []string{url}, IgnoreDiscoveredServers: true, Dialer: d}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,14 +126,18 @@ func dial(t testing.TB, url string) *nats.Conn {
 func (s *station) start(o stationOpts) {
 	t := s.t
 	t.Helper()
-	s.nc = dial(t, s.proxy.URL())
+	up := replicate.NewUplink(o.capBps)
+	var d nats.CustomDialer
+	if o.onWire {
+		d = up.Dialer(nil)
+	}
+	s.nc = dialVia(t, s.proxy.URL(), d)
 	inst := replicate.NewInstanceID()
 	sink, err := replicate.NewJetStreamSink(s.nc, s.agent, inst, replicate.JetStreamOptions{Layout: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.sink = sink
-	up := replicate.NewUplink(o.capBps)
 	s.repl = replicate.NewReplication(s.store, sink, replicate.ReplicationConfig{Instance: inst, Uplink: up,
 		Streams: []string{"telemetry", "video"}, Logger: quiet,
 		Watermarks: func(name string) replicate.CommittedWatermarkFunc {
@@ -178,6 +191,25 @@ func telemetryEvent(drone string, i int, ns int64) localstream.Event {
 		Headers:     []localstream.Header{{Key: "mqtt-topic", Value: "drones/" + drone + "/telemetry"}},
 		Payload: fmt.Appendf(nil, `{"drone":%q,"seq":%d,"time_ns":%d,"lat":%.6f,"lon":%.6f,"alt":%.1f,"heading":%.1f,"speed":%.1f,"battery":%.1f}`,
 			drone, i, ns, 48.85+0.01*math.Sin(a), 2.35+0.01*math.Cos(a), 120+10*math.Sin(a), math.Mod(float64(i), 360), 12.5, 100-float64(i)/1000)}
+}
+
+// appendGroup appends evs durably as one group and notes each one's time
+// with its writer (telemetry: the event time is the mark).
+func (s *station) appendGroup(ctx context.Context, stream string, evs []localstream.Event) error {
+	done := make(chan error, 1)
+	var pos []localstream.Position
+	if err := s.streams[stream].AppendGroupAsync(ctx, evs, func(p []localstream.Position, err error) { pos = p; done <- err }); err != nil {
+		return err
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	for i, ev := range evs {
+		if err := s.trackers[stream].Note(ev.Writer, ev.EventTime, pos[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // videoEvent is a one-second chunk of drone's video at time ns: a
