@@ -46,9 +46,17 @@ func testConfig(t *testing.T, dataDir, brokerURL string) Config {
 
 func startAgent(t *testing.T, cfg Config) (*Agent, context.CancelFunc, <-chan error) {
 	t.Helper()
-	a, err := New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	return startAgentLog(t, cfg, slog.LevelWarn)
+}
+
+// startAgentLog runs an agent of cfg, logging to stderr from level, until
+// the returned cancel (Run's error comes on done), and waits until it is
+// ready.
+func startAgentLog(tb testing.TB, cfg Config, level slog.Level) (*Agent, context.CancelFunc, <-chan error) {
+	tb.Helper()
+	a, err := New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	// As `edge-agent run` does (it sizes GOMAXPROCS; a test process's is
 	// left alone): /status and /metrics show procs.
@@ -59,9 +67,11 @@ func startAgent(t *testing.T, cfg Config) (*Agent, context.CancelFunc, <-chan er
 	select {
 	case <-a.Ready():
 	case err := <-done:
-		t.Fatalf("agent did not start: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("agent not ready after 30s")
+		cancel()
+		tb.Fatalf("agent did not start: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		tb.Fatal("agent not ready after 60 s")
 	}
 	return a, cancel, done
 }

@@ -93,20 +93,9 @@ func runHostile(tb testing.TB, dur time.Duration) hostileResult {
 	// one arriving in the middle of the SSRC flood would wait evict_idle
 	// for a slot (and lose its first frames).
 	cfg.Video.Drones = []video.DroneConfig{{ID: goodVideoID(0x600d0001), SSRC: 0x600d0001}, {ID: goodVideoID(0x600d0002), SSRC: 0x600d0002}}
-	a, err := New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
+	a, cancel, done := startAgentLog(tb, cfg, slog.LevelError)
 	stop := stopOnce(tb, cancel, done)
 	defer stop()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		tb.Fatalf("agent did not start: %v", err)
-	}
 	rtpAddr := a.VideoAddr().String()
 	var r hostileResult
 	r.rssBefore, r.heapBefore = memNow()

@@ -175,22 +175,9 @@ func runNeighbours(tb testing.TB, phases []neighbourPhase, phaseDur time.Duratio
 	cfg.Telemetry.Listen = "127.0.0.1:0"
 	cfg.Telemetry.DroneIdleTimeout = 4 * time.Second // below a phase: the next phase finds the slots free
 	cfg.Video.Drones = []video.DroneConfig{{ID: goodVideoID(0x600d0001), SSRC: 0x600d0001}, {ID: goodVideoID(0x600d0002), SSRC: 0x600d0002}}
-	a, err := New(cfg, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
+	a, cancel, done := startAgentLog(tb, cfg, slog.LevelWarn)
 	stopAgent := stopOnce(tb, cancel, done)
 	defer stopAgent()
-	select {
-	case <-a.Ready():
-	case err := <-done:
-		tb.Fatalf("agent did not start: %v", err)
-	case <-time.After(60 * time.Second):
-		tb.Fatal("agent not ready after 60 s")
-	}
 	seed := uint64(time.Now().UnixNano())
 	tb.Logf("seed=%d", seed)
 	r := &neighbourRig{a: a, brokerURL: brk.URL(), listen: a.TelemetryListenAddr().String(), rtp: a.VideoAddr().String(), seed: seed}
