@@ -25,11 +25,14 @@ import (
 // TestMain lets the test binary run as an unpacker process (child role
 // "unpacker"), so that tests can SIGKILL it.
 func TestMain(m *testing.M) {
-	testkit.Main(m, map[string]func() int{"unpacker": childUnpacker, "partition": childPartition})
+	testkit.Main(m, map[string]func() int{"unpacker": childUnpacker})
 }
 
 // childUnpacker runs the unpacker of the test stream on the URLs in
-// EDGE_UNPACK_URLS (derived stream R3) until killed.
+// EDGE_UNPACK_URLS (derived stream R3) until killed. With
+// EDGE_UNPACK_PARTITIONS=N and EDGE_UNPACK_PARTITION=I it runs what
+// `central unpack --stream telemetry --partitions N --partition I
+// --replicas 3` runs: a Service with Options.Only.
 func childUnpacker() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
@@ -46,7 +49,15 @@ func childUnpacker() int {
 	if batch > 1 {
 		pending = 16
 	}
-	u, err := New(nc, testStream, Options{Replicas: 3, BatchSize: batch, MaxPending: pending, Logger: log, StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
+	opts := Options{Replicas: 3, BatchSize: batch, MaxPending: pending, Logger: log, StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second}
+	var u interface{ Run(context.Context) error }
+	if n, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_PARTITIONS")); n > 1 {
+		i, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_PARTITION"))
+		opts.Partitions, opts.Only = n, []int{i}
+		u, err = NewService(nc, []string{testStream}, opts)
+	} else {
+		u, err = New(nc, testStream, opts)
+	}
 	if err != nil {
 		log.Error("new", "err", err)
 		return 1
@@ -63,9 +74,11 @@ type child struct {
 	cmd *exec.Cmd
 }
 
-func startChild(t *testing.T, urls []string, batch int) *child {
+// startChild starts an unpacker process (childUnpacker; env adds to its
+// environment).
+func startChild(t *testing.T, urls []string, batch int, env ...string) *child {
 	t.Helper()
-	cmd := testkit.ChildCommand("unpacker", "EDGE_UNPACK_URLS="+strings.Join(urls, ","), "EDGE_UNPACK_BATCH="+strconv.Itoa(batch))
+	cmd := testkit.ChildCommand("unpacker", append([]string{"EDGE_UNPACK_URLS=" + strings.Join(urls, ","), "EDGE_UNPACK_BATCH=" + strconv.Itoa(batch)}, env...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

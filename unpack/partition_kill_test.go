@@ -1,16 +1,11 @@
 package unpack
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,49 +13,13 @@ import (
 
 	"github.com/edge-agent/edge-agent/central"
 	"github.com/edge-agent/edge-agent/internal/testkit"
-	"github.com/edge-agent/edge-agent/replicate"
 	"github.com/edge-agent/edge-agent/wire"
 )
 
-// childPartition runs what `central unpack --stream telemetry --partitions
-// N --partition I --replicas 3` runs (a Service with Options.Only) on the
-// URLs in EDGE_UNPACK_URLS, N and I in EDGE_UNPACK_PARTITIONS and
-// EDGE_UNPACK_PARTITION, until killed.
-func childPartition() int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
-	defer stop()
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	nc, err := replicate.Connect(replicate.ConnConfig{URLs: strings.Split(os.Getenv("EDGE_UNPACK_URLS"), ","), Name: "unpack-partition-child"}, log)
-	if err != nil {
-		log.Error("connect", "err", err)
-		return 1
-	}
-	n, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_PARTITIONS"))
-	i, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_PARTITION"))
-	svc, err := NewService(nc, []string{testStream}, Options{Replicas: 3, Partitions: n, Only: []int{i}, Logger: log,
-		StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second})
-	if err != nil {
-		log.Error("new", "err", err)
-		return 1
-	}
-	if err := svc.Run(ctx); err != nil {
-		log.Error("run", "err", err)
-		return 1
-	}
-	return 0
-}
-
+// startPartitionChild starts the unpacker process of partition i of n.
 func startPartitionChild(t *testing.T, urls []string, n, i int) *child {
 	t.Helper()
-	cmd := testkit.ChildCommand("partition", "EDGE_UNPACK_URLS="+strings.Join(urls, ","),
-		"EDGE_UNPACK_PARTITIONS="+strconv.Itoa(n), "EDGE_UNPACK_PARTITION="+strconv.Itoa(i))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd}
-	t.Cleanup(func() { c.kill(t) })
-	return c
+	return startChild(t, urls, 0, "EDGE_UNPACK_PARTITIONS="+strconv.Itoa(n), "EDGE_UNPACK_PARTITION="+strconv.Itoa(i))
 }
 
 // stepDownTo moves stream's leader to node to with the stream leader
