@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -150,8 +151,14 @@ func TestOutageOnStatusPage(t *testing.T) {
 	}) {
 		t.Errorf("page during the outage: the live lane not delivering, but not among the errors: %q", p.Errors)
 	}
-	since := u.DownSince.Local().Format("15:04:05")
-	if !strings.Contains(p.Outage, "since") || !strings.Contains(p.Outage, "centre unreachable") ||
+	// The page names /status's since-when (and so /readyz's: one record,
+	// TestCentreAwayOneAnswer), as the browser writes a time.
+	since, err := chromedp.Run(bctx, chromedp.Evaluate[string](
+		fmt.Sprintf("new Date(%q).toLocaleTimeString()", u.DownSince.Format(time.RFC3339Nano))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.Outage, "since "+since+" (") || !strings.Contains(p.Outage, "centre unreachable") ||
 		!strings.Contains(p.Backlog, " events") || !strings.HasSuffix(p.ETA, " at the cap") {
 		t.Fatalf("page during the outage (down since %s): %+v", since, p)
 	}
