@@ -22,7 +22,7 @@ var fieldHelp = map[string]string{
 	"agent.UplinkStatus.CapUse":                    "SendBytesPerSec is that over the last 10 s; CapUse its part of the cap (absent without a cap).",
 	"agent.UplinkStatus.Down":                      "Down is set while the centre is unreachable: since DownSince (DownSeconds), for Cause. NeverConnected: not once since start.",
 	"agent.UplinkStatus.DownSeconds":               "Down is set while the centre is unreachable: since DownSince (DownSeconds), for Cause.",
-	"agent.UplinkStatus.ETASeconds":                "ETASeconds is when the whole backlog will be at the centre: its wire bytes at the rate sent now while it drains (ETABasis \"current rate\"), or, while nothing is sent (down, or not started), at the cap (\"cap\"; absent without one).",
+	"agent.UplinkStatus.ETASeconds":                "ETASeconds is when the whole backlog will be at the centre: its wire bytes over how fast they shrank in the last 10 s while sent (ETABasis \"current rate\"; a backlog sent within 2 s that does not shrink keeps up), or, while nothing is sent (down, or not started), over the cap less what capture adds (\"cap\"; absent without one).",
 	"agent.UplinkStatus.NeverConnected":            "NeverConnected: not once since start.",
 	"agent.UplinkStatus.SendBytesPerSec":           "SendBytesPerSec is that over the last 10 s; CapUse its part of the cap (absent without a cap).",
 	"agent.UplinkStatus.SentBytes":                 "SentBytes are the bytes written to the central connection, as on the wire (compressed packs, protocol, live lane): what the cap is charged with.",

@@ -35,9 +35,12 @@ type UplinkStatus struct {
 	NeverConnected bool      `json:"never_connected,omitempty"`
 	Cause          string    `json:"cause,omitempty"`
 	// ETASeconds is when the whole backlog will be at the centre: its
-	// wire bytes at the rate sent now while it drains (ETABasis
-	// "current rate"), or, while nothing is sent (down, or not started),
-	// at the cap ("cap"; absent without one). 0 when nothing waits.
+	// wire bytes over how fast they shrank in the last 10 s while sent
+	// (ETABasis "current rate"; a backlog sent within 2 s that does not
+	// shrink keeps up), or, while nothing is sent (down, or not started),
+	// over the cap less what capture adds ("cap"; absent without one).
+	// Absent while capture outpaces the link: the backlog grows, it is
+	// not catching up. 0 when nothing waits.
 	ETASeconds *float64  `json:"eta_seconds,omitempty"`
 	ETABasis   string    `json:"eta_basis,omitempty"`
 	CompleteAt time.Time `json:"complete_at,omitzero"`
@@ -96,6 +99,12 @@ func (a *Agent) uplinkStatus(now time.Time, o replicate.OutageState, repl map[st
 		use := u.SendBytesPerSec / float64(u.CapBytesPerSec)
 		u.CapUse = &use
 	}
+	// inflow and drain are what capture adds to the backlog and how fast
+	// it shrinks, in wire bytes a second over each stream's last
+	// catchUpWindow (the rates its row's "caught up in" uses); known once
+	// every stream has them.
+	var inflow, drain float64
+	known := len(repl) > 0
 	for _, rs := range repl {
 		u.BacklogEvents += rs.BacklogEvents
 		u.BacklogBytes += rs.BacklogBytes
@@ -103,7 +112,19 @@ func (a *Agent) uplinkStatus(now time.Time, o replicate.OutageState, repl map[st
 		if ratio <= 0 {
 			ratio = 1
 		}
-		u.BacklogWireBytes += (float64(rs.BacklogBytes) + 256*float64(rs.BacklogEvents)) * ratio
+		wire := (float64(rs.BacklogBytes) + 256*float64(rs.BacklogEvents)) * ratio
+		u.BacklogWireBytes += wire
+		send, d, ok := a.history.rates(rs.Stream, now, catchUpWindow)
+		if !ok {
+			known = false
+			continue
+		}
+		perByte := ratio // wire bytes a payload byte, with the per-event overhead
+		if rs.BacklogBytes > 0 {
+			perByte = wire / float64(rs.BacklogBytes)
+		}
+		inflow += (send - d) * perByte
+		drain += d * perByte
 	}
 	u.Down, u.NeverConnected, u.Cause = o.Down, o.NeverConnected && o.Down, o.Cause
 	if o.Down {
@@ -111,16 +132,42 @@ func (a *Agent) uplinkStatus(now time.Time, o replicate.OutageState, repl map[st
 		d := now.Sub(o.Since).Seconds()
 		u.DownSeconds = &d
 	}
-	var eta float64
+	eta, basis, ok := uplinkETA(u, o.Down, known, inflow, drain)
+	if !ok {
+		return u // not catching up, or nothing to reckon it by
+	}
+	u.ETASeconds, u.ETABasis, u.CompleteAt = &eta, basis, now.Add(time.Duration(eta*float64(time.Second)))
+	return u
+}
+
+// uplinkETA is when u's backlog will be at the centre and what that is
+// reckoned at (see UplinkStatus.ETASeconds; none when nothing waits);
+// ok is false when there is no estimate. Without known rates (the first
+// second) it is the backlog over the send rate or the cap. Capture
+// counts: a backlog that grows at the rate sent now, or would at the
+// cap, is never "complete in" a time (it said 97 s, then 153 s, while
+// video captured at 230 kB/s over a 50 kB/s cap grew it and the video
+// row said "not catching up").
+func uplinkETA(u *UplinkStatus, down, known bool, inflow, drain float64) (eta float64, basis string, ok bool) {
+	b := u.BacklogWireBytes
 	switch {
 	case u.BacklogEvents == 0:
-	case !o.Down && u.SendBytesPerSec > 0:
-		eta, u.ETABasis = u.BacklogWireBytes/u.SendBytesPerSec, "current rate"
+		return 0, "", true
+	case !down && u.SendBytesPerSec > 0:
+		switch {
+		case !known, b <= keepingUp.Seconds()*u.SendBytesPerSec: // in flight: keeping up
+			return b / u.SendBytesPerSec, "current rate", true
+		case drain > 0:
+			return b / drain, "current rate", true
+		}
 	case u.CapBytesPerSec > 0:
-		eta, u.ETABasis = u.BacklogWireBytes/float64(u.CapBytesPerSec), "cap"
-	default:
-		return u
+		rate := float64(u.CapBytesPerSec)
+		if known {
+			rate -= inflow
+		}
+		if rate > 0 {
+			return b / rate, "cap", true
+		}
 	}
-	u.ETASeconds, u.CompleteAt = &eta, now.Add(time.Duration(eta*float64(time.Second)))
-	return u
+	return 0, "", false
 }
