@@ -107,7 +107,7 @@ var fieldHelp = map[string]string{
 	"live.StreamStats.Undecodable":                 "Undecodable counts video chunks whose keyframe could not be read.",
 	"localstream.KeyRange.High":                    "KeyRange is a half-open range [Low, High) of the routing-key hash space [0, 1). Field: high.",
 	"localstream.KeyRange.Low":                     "KeyRange is a half-open range [Low, High) of the routing-key hash space [0, 1). Field: low.",
-	"localstream.Segment.Bytes":                    "Bytes is the payload bytes appended so far (for rates and status).",
+	"localstream.Segment.Bytes":                    "Bytes is the payload bytes of the segment's Length events (for status and a backlog's bytes): counted as they are appended; at open, the mean of its last stored events times Length.",
 	"localstream.Segment.ID":                       "ID is epoch<<32 | number.",
 	"localstream.Segment.Length":                   "Length is the number of durable events (the next offset).",
 	"localstream.Segment.Sealed":                   "Sealed is true once a scale replaced the segment; no event is appended after.",

@@ -93,7 +93,9 @@ type Segment struct {
 	Length uint64 `json:"length"`
 	// Start is the first offset still stored (retention truncates below it).
 	Start uint64 `json:"start"`
-	// Bytes is the payload bytes appended so far (for rates and status).
+	// Bytes is the payload bytes of the segment's Length events (for
+	// status and a backlog's bytes): counted as they are appended; at
+	// open, the mean of its last stored events times Length.
 	Bytes uint64 `json:"bytes"`
 }
 

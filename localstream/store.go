@@ -219,12 +219,54 @@ func (s *Store) load() error {
 					seg.Length = max(seg.Start, lastOffset(txn, st.name, seg.ID))
 				}
 				seg.assigned = seg.Length
+				seg.Bytes = sampledBytes(txn, st.name, seg.ID, seg.Start, seg.Length)
 			}
 			st.recovered = st.topologyLocked().TailCut()
 			s.streams[m.Name] = st
 		}
 		return nil
 	})
+}
+
+// bytesSample is how many of a segment's last events sampledBytes reads.
+const bytesSample = 64
+
+// sampledBytes estimates a segment's payload bytes at open (Segment.Bytes:
+// what earlier runs appended is not kept): the mean payload of its last
+// bytesSample stored events times its length, so that Bytes/Length — a
+// backlog's bytes per event (replicate.Backlog) — is right after a
+// restart too, not what this run appended spread over every event the
+// segment ever held. Payloads in payload files count by their reference;
+// none is read. 0 when nothing is stored.
+func sampledBytes(txn *badger.Txn, stream string, seg SegmentID, start, length uint64) uint64 {
+	prefix := segmentPrefix(stream, seg)
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+	defer it.Close()
+	var n, sum uint64
+	for it.Seek(dataKey(stream, seg, ^uint64(0))); it.ValidForPrefix(prefix) && n < bytesSample; it.Next() {
+		last := offsetOf(it.Item().Key())
+		// An entry that does not decode counts as nothing here: readers
+		// report it where it matters.
+		_ = it.Item().Value(func(v []byte) error {
+			_, err := entryRecords(last, v, start, length, func(_ uint64, rec []byte) bool {
+				ev, ref, err := decodeRecordRef(rec)
+				if err != nil {
+					return false
+				}
+				sum += uint64(len(ev.Payload))
+				if ref != nil {
+					sum += ref.Length
+				}
+				n++
+				return true
+			})
+			return err
+		})
+	}
+	if n == 0 {
+		return 0
+	}
+	return uint64(float64(sum) / float64(n) * float64(length))
 }
 
 // lastOffset returns one past the highest stored offset of a segment (0 if none).
