@@ -1,6 +1,7 @@
 package flight
 
 import (
+	"cmp"
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/foxglove/mcap/go/mcap"
@@ -109,14 +111,18 @@ func Export(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, w io.
 	if err != nil {
 		return Result{}, err
 	}
+	defer rw.abandon() // before out.close: the MCAP writer writes to out
 	x, err := newExporter(ctx, nc, f, o, rw)
 	if err != nil {
 		return Result{}, err
 	}
-	defer x.close(context.WithoutCancel(ctx))
+	defer x.close(context.WithoutCancel(ctx)) // waits for the one below
 	if err := x.run(ctx); err != nil {
 		return Result{}, err
 	}
+	// Every stream is read: their consumers at the centre go while the
+	// record is finished.
+	go x.close(context.WithoutCancel(ctx))
 	cert := x.certificate(o.Now().UnixNano())
 	if err := cert.sign(o.Key); err != nil {
 		return Result{}, err
@@ -154,25 +160,40 @@ type exporter struct {
 	gaps    []Gap
 	lostAt  []int // per stream: loss records already turned into gaps
 	tlog    []byte
-	buf     []byte // a video or position message being encoded
+	closing sync.Once
 }
 
 func newExporter(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, rw *recordWriter) (*exporter, error) {
 	x := &exporter{f: f, o: o, rw: rw, keys: map[[2]string]*KeyReport{}}
-	for _, s := range []struct{ name, key string }{{o.Streams.Telemetry, f.Drone}, {o.Streams.Video, f.Drone}, {o.Streams.Health, f.Agent}} {
-		if s.name == "" {
-			continue
+	type open struct {
+		name, key string
+		sr        *streamRead
+		err       error
+	}
+	opens := []*open{{name: o.Streams.Telemetry, key: f.Drone}, {name: o.Streams.Video, key: f.Drone}, {name: o.Streams.Health, key: f.Agent}}
+	// The streams are opened at once: each open is three round trips to
+	// the centre (the stream, its consumer, its last sequence).
+	var wg sync.WaitGroup
+	for _, op := range opens {
+		if op.name != "" {
+			wg.Go(func() { op.sr, op.err = openStream(ctx, nc, op.name, f.Agent, op.key, f) })
 		}
-		sr, err := openStream(ctx, nc, s.name, f.Agent, s.key, f)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			continue
+	}
+	wg.Wait()
+	var err error
+	for _, op := range opens {
+		switch {
+		case op.name == "" || errors.Is(op.err, jetstream.ErrStreamNotFound):
+		case op.err != nil:
+			err = cmp.Or(err, op.err)
+		default:
+			op.sr.health = op.name == o.Streams.Health
+			x.streams = append(x.streams, op.sr)
 		}
-		if err != nil {
-			x.close(ctx)
-			return nil, err
-		}
-		sr.health = s.name == o.Streams.Health
-		x.streams = append(x.streams, sr)
+	}
+	if err != nil {
+		x.close(ctx)
+		return nil, err
 	}
 	x.heads = make([]*centralread.Item, len(x.streams))
 	x.preps = make([]prepared, len(x.streams))
@@ -180,11 +201,19 @@ func newExporter(ctx context.Context, nc *nats.Conn, f Flight, o ExportOptions, 
 	return x, nil
 }
 
+// close stops the streams' readers and deletes their consumers at the
+// centre, all at once. A second call waits for the first to end.
 func (x *exporter) close(ctx context.Context) {
-	for _, s := range x.streams {
-		s.stopAhead()
-		s.r.Close(ctx)
-	}
+	x.closing.Do(func() {
+		var wg sync.WaitGroup
+		for _, s := range x.streams {
+			wg.Go(func() {
+				s.stopAhead()
+				s.r.Close(ctx)
+			})
+		}
+		wg.Wait()
+	})
 }
 
 // run reads every stream to its end for the flight, writing events in
@@ -247,7 +276,7 @@ func (x *exporter) gap(g Gap, seq uint32, logNs int64) error {
 	if err != nil {
 		return err
 	}
-	if _, err := x.rw.channel(TopicGaps, encJSON, "edge.flight.Gap", []byte(schemaGap)); err != nil {
+	if _, err := x.rw.channel(TopicGaps, encJSON, "edge.flight.Gap", schemaGap); err != nil {
 		return err
 	}
 	x.gaps = append(x.gaps, g)
@@ -338,16 +367,16 @@ func stampOf(ns int64) stamp { return stamp{Sec: ns / 1e9, Nsec: ns % 1e9} }
 
 func (x *exporter) video(e *Entry, rec *localstream.Record, c *video.Chunk) error {
 	e.Topic = "/video/" + rec.RoutingKey
-	if _, err := x.rw.channel(e.Topic, encProtobuf, videoSchemaName, CompressedVideoSchema()); err != nil {
+	if _, err := x.rw.channel(e.Topic, encProtobuf, videoSchemaName, string(CompressedVideoSchema())); err != nil {
 		return err
 	}
 	off := 0
 	for _, fr := range c.Frames {
 		data := c.Payload[off : off+fr.Size]
 		off += fr.Size
-		x.buf = appendVideo(x.buf[:0], fr.PTS, rec.RoutingKey, data, string(c.Codec))
 		e.Messages++
-		if err := x.rw.message(e.Topic, e.N, rec.IngestTime, fr.PTS, x.buf); err != nil {
+		b := appendVideo(x.rw.next(), fr.PTS, rec.RoutingKey, data, string(c.Codec))
+		if err := x.rw.put(e.Topic, e.N, rec.IngestTime, fr.PTS, b); err != nil {
 			return err
 		}
 	}
@@ -378,19 +407,19 @@ func appendLocationFix(b []byte, ns int64, frameID string, lat, lon, alt float64
 
 func (x *exporter) position(rec *localstream.Record, seq uint32, lat, lon, alt float64) error {
 	topic := "/position/" + rec.RoutingKey
-	if _, err := x.rw.channel(topic, encJSON, "foxglove.LocationFix", []byte(schemaLocationFix)); err != nil {
+	if _, err := x.rw.channel(topic, encJSON, "foxglove.LocationFix", schemaLocationFix); err != nil {
 		return err
 	}
-	var err error
-	if x.buf, err = appendLocationFix(x.buf[:0], eventTime(rec), rec.RoutingKey, lat, lon, alt); err != nil {
+	b, err := appendLocationFix(x.rw.next(), eventTime(rec), rec.RoutingKey, lat, lon, alt)
+	if err != nil {
 		return err
 	}
-	return x.rw.message(topic, seq, rec.IngestTime, eventTime(rec), x.buf)
+	return x.rw.put(topic, seq, rec.IngestTime, eventTime(rec), b)
 }
 
 func (x *exporter) mavlink(e *Entry, rec *localstream.Record) error {
 	e.Topic, e.Messages = "/mavlink/"+rec.RoutingKey, 1
-	if _, err := x.rw.channel(e.Topic, encMAVLink, "", nil); err != nil {
+	if _, err := x.rw.channel(e.Topic, encMAVLink, "", ""); err != nil {
 		return err
 	}
 	if err := x.rw.message(e.Topic, e.N, rec.IngestTime, rec.EventTime, rec.Payload); err != nil {
@@ -411,7 +440,7 @@ func (x *exporter) json(e *Entry, s *streamRead, rec *localstream.Record) error 
 		kind = "/health/"
 	}
 	e.Topic, e.Messages = kind+rec.RoutingKey, 1
-	if _, err := x.rw.channel(e.Topic, encJSON, "edge.Telemetry", []byte(schemaObject)); err != nil {
+	if _, err := x.rw.channel(e.Topic, encJSON, "edge.Telemetry", schemaObject); err != nil {
 		return err
 	}
 	return x.rw.message(e.Topic, e.N, rec.IngestTime, eventTime(rec), rec.Payload)
@@ -419,7 +448,7 @@ func (x *exporter) json(e *Entry, s *streamRead, rec *localstream.Record) error 
 
 func (x *exporter) raw(e *Entry, s *streamRead, rec *localstream.Record) error {
 	e.Topic, e.Messages = "/raw/"+s.name+"/"+rec.RoutingKey, 1
-	if _, err := x.rw.channel(e.Topic, encRaw, "", nil); err != nil {
+	if _, err := x.rw.channel(e.Topic, encRaw, "", ""); err != nil {
 		return err
 	}
 	return x.rw.message(e.Topic, e.N, rec.IngestTime, eventTime(rec), rec.Payload)

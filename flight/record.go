@@ -128,16 +128,18 @@ func (c *chain) add(entry []byte) {
 func (c *chain) hex() string { return hex.EncodeToString(c.head[:]) }
 
 // recordWriter writes an MCAP record: channels made on first use, every
-// message counted per topic, entries chained.
+// message counted per topic, entries chained. Its methods are called by
+// one goroutine (the merge); the MCAP writer itself runs on the pipe's
+// goroutine (recordpipe.go) until close or abandon.
 type recordWriter struct {
 	w        *mcap.Writer
+	pipe     recordPipe
 	cc       *chunkCompressor  // returned to the free list by close (nil: the library's)
 	schemas  map[string]uint16 // schema name → id
 	channels map[string]uint16 // topic → id
 	counts   map[string]int
 	chain    chain
 	entryLog uint64 // the last log time on /flight/events
-	buf      []byte // an entry being written
 }
 
 // chunkSize is the size of a chunk's records at which the writer closes
@@ -171,13 +173,15 @@ func startRecord(w *mcap.Writer, cc *chunkCompressor) (*recordWriter, error) {
 	if err := w.WriteHeader(&mcap.Header{Profile: "", Library: "edge-agent flight"}); err != nil {
 		return nil, err
 	}
-	return &recordWriter{w: w, cc: cc, schemas: map[string]uint16{}, channels: map[string]uint16{}, counts: map[string]int{}}, nil
+	rw := &recordWriter{w: w, cc: cc, schemas: map[string]uint16{}, channels: map[string]uint16{}, counts: map[string]int{}}
+	rw.pipe.start(w)
+	return rw, nil
 }
 
 // channel returns the id of topic's channel, writing its schema and
 // channel records on first use. schemaName "" means no schema; a
 // protobuf channel's schema is a FileDescriptorSet, others' JSON Schema.
-func (rw *recordWriter) channel(topic, encoding, schemaName string, schema []byte) (uint16, error) {
+func (rw *recordWriter) channel(topic, encoding, schemaName, schema string) (uint16, error) {
 	if id, ok := rw.channels[topic]; ok {
 		return id, nil
 	}
@@ -190,14 +194,14 @@ func (rw *recordWriter) channel(topic, encoding, schemaName string, schema []byt
 			if encoding == encProtobuf {
 				schemaEnc = "protobuf"
 			}
-			if err := rw.w.WriteSchema(&mcap.Schema{ID: sid, Name: schemaName, Encoding: schemaEnc, Data: schema}); err != nil {
+			if err := rw.pipe.add(writeOp{schema: &mcap.Schema{ID: sid, Name: schemaName, Encoding: schemaEnc, Data: []byte(schema)}}); err != nil {
 				return 0, err
 			}
 			rw.schemas[schemaName] = sid
 		}
 	}
 	id := uint16(len(rw.channels))
-	if err := rw.w.WriteChannel(&mcap.Channel{ID: id, SchemaID: sid, Topic: topic, MessageEncoding: encoding}); err != nil {
+	if err := rw.pipe.add(writeOp{channel: &mcap.Channel{ID: id, SchemaID: sid, Topic: topic, MessageEncoding: encoding}}); err != nil {
 		return 0, err
 	}
 	rw.channels[topic] = id
@@ -206,25 +210,33 @@ func (rw *recordWriter) channel(topic, encoding, schemaName string, schema []byt
 
 // message writes one message on topic (whose channel exists).
 func (rw *recordWriter) message(topic string, seq uint32, logNs, pubNs int64, data []byte) error {
+	return rw.put(topic, seq, logNs, pubNs, append(rw.next(), data...))
+}
+
+// next returns the bytes a message is appended to (then put).
+func (rw *recordWriter) next() []byte { return rw.pipe.cur.data }
+
+// put writes one message on topic (whose channel exists): b is next()
+// with the message's bytes appended.
+func (rw *recordWriter) put(topic string, seq uint32, logNs, pubNs int64, b []byte) error {
 	rw.counts[topic]++
-	return rw.w.WriteMessage(&mcap.Message{ChannelID: rw.channels[topic], Sequence: seq,
-		LogTime: uint64(max(logNs, 0)), PublishTime: uint64(max(pubNs, 0)), Data: data})
+	from := len(rw.pipe.cur.data)
+	rw.pipe.cur.data = b
+	return rw.pipe.add(writeOp{msg: mcap.Message{ChannelID: rw.channels[topic], Sequence: seq,
+		LogTime: uint64(max(logNs, 0)), PublishTime: uint64(max(pubNs, 0))}, from: from, to: len(b)})
 }
 
 // entry writes an event's entry and chains it. Its log time is the
 // event's ingest time, or the last entry's when that is later (entries
 // of the merged streams stay in order on their channel).
 func (rw *recordWriter) entry(e *Entry) error {
-	rw.buf = e.appendJSON(rw.buf[:0])
-	b := rw.buf
-	if _, err := rw.channel(TopicEvents, encJSON, "edge.flight.Entry", []byte(schemaEntry)); err != nil {
+	if _, err := rw.channel(TopicEvents, encJSON, "edge.flight.Entry", schemaEntry); err != nil {
 		return err
 	}
+	b := e.appendJSON(rw.next())
+	rw.chain.add(b[len(rw.pipe.cur.data):])
 	rw.entryLog = max(rw.entryLog, uint64(max(e.IngestTimeNs, 0)))
-	rw.chain.add(b)
-	rw.counts[TopicEvents]++
-	return rw.w.WriteMessage(&mcap.Message{ChannelID: rw.channels[TopicEvents], Sequence: e.N,
-		LogTime: rw.entryLog, PublishTime: uint64(max(e.EventTimeNs, 0)), Data: b})
+	return rw.put(TopicEvents, e.N, int64(rw.entryLog), e.EventTimeNs, b)
 }
 
 // ChannelCount is how many messages a topic holds.
@@ -244,6 +256,9 @@ func (rw *recordWriter) channelCounts() []ChannelCount {
 
 // close writes the attachments and metadata and the summary.
 func (rw *recordWriter) close(meta map[string]string, cert []byte, createdNs int64) error {
+	if err := rw.pipe.stop(false); err != nil {
+		return err
+	}
 	if err := rw.w.WriteMetadata(&mcap.Metadata{Name: "flight", Metadata: meta}); err != nil {
 		return fmt.Errorf("flight: metadata: %w", err)
 	}
@@ -259,3 +274,7 @@ func (rw *recordWriter) close(meta map[string]string, cert []byte, createdNs int
 	}
 	return nil
 }
+
+// abandon stops the writer goroutine of a record that will not be
+// closed (an error); after close it does nothing.
+func (rw *recordWriter) abandon() { _ = rw.pipe.stop(true) }
