@@ -94,3 +94,14 @@ devices: {health_interval: 0s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		}
 	}
 }
+
+// TestReadStreamRequired: `read` without --stream says the flag is
+// required, as the help says, with exit 2 before connecting (it said
+// `--stream: localstream: invalid stream name: "" must match
+// ^[a-z][a-z0-9_-]{0,62}$`, naming a package and a regular expression).
+func TestReadStreamRequired(t *testing.T) {
+	code, _, msg := run(t, "read", "--central", "nats://127.0.0.1:1", "--drone", "drone-1")
+	if code != 2 || !strings.Contains(msg, "--stream NAME is required") || strings.Contains(msg, "localstream") {
+		t.Fatalf("read without --stream: exit %d, %q", code, msg)
+	}
+}

@@ -179,6 +179,9 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return readLive(ctx, conn, *stream, *agent, *drone, stdout)
 	}
+	if *stream == "" {
+		return usagef("--stream NAME is required: the local stream to read (telemetry, video, health, ...)")
+	}
 	if err := localstream.ValidateStreamName(*stream); err != nil {
 		return usagef("--stream: %v", err)
 	}
