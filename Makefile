@@ -12,8 +12,16 @@ export GOTOOLCHAIN := $(GO_TOOLCHAIN)
 
 .PHONY: test race bench bench-peers fuzz lint staticcheck build dist toolchain
 
+# The commit a build names when Go's VCS stamping records none: in a git
+# worktree (its .git is a file, which Go does not look into) or under
+# GOFLAGS=-buildvcs=false (CI containers, against git's ownership check).
+# Go's own vcs.revision wins when there is one (agent.LinkedCommit).
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true)
+SRC_LDFLAGS := -X main.commit=$(COMMIT) -X main.modified=$(MODIFIED)
+
 build:
-	$(GO) build -o bin/edge-agent ./cmd/edge-agent
+	$(GO) build -ldflags '$(SRC_LDFLAGS)' -o bin/edge-agent ./cmd/edge-agent
 
 # Fails unless the go command and the binaries of make build / make dist
 # are of go.mod's toolchain release.
@@ -68,7 +76,7 @@ lint:
 # /etc/edge-agent/agent.yaml, /var/lib/edge-agent) built by nfpm.
 VERSION ?= 0.1.0+git$(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 NFPM ?= $(shell command -v nfpm 2>/dev/null || echo $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2)
-DIST_LDFLAGS := -s -w -X main.version=$(VERSION)
+DIST_LDFLAGS := -s -w -X main.version=$(VERSION) $(SRC_LDFLAGS)
 # GOARCH:GOARM:name:debian-arch ("-": no GOARM)
 DIST_TARGETS := amd64:-:amd64:amd64 arm64:-:arm64:arm64 arm:7:armv7:armhf
 dist:

@@ -28,10 +28,24 @@ type Build struct {
 // from its own (make dist links -X main.version) before anything reads it.
 var Version = "dev"
 
+// LinkedCommit and LinkedModified name the source of a build that Go's
+// VCS stamping missed: make links them from git (-X main.commit,
+// main.modified), for a git worktree, whose .git is a file Go does not
+// look into, and for GOFLAGS=-buildvcs=false. The command sets them with
+// Version; Go's own vcs.revision wins when there is one.
+var (
+	LinkedCommit   string
+	LinkedModified bool
+)
+
 // ReadBuild returns the Build of this process.
 func ReadBuild() Build {
 	bi, _ := debug.ReadBuildInfo()
-	return BuildOf(Version, bi)
+	b := BuildOf(Version, bi)
+	if b.Revision == "" {
+		b.Revision, b.Modified = LinkedCommit, LinkedModified
+	}
+	return b
 }
 
 // BuildOf reads a Build from Go's build info (nil: none recorded).

@@ -156,3 +156,31 @@ func TestCompletion(t *testing.T) {
 	check("fish", shellOut("fish", append([]string{"-c", `source $argv[1]; for l in $argv[2..]; echo (complete -C"$l" | string replace -r '\t.*' ''); end`,
 		script("fish")}, lines...)...))
 }
+
+// TestSourceBuildNamesCommit: `make build` links the checkout's commit,
+// which the version line names when Go's build info records none — in a
+// git worktree (its .git is a file, which Go's VCS stamping does not
+// look into) or under GOFLAGS=-buildvcs=false (as CI containers set
+// against git's ownership check). Both printed "dev (commit unknown; …)".
+func TestSourceBuildNamesCommit(t *testing.T) {
+	head, err := exec.Command("git", "-C", "../..", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout: %v", err)
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	out, err := exec.Command("make", "-n", "-C", "../..", "build").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build: %v\n%s", err, out)
+	}
+	if want := "-X main.commit=" + strings.TrimSpace(string(head)); !strings.Contains(string(out), want) {
+		t.Errorf("make build links no commit (want %s):\n%s", want, out)
+	}
+	defer func(c string, m bool) { agent.LinkedCommit, agent.LinkedModified = c, m }(agent.LinkedCommit, agent.LinkedModified)
+	agent.LinkedCommit, agent.LinkedModified = "6a196d6abcdef0123456789abcdef0123456789a", true
+	// The test binary's build info has no vcs.revision (go test stamps none).
+	if got := agent.ReadBuild().String(); !strings.HasPrefix(got, "dev (commit 6a196d6abcdef0123456789abcdef0123456789a, modified; go1.") {
+		t.Errorf("version of a build with a linked commit: %q", got)
+	}
+}

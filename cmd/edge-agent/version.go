@@ -8,11 +8,14 @@ import (
 	"github.com/edge-agent/edge-agent/agent"
 )
 
-// version is set with -ldflags "-X main.version=..." by release builds.
-var version = "dev"
+// version is set with -ldflags "-X main.version=..." by release builds;
+// commit and modified ("true") by make from git, for builds that Go's
+// VCS stamping misses (agent.LinkedCommit).
+var version, commit, modified = "dev", "", ""
 
 func init() {
 	agent.Version = version
+	agent.LinkedCommit, agent.LinkedModified = commit, modified == "true"
 	commands["version"] = command{
 		summary: "print the version, the commit it was built from and the Go release",
 		run: func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
