@@ -50,6 +50,8 @@ type Frame struct {
 	Payload []byte
 	// Signed: a MAVLink 2 frame with the signed flag (and its 13 bytes).
 	Signed bool
+	// CRC is the frame's checksum (right: split checked it).
+	CRC uint16
 	// info is the dialect's entry of the message.
 	info *msgInfo
 }
@@ -129,8 +131,8 @@ func split(b []byte, d *Dialect) (Frame, int, splitResult) {
 	h := x25.New()
 	h.Write(b[1:end])
 	h.Write([]byte{info.crcExtra})
-	if h.Sum16() != binary.LittleEndian.Uint16(b[end:]) {
-		return f, 0, splitBadCRC
+	if f.CRC = h.Sum16(); f.CRC != binary.LittleEndian.Uint16(b[end:]) {
+		return Frame{}, 0, splitBadCRC
 	}
 	f.Raw, f.Payload, f.info = b[:n:n], b[hdr:end:end], info
 	return f, n, splitFrame

@@ -41,17 +41,18 @@ type holeRef struct {
 
 // noteSeq classifies f's sequence number in its component: drop is a
 // duplicate (counted); flags says a discontinuity. Lost frames are
-// counted here, as the window decides them. in.mu is held.
+// counted here, as the window decides them. The frame path calls it
+// only when the window's TakeNext did not take the number (the common
+// case, inlined there). in.mu is held.
 func (in *Intake) noteSeq(d *drone, f *Frame, recv int64) (drop bool, flags localstream.Flags) {
 	t := &d.comps[f.CompID].seq
 	if t.w == nil {
 		t.w = sequence.MustNew(seqConfig)
 	}
-	n := len(f.Raw) - sigLen(f)
 	pending := t.w.Pending()
-	r := t.w.Observe(uint32(f.Seq), uint32(f.Raw[n-2])|uint32(f.Raw[n-1])<<8)
-	if r.Kind == sequence.Next && r.Lost == 0 {
-		return false, 0 // the common case: no hole opened, filled or lost
+	r := t.w.Observe(uint32(f.Seq), uint32(f.CRC))
+	if r.Kind == sequence.Next && r.Lost == 0 && t.w.Pending() == pending {
+		return false, 0 // no hole opened, filled or lost
 	}
 	return in.seqOutcome(d, t, f.CompID, r, pending, recv)
 }

@@ -88,6 +88,14 @@ const (
 	stGone // a hole declared lost
 )
 
+// slot is what a Window knows of one number: its state and its tag
+// (one slice, one bounds check on the fast path; the tag is kept with
+// or without Config.Tags and read only with it).
+type slot struct {
+	tag   uint32
+	state uint8
+}
+
 // Window classifies the arrivals of one numbered stream. Not safe for
 // concurrent use.
 type Window struct {
@@ -99,16 +107,23 @@ type Window struct {
 	tags      bool
 
 	started bool
-	top     uint32  // newest number seen; never moves backwards but at a restart
-	holes   int     // slots in stHole
-	state   []uint8 // by number & wmask
-	tag     []uint32
+	top     uint32 // newest number seen; never moves backwards but at a restart
+	holes   int    // slots in stHole
+	slots   []slot // by number & wmask
 	// suspect is the number expected after a Suspect (Probation).
 	suspect    uint32
 	suspecting bool
 	// extra widens MaxJump for the next arrival (AfterDrops).
 	extra uint32
+	// fast is the number whose arrival Observe takes in its fast path:
+	// top+1 while that is all there is to it (started, no holes, no
+	// extra, no suspect), else noFast. refresh keeps it.
+	fast uint64
 }
+
+// noFast is Window.fast when no number takes the fast path: above every
+// number (2^32 - 1 at the most).
+const noFast = uint64(1) << 32
 
 // New returns an empty Window; the first arrival is First.
 func New(c Config) (*Window, error) {
@@ -124,13 +139,11 @@ func New(c Config) (*Window, error) {
 		return nil, fmt.Errorf("%w: max jump %d (want 0 for the default, up to %d)", ErrConfig, c.MaxJump, most)
 	}
 	w := &Window{mask: uint32(space - 1), wmask: uint32(c.Window - 1), size: uint32(c.Window),
-		maxJump: uint32(c.MaxJump), probation: c.Probation, tags: c.Tags, state: make([]uint8, c.Window)}
+		maxJump: uint32(c.MaxJump), probation: c.Probation, tags: c.Tags, slots: make([]slot, c.Window)}
 	if c.MaxJump == 0 {
 		w.maxJump = uint32(most)
 	}
-	if c.Tags {
-		w.tag = make([]uint32, c.Window)
-	}
+	w.fast = noFast
 	return w, nil
 }
 
@@ -156,27 +169,52 @@ func (w *Window) Pending() int { return w.holes }
 func (w *Window) AfterDrops(n int) {
 	if n > 0 {
 		w.extra = uint32(min(uint64(n), uint64(w.mask-w.size+1-w.maxJump)))
+		w.fast = noFast
 	}
 }
 
 // Observe classifies the arrival of number seq (taken mod 2^Bits) with
 // tag (see Config.Tags) and records it.
 func (w *Window) Observe(seq, tag uint32) Result {
-	seq &= w.mask
-	if i := seq & w.wmask; seq == (w.top+1)&w.mask && w.started && w.state[i] != stHole {
-		// The common case, advance(seq, 1, tag) inline (and Observe small
-		// enough to be inlined at its callers): one slot moves.
-		w.extra, w.suspecting, w.state[i], w.top = 0, false, stSeen, seq
-		if w.tags {
-			w.tag[i] = tag
-		}
+	if seq &= w.mask; w.TakeNext(seq, tag) {
 		return Result{Kind: Next}
 	}
 	return w.observe(seq, tag)
 }
 
-// observe is Observe but for the next number over a seen slot.
+// TakeNext is Observe's fast path alone, for a caller's own: when seq is
+// the next number and nothing else is pending (no holes, no AfterDrops,
+// no suspect), it records seq and reports true — Observe would have
+// returned Next with nothing lost. Else it records nothing and reports
+// false: call Observe. Small enough to be inlined (Observe, with its
+// call to the rest, is not): the common case costs a comparison and a
+// slot (BenchmarkFramePath under callgrind).
+func (w *Window) TakeNext(seq, tag uint32) bool {
+	if seq &= w.mask; uint64(seq) != w.fast {
+		return false
+	}
+	w.slots[seq&w.wmask] = slot{tag: tag, state: stSeen}
+	w.top, w.fast = seq, uint64((seq+1)&w.mask)
+	return true
+}
+
+// refresh sets fast after a change that Observe's fast path does not make.
+func (w *Window) refresh() {
+	w.fast = noFast
+	if w.started && w.holes == 0 && w.extra == 0 && !w.suspecting {
+		w.fast = uint64((w.top + 1) & w.mask)
+	}
+}
+
+// observe is Observe but for its fast path (TakeNext).
 func (w *Window) observe(seq, tag uint32) Result {
+	r := w.classify(seq, tag)
+	w.refresh()
+	return r
+}
+
+// classify is observe but for refresh.
+func (w *Window) classify(seq, tag uint32) Result {
 	extra := w.extra
 	w.extra = 0
 	if !w.started {
@@ -185,9 +223,9 @@ func (w *Window) observe(seq, tag uint32) Result {
 	}
 	if back := (w.top - seq) & w.mask; back < w.size {
 		i := seq & w.wmask
-		switch w.state[i] {
+		switch w.slots[i].state {
 		case stSeen:
-			if w.tags && w.tag[i] != tag {
+			if w.tags && w.slots[i].tag != tag {
 				return w.far(seq, tag)
 			}
 			w.suspecting = false
@@ -218,10 +256,7 @@ func (w *Window) observe(seq, tag uint32) Result {
 
 func (w *Window) seen(i, tag uint32) {
 	w.suspecting = false
-	w.state[i] = stSeen
-	if w.tags {
-		w.tag[i] = tag
-	}
+	w.slots[i] = slot{tag: tag, state: stSeen}
 }
 
 // advance moves top d numbers ahead to seq, the numbers between becoming
@@ -231,21 +266,21 @@ func (w *Window) advance(seq, d, tag uint32) int {
 	lost := 0
 	if d >= w.size {
 		lost = w.holes + int(d-w.size)
-		for i := range w.state {
-			w.state[i] = stHole
+		for i := range w.slots {
+			w.slots[i].state = stHole
 		}
 		w.holes = int(w.size - 1)
 	} else {
 		for k := uint32(1); k < d; k++ {
 			i := (w.top + k) & w.wmask
-			if w.state[i] == stHole {
+			if w.slots[i].state == stHole {
 				lost++
 			} else {
 				w.holes++
 			}
-			w.state[i] = stHole
+			w.slots[i].state = stHole
 		}
-		if i := seq & w.wmask; w.state[i] == stHole {
+		if i := seq & w.wmask; w.slots[i].state == stHole {
 			lost++
 			w.holes--
 		}
@@ -271,13 +306,13 @@ func (w *Window) far(seq, tag uint32) Result {
 // declared lost and counted in the result.
 func (w *Window) Reset() int {
 	lost := w.holes
-	clear(w.state)
-	w.holes, w.started, w.suspecting, w.extra = 0, false, false, 0
+	clear(w.slots)
+	w.holes, w.started, w.suspecting, w.extra, w.fast = 0, false, false, 0, noFast
 	return lost
 }
 
 func (w *Window) reset(seq, tag uint32) {
-	clear(w.state)
+	clear(w.slots)
 	w.holes, w.started, w.top = 0, true, seq
 	w.seen(seq&w.wmask, tag)
 }
@@ -290,9 +325,10 @@ func (w *Window) GiveUp(seq uint32) int {
 	if !w.started || (w.top-seq)&w.mask >= w.size {
 		return 0
 	}
-	if i := seq & w.wmask; w.state[i] == stHole {
-		w.state[i] = stGone
+	if i := seq & w.wmask; w.slots[i].state == stHole {
+		w.slots[i].state = stGone
 		w.holes--
+		w.refresh()
 		return 1
 	}
 	return 0
@@ -316,12 +352,13 @@ func (w *Window) GiveUpBefore(seq uint32) int {
 	}
 	n := 0
 	for b := back; b < w.size && w.holes > 0; b++ {
-		if i := (w.top - b) & w.wmask; w.state[i] == stHole {
-			w.state[i] = stGone
+		if i := (w.top - b) & w.wmask; w.slots[i].state == stHole {
+			w.slots[i].state = stGone
 			w.holes--
 			n++
 		}
 	}
+	w.refresh()
 	return n
 }
 
@@ -332,11 +369,12 @@ func (w *Window) Flush() int {
 		return 0
 	}
 	n := w.holes
-	for i, s := range w.state {
-		if s == stHole {
-			w.state[i] = stGone
+	for i := range w.slots {
+		if w.slots[i].state == stHole {
+			w.slots[i].state = stGone
 		}
 	}
 	w.holes = 0
+	w.refresh()
 	return n
 }
