@@ -51,8 +51,16 @@ const maxSignatureStreams = 4096
 
 // replayGuard is the signing streams' last timestamps. Intake.mu guards it.
 type replayGuard struct {
-	last  map[uint32]uint64   // stream → newest timestamp accepted
-	dirty map[uint32]struct{} // streams changed since their last write to the store
+	// last is each stream's state: one map access a signed frame (a map
+	// of timestamps and a set of changed streams took three).
+	last  map[uint32]*signingState
+	dirty []uint32 // streams changed since their last write to the store
+}
+
+// signingState is one signing stream's.
+type signingState struct {
+	ts    uint64 // the newest timestamp accepted
+	dirty bool   // listed in replayGuard.dirty
 }
 
 func signingStream(f *Frame, link uint8) uint32 {
@@ -73,8 +81,9 @@ func signingNow(unixNs int64) uint64 {
 func (g *replayGuard) fresh(f *Frame, recv, tlogUs int64) bool {
 	_, link, ts, _ := f.signatureParts()
 	k := signingStream(f, link)
-	if last, ok := g.last[k]; ok {
-		if ts <= last {
+	st := g.last[k]
+	if st != nil {
+		if ts <= st.ts {
 			return false
 		}
 	} else {
@@ -86,12 +95,22 @@ func (g *replayGuard) fresh(f *Frame, recv, tlogUs int64) bool {
 			return false
 		}
 		if g.last == nil {
-			g.last, g.dirty = map[uint32]uint64{}, map[uint32]struct{}{}
+			g.last = map[uint32]*signingState{}
 		}
+		st = &signingState{}
+		g.last[k] = st
 	}
-	g.last[k] = ts
-	g.dirty[k] = struct{}{}
+	st.ts = ts
+	g.changed(k, st)
 	return true
+}
+
+// changed lists stream k, whose state is st, to be written.
+func (g *replayGuard) changed(k uint32, st *signingState) {
+	if !st.dirty {
+		st.dirty = true
+		g.dirty = append(g.dirty, k)
+	}
 }
 
 // metas are the changed timestamps as metadata writes for the next
@@ -101,21 +120,23 @@ func (g *replayGuard) metas() ([]localstream.AppendOption, []uint32) {
 	if len(g.dirty) == 0 {
 		return nil, nil
 	}
-	opts := make([]localstream.AppendOption, 0, len(g.dirty))
-	streams := make([]uint32, 0, len(g.dirty))
-	for k := range g.dirty {
-		v := binary.BigEndian.AppendUint64(nil, g.last[k])
-		opts = append(opts, localstream.WithMeta(signingMetaKey(k), v))
-		streams = append(streams, k)
+	streams := g.dirty
+	g.dirty = make([]uint32, 0, len(streams))
+	opts := make([]localstream.AppendOption, 0, len(streams))
+	for _, k := range streams {
+		st := g.last[k]
+		st.dirty = false
+		opts = append(opts, localstream.WithMeta(signingMetaKey(k), binary.BigEndian.AppendUint64(nil, st.ts)))
 	}
-	clear(g.dirty)
 	return opts, streams
 }
 
 // unwritten marks streams changed again: their group was not appended.
 func (g *replayGuard) unwritten(streams []uint32) {
 	for _, k := range streams {
-		g.dirty[k] = struct{}{}
+		if st := g.last[k]; st != nil {
+			g.changed(k, st)
+		}
 	}
 }
 
@@ -129,14 +150,14 @@ func (g *replayGuard) restore(m MetaReader) error {
 	if err != nil {
 		return err
 	}
-	g.last, g.dirty = map[uint32]uint64{}, map[uint32]struct{}{}
+	g.last, g.dirty = map[uint32]*signingState{}, nil
 	for key, v := range kv {
 		k, ts, err := parseSigningMeta(key, v)
 		if err != nil {
 			return err
 		}
 		if len(g.last) < maxSignatureStreams {
-			g.last[k] = ts
+			g.last[k] = &signingState{ts: ts}
 		}
 	}
 	return nil
