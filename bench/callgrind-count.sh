@@ -15,7 +15,11 @@
 # With CG_VARY=NAME, N1 and N2 are values of the environment variable
 # NAME for a benchmark that runs once (-benchtime 1x) and sizes itself
 # from it (EDGE_BENCH_MSGS for BenchmarkListenIngest); EVENTS_PER_OP is
-# then the events per unit of NAME.
+# then the events per unit of NAME. With CG_DUMP_EVERY=B, callgrind
+# writes its counts every B basic blocks and the parts are summed: for a
+# run whose end valgrind does not survive (callgrind 3.19 asserts on a
+# signal that arrives in another's handler, as a benchmark's child
+# exiting can make it), the count is then all but the last part's tail.
 #
 # Go under valgrind 3.19: GODEBUG=asyncpreemptoff=1 (callgrind asserts on
 # the preemption signal) and cpu.rdtscp=off (the runtime's cputicks, on a
@@ -27,6 +31,7 @@ bin=$1 dir=$2 bench=$3 per=$4 n1=$5 n2=$6 toggle=${7:-}
 out=$(mktemp -d)
 count() {
 	if [ -n "$toggle" ]; then set -- --toggle-collect="$toggle"; else set --; fi
+	if [ -n "${CG_DUMP_EVERY:-}" ]; then set -- "$@" --dump-every-bb="$CG_DUMP_EVERY"; fi
 	times=${n}x
 	if [ -n "${CG_VARY:-}" ]; then
 		export "$CG_VARY=$n"
@@ -35,7 +40,9 @@ count() {
 	(cd "$dir" && GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOGC=off GOMAXPROCS=1 \
 		valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n" "$@" \
 		"$bin" -test.run '^$' -test.bench "$bench" -test.benchtime "$times" >"$out/log.$n" 2>&1) || true
-	sed -n 's/^summary: *//p; s/^totals: *//p' "$out/cg.$n" | head -1
+	for part in "$out/cg.$n" "$out/cg.$n".*; do
+		[ -f "$part" ] && sed -n 's/^summary: *//p; s/^totals: *//p' "$part" | head -1
+	done | awk '{ s += $1 } END { if (NR) print s }'
 }
 n=$n1; c1=$(count)
 n=$n2; c2=$(count)
