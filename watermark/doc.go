@@ -52,7 +52,8 @@
 // writer counting and none open (every one closed or behind), lower
 // follows the receiving clock (now − MaxClockSkew). In the committed view a writer that is idle, behind or
 // closed still counts until every event it wrote that is not late is
-// inside the committed cut. A new
+// inside the committed cut; when none counts and one is open (idle),
+// lower is the oldest of the writers' newest marks inside the cut. A new
 // watermark is emitted only when lower advances; its cut is joined with the
 // previous one, so both only move forward.
 //
