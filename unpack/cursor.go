@@ -60,9 +60,6 @@ func readCursor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, p Pa
 	if err := checkDerived(st.CachedInfo().Config, p); err != nil {
 		return cursor{}, err
 	}
-	if err := allowBatched(ctx, js, st.CachedInfo().Config); err != nil {
-		return cursor{}, err
-	}
 	c := cursor{exists: true, last: st.CachedInfo().State.LastSeq}
 	if c.last == 0 {
 		return c, nil
@@ -124,21 +121,8 @@ func parseHeaders(b []byte) (nats.Header, error) {
 	return nats.Header(mh), nil
 }
 
-// allowBatched turns fast batch publish on in a derived stream made
-// before the unpacker used it.
-func allowBatched(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	if cfg.AllowBatchPublish {
-		return nil
-	}
-	cfg.AllowBatchPublish = true
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		return fmt.Errorf("unpack: allow fast batches in %s: %w", cfg.Name, err)
-	}
-	return nil
-}
-
 // checkDerived checks a derived stream's configuration: its one subject
-// filter, atomic publish, and the partitioning it was made with (a
+// filter and the partitioning it was made with (a
 // stream without that metadata was made with one partition).
 func checkDerived(cfg jetstream.StreamConfig, p Partition) error {
 	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != p.Subjects() {
@@ -154,9 +138,6 @@ func checkDerived(cfg jetstream.StreamConfig, p Partition) error {
 	if got[metaPartitions] != want[metaPartitions] || got[metaPartition] != want[metaPartition] {
 		return fmt.Errorf("%w: %s was made as partition %s of %s, this unpacker writes partition %s of %s (--partitions changed? the derived streams of the old count must be removed first: docs/unpack.md)",
 			ErrDerivedMisconfigured, cfg.Name, got[metaPartition], got[metaPartitions], want[metaPartition], want[metaPartitions])
-	}
-	if !cfg.AllowAtomicPublish {
-		return fmt.Errorf("%w: %s has allow_atomic false", ErrDerivedMisconfigured, cfg.Name)
 	}
 	return nil
 }

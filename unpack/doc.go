@@ -53,12 +53,12 @@
 //   - a publish whose ack was lost, or that lands late (a leader change),
 //     fails the next publish's expectation instead of being repeated; the
 //     unpacker then reads the cursor again;
-//   - publishes are pipelined (Options.MaxPending in flight) as fast-ingest
-//     batches: each message keeps its own expectation, and the server acks
-//     every few hundred stored messages instead of each (atomic batches
-//     with Options.BatchSize > 1, the expectation on each batch's first
-//     message): when one fails, every one behind it fails its expectation
-//     (and a fast batch ends there), so the stream never holds a gap;
+//   - publishes are pipelined (Options.MaxPending in flight): plain
+//     publishes, each with its own expectation, of which one in every few
+//     hundred (and the last before the source goes idle) asks for the
+//     server's ack, which covers every message before it; when one fails,
+//     every one behind it fails its expectation, so the stream never
+//     holds a gap, and the next ack reports the failure;
 //   - a second instance (an active/standby pair, or `edge-agent central
 //     --unpack` on each node of a cluster) writes the same message for the
 //     same position; whichever lands, the other's expectation fails, and the

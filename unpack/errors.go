@@ -27,9 +27,6 @@ var (
 	// there, its cursor kept, until the operator skips that sequence
 	// (Options.Skip, `central unpack --skip SEQ`).
 	ErrUndecodable = errors.New("unpack: a source message does not decode")
-	// errBatchTooLarge: the server's max batch size is below the batch
-	// sent; the next session halves it.
-	errBatchTooLarge = errors.New("unpack: atomic batch too large for the server")
 )
 
 // undecodableError is ErrUndecodable at one source message.

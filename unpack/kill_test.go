@@ -42,14 +42,10 @@ func childUnpacker() int {
 		log.Error("connect", "err", err)
 		return 1
 	}
-	// EDGE_UNPACK_BATCH: the batch size (the pair runs fast batches, the
-	// default, and atomic batches).
-	batch, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_BATCH"))
-	pending := 0 // the default
-	if batch > 1 {
-		pending = 16
-	}
-	opts := Options{Replicas: 3, BatchSize: batch, MaxPending: pending, Logger: log, StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second}
+	// EDGE_UNPACK_PENDING: Options.MaxPending (the pair runs the
+	// default, an ack every 409 messages, and 16, an ack every 3).
+	pending, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_PENDING"))
+	opts := Options{Replicas: 3, MaxPending: pending, Logger: log, StandbyCheck: 300 * time.Millisecond, RetryWait: 100 * time.Millisecond, AckTimeout: 3 * time.Second, RequestTimeout: 2 * time.Second}
 	var u interface{ Run(context.Context) error }
 	if n, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_PARTITIONS")); n > 1 {
 		i, _ := strconv.Atoi(os.Getenv("EDGE_UNPACK_PARTITION"))
@@ -76,9 +72,9 @@ type child struct {
 
 // startChild starts an unpacker process (childUnpacker; env adds to its
 // environment).
-func startChild(t *testing.T, urls []string, batch int, env ...string) *child {
+func startChild(t *testing.T, urls []string, pending int, env ...string) *child {
 	t.Helper()
-	cmd := testkit.ChildCommand("unpacker", append([]string{"EDGE_UNPACK_URLS=" + strings.Join(urls, ","), "EDGE_UNPACK_BATCH=" + strconv.Itoa(batch)}, env...)...)
+	cmd := testkit.ChildCommand("unpacker", append([]string{"EDGE_UNPACK_URLS=" + strings.Join(urls, ","), "EDGE_UNPACK_PENDING=" + strconv.Itoa(pending)}, env...)...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -114,10 +110,10 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 	agents := []*testAgent{newTestAgent(t, "gs-a", 3), newTestAgent(t, "gs.b", 2)}
 	rig := startClusterRig(t, "unpack", agents, 3*time.Millisecond)
 	nodes, urls, nc, proxies := rig.nodes, rig.urls, rig.nc, rig.proxies
-	// One sends fast batches (the default), the other atomic batches of
-	// up to 100.
-	batches := []int{0, 100}
-	children := []*child{startChild(t, urls, batches[0]), startChild(t, urls, batches[1])}
+	// One asks for an ack every 409 messages (the default), the other
+	// every 3.
+	pendings := []int{0, 16}
+	children := []*child{startChild(t, urls, pendings[0]), startChild(t, urls, pendings[1])}
 	derived := DerivedStreamName(testStream)
 	testkit.WaitFor(t, 60*time.Second, "the derived stream to grow", func() bool { return derivedLast(nc, testStream) > 50 })
 
@@ -132,7 +128,7 @@ func TestUnpackSurvivesKillsAndLeaderChanges(t *testing.T) {
 			if i == 0 || rng.IntN(2) == 0 {
 				c.kill(t)
 				kills++
-				children[i] = startChild(t, urls, batches[i])
+				children[i] = startChild(t, urls, pendings[i])
 			}
 		}
 		for _, p := range proxies {

@@ -43,43 +43,20 @@ type sourced struct {
 }
 
 // limit is what a derived message may take on the wire: the server's max
-// payload, less the headers the sender adds to every message (its fence,
-// a batch's headers; sender.reserve). A zero max is no limit.
+// payload, less the headers the publisher adds to every message (its
+// fence: fenceReserve). A zero max is no limit.
 type limit struct {
 	max, reserve int64
 }
 
-// fits reports whether m fits with the sender's headers.
+// fits reports whether m fits with the publisher's headers.
 func (l limit) fits(m *nats.Msg) bool { return l.max <= 0 || msgSize(m)+l.reserve <= l.max }
 
 // derivedMsg builds the derived message of ev, committed with watermark
-// wm. An event that would not fit lim becomes a marker (oversize reports
-// it).
+// wm, fresh (a builder of its own). An event that would not fit lim
+// becomes a marker (oversize reports it).
 func derivedMsg(p Partition, s sourced, wm wire.WatermarkJSON, lim limit) (m *nats.Msg, oversize bool) {
-	ev, stream := s.ev, p.Stream
-	if ev.Dropped != "" {
-		m = wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, ev.Dropped, false)
-	} else {
-		m = wire.EncodeEvent(stream, ev.Agent, ev.Txn, ev.Record)
-	}
-	finish := func(m *nats.Msg) *nats.Msg {
-		m.Subject = p.EventSubject(ev.Agent, ev.Record.RoutingKey)
-		m.Header[HdrWatermarkLower] = []string{strconv.FormatInt(wm.LowerNs, 10)}
-		m.Header[HdrWatermarkUpper] = []string{strconv.FormatInt(wm.UpperNs, 10)}
-		m.Header[HdrSourceSeq] = []string{strconv.FormatUint(s.pos.seq, 10)}
-		m.Header[HdrSourceIndex] = []string{strconv.Itoa(s.pos.index)}
-		return m
-	}
-	m = finish(m)
-	if lim.fits(m) {
-		return m, false
-	}
-	reason := fmt.Sprintf("unpack: %d bytes with headers, over the max payload %d", msgSize(m)+lim.reserve, lim.max)
-	m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, false))
-	if !lim.fits(m) {
-		m = finish(wire.EncodeMarker(stream, ev.Agent, ev.Txn, ev.Record, reason, true))
-	}
-	return m, true
+	return newBuilder(p, lim).event(&s, wm)
 }
 
 // skipMarker is the marker of source message seq on subject, skipped by
@@ -107,15 +84,19 @@ func skipMarker(p Partition, seq uint64, subject string, cause error) *nats.Msg 
 	return m
 }
 
-// builder builds derived messages into one reused message and header
-// map (see wire.PutEventHeader): for a publisher that sends each message
-// before it asks for the next (nats.go copies a message when it
-// publishes). Markers and oversize events are built fresh, by derivedMsg.
-// It is not safe for concurrent use.
+// builder builds derived messages: the one way they are built. An event
+// goes into one of two reused messages and header maps, in turn (see
+// wire.PutEventHeader): the publisher holds the message of the previous
+// event until it sends it at the next add (nats.go copies a message when
+// it publishes), so a message is rewritten only after it was sent.
+// Markers (an event dropped at the agent, one over the max payload) are
+// built fresh. It is not safe for concurrent use.
 type builder struct {
 	part Partition
 	lim  limit
-	msg  nats.Msg
+	msgs [2]nats.Msg
+	// turn is the index in msgs of the message built last.
+	turn int
 	// subjects caches each agent and routing key's subject and token
 	// (cleared when it reaches maxSubjects).
 	subjects map[subjectKey]subjectToken
@@ -134,21 +115,38 @@ type subjectToken struct{ subject, token string }
 const maxSubjects = 1 << 14
 
 func newBuilder(p Partition, lim limit) *builder {
-	return &builder{part: p, lim: lim, msg: nats.Msg{Header: make(nats.Header, 24)}, subjects: map[subjectKey]subjectToken{}}
+	b := &builder{part: p, lim: lim, subjects: map[subjectKey]subjectToken{}}
+	for i := range b.msgs {
+		b.msgs[i].Header = make(nats.Header, 24)
+	}
+	return b
 }
 
 // event returns the derived message of s, committed with watermark wm:
-// the reused message, valid until the next call, or a fresh one.
-func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize bool) {
+// a reused message, valid until the next call but one, or a fresh
+// marker. An event that would not fit the limit becomes a marker
+// (oversize reports it).
+func (b *builder) event(s *sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize bool) {
 	ev := s.ev
+	b.source(s.pos.seq, wm)
 	if ev.Dropped != "" {
-		return derivedMsg(b.part, s, wm, b.lim)
+		m = b.marker(s, ev.Dropped, false)
+	} else {
+		m = b.reused(s)
 	}
-	if s.pos.seq != b.seq || wm.LowerNs != b.lowerNs || wm.UpperNs != b.upperNs || b.seqText == "" {
-		b.seq, b.lowerNs, b.upperNs = s.pos.seq, wm.LowerNs, wm.UpperNs
-		b.seqText = strconv.FormatUint(s.pos.seq, 10)
-		b.lower, b.upper = strconv.FormatInt(wm.LowerNs, 10), strconv.FormatInt(wm.UpperNs, 10)
+	if b.lim.fits(m) {
+		return m, false
 	}
+	reason := fmt.Sprintf("unpack: %d bytes with headers, over the max payload %d", msgSize(m)+b.lim.reserve, b.lim.max)
+	if m = b.marker(s, reason, false); !b.lim.fits(m) {
+		m = b.marker(s, reason, true)
+	}
+	return m, true
+}
+
+// reused builds the message of event s into the next reused message.
+func (b *builder) reused(s *sourced) *nats.Msg {
+	ev := s.ev
 	k := subjectKey{ev.Agent, ev.Record.RoutingKey}
 	st, ok := b.subjects[k]
 	if !ok {
@@ -159,19 +157,44 @@ func (b *builder) event(s sourced, wm wire.WatermarkJSON) (m *nats.Msg, oversize
 		st.subject = b.part.EventSubject(ev.Agent, ev.Record.RoutingKey)
 		b.subjects[k] = st
 	}
-	m = &b.msg
-	h := m.Header
-	delete(h, jetstream.ExpectedLastSeqHeader)
-	wire.PutEventHeader(h, ev.Txn, st.token, ev.Record)
-	putHeader(h, HdrWatermarkLower, b.lower)
-	putHeader(h, HdrWatermarkUpper, b.upper)
-	putHeader(h, HdrSourceSeq, b.seqText)
-	putHeader(h, HdrSourceIndex, strconv.Itoa(s.pos.index))
+	b.turn ^= 1
+	m := &b.msgs[b.turn]
+	// The publisher's fence from the message's last use: not counted
+	// twice (lim.reserve counts it).
+	delete(m.Header, jetstream.ExpectedLastSeqHeader)
+	wire.PutEventHeader(m.Header, ev.Txn, st.token, ev.Record)
+	b.finish(m, s.pos.index)
 	m.Subject, m.Reply, m.Data = st.subject, "", ev.Record.Payload
-	if !b.lim.fits(m) {
-		return derivedMsg(b.part, s, wm, b.lim)
+	return m
+}
+
+// marker is the marker of s (fresh) saying reason; truncate cuts its
+// routing key and writer (wire.EncodeMarker).
+func (b *builder) marker(s *sourced, reason string, truncate bool) *nats.Msg {
+	ev := s.ev
+	m := wire.EncodeMarker(b.part.Stream, ev.Agent, ev.Txn, ev.Record, reason, truncate)
+	m.Subject = b.part.EventSubject(ev.Agent, ev.Record.RoutingKey)
+	b.finish(m, s.pos.index)
+	return m
+}
+
+// source notes the source message and watermark of the events to come,
+// formatting their header values once.
+func (b *builder) source(seq uint64, wm wire.WatermarkJSON) {
+	if seq != b.seq || wm.LowerNs != b.lowerNs || wm.UpperNs != b.upperNs || b.seqText == "" {
+		b.seq, b.lowerNs, b.upperNs = seq, wm.LowerNs, wm.UpperNs
+		b.seqText = strconv.FormatUint(seq, 10)
+		b.lower, b.upper = strconv.FormatInt(wm.LowerNs, 10), strconv.FormatInt(wm.UpperNs, 10)
 	}
-	return m, false
+}
+
+// finish sets the unpacker's own headers: the watermark and the source
+// position.
+func (b *builder) finish(m *nats.Msg, index int) {
+	putHeader(m.Header, HdrWatermarkLower, b.lower)
+	putHeader(m.Header, HdrWatermarkUpper, b.upper)
+	putHeader(m.Header, HdrSourceSeq, b.seqText)
+	putHeader(m.Header, HdrSourceIndex, strconv.Itoa(index))
 }
 
 // putHeader sets h[k] to v alone, reusing a value slice of one.
@@ -186,7 +209,7 @@ func putHeader(h nats.Header, k, v string) {
 // msgSize is what the server counts against its max payload: the
 // payload and the encoded header block ("NATS/1.0\r\n", a "k: v\r\n"
 // line per value, "\r\n"). It is the one size of a derived message: the
-// oversize check (with the sender's reserve) and the bytes in flight.
+// oversize check (with the publisher's reserve).
 func msgSize(m *nats.Msg) int64 {
 	n := int64(len(m.Data)) + int64(len("NATS/1.0\r\n\r\n"))
 	for k, vs := range m.Header {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
@@ -48,8 +49,8 @@ func TestDerivedMessageRoundTrip(t *testing.T) {
 }
 
 // TestBuilderMatchesFresh: the builder's reused message is, event after
-// event, the message derivedMsg builds fresh (no header of one event
-// stays behind in the next), for events with and without every flag,
+// event, the message derivedMsg builds fresh (no header of one event,
+// nor the publisher's fence, stays behind in the next), for events with and without every flag,
 // local header, hashed routing key, marker and oversize payload.
 func TestBuilderMatchesFresh(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testkit.Seed(t), 7))
@@ -79,10 +80,13 @@ func TestBuilderMatchesFresh(t *testing.T) {
 		}
 		wm := wire.WatermarkJSON{LowerNs: int64(i / 5), UpperNs: int64(i/5 + 1)}
 		want, wantOver := derivedMsg(Partition{Stream: testStream}, s, wm, limit{max: 4000})
-		got, gotOver := b.event(s, wm)
+		got, gotOver := b.event(&s, wm)
 		if got.Subject != want.Subject || string(got.Data) != string(want.Data) || gotOver != wantOver || !maps.EqualFunc(got.Header, want.Header, slices.Equal) {
 			t.Fatalf("event %d: builder\n%s %v %v\nfresh\n%s %v %v", i, got.Subject, got.Header, gotOver, want.Subject, want.Header, wantOver)
 		}
+		// The publisher adds its fence, and the message is reused two
+		// events on.
+		putHeader(got.Header, jetstream.ExpectedLastSeqHeader, "123456789")
 	}
 }
 
@@ -168,11 +172,8 @@ func TestOptionsValidate(t *testing.T) {
 		want string
 	}{
 		{Options{Replicas: 7}, "replicas"},
-		{Options{BatchSize: 5000}, "batch size"},
-		{Options{BatchSize: -1}, "batch size"},
 		{Options{MaxPendingBytes: -1}, "max pending bytes"},
 		{Options{MaxPending: 5000}, "max pending"},
-		{Options{BatchSize: 10, MaxPending: 99}, "at most 50 batches"},
 		{Options{StandbyCheck: -1}, "negative"},
 	} {
 		if _, err := New(&nats.Conn{}, testStream, c.o); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), c.want) {

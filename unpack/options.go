@@ -11,27 +11,15 @@ type Options struct {
 	// Replicas of a derived stream the unpacker creates. Default 0 = as
 	// many as its source stream has.
 	Replicas int
-	// BatchSize chooses how derived messages are sent; each carries its
-	// own expectation either way, except inside an atomic batch. Default
-	// 0: fast-ingest batches (ADR-50's fast batch publish, nats-server
-	// 2.14 or later): plain publishes that the server acks every few
-	// hundred (a flow ack) instead of one by one — the publish ack was
-	// most of the unpacker's cost per event. 1: plain publishes, each
-	// acked (servers without fast batches). Above 1: atomic batches of up
-	// to that many messages (the events of one source message at most),
-	// the expectation on each batch's first; slower than both, because
-	// the server stages an atomic batch in a store of the stream's kind
-	// (on disk for a file stream) before it applies it. At most 1,000 (the
-	// server's default largest batch; a server that refuses the size
-	// halves it for the next session).
-	BatchSize int
-	// MaxPending bounds what is in flight (sent, not yet acked): messages
-	// with BatchSize 0 or 1, batches otherwise. Default 2,048; at most
-	// 4,096, and at most 50 batches (the server's limit per stream by
-	// default).
+	// MaxPending bounds the derived messages in flight (sent, not yet
+	// acked). Derived messages are plain publishes, each with its fence
+	// (Nats-Expected-Last-Sequence), and one in every fifth of
+	// MaxPending (at most 500) asks for the server's ack, which covers
+	// every message before it; at most four acks are awaited at once.
+	// Default 2,048; at most 4,096.
 	MaxPending int
-	// MaxPendingBytes bounds the bytes in flight with BatchSize 0 (one
-	// message may exceed it alone). Default 32 MiB, a quarter of the
+	// MaxPendingBytes bounds the bytes in flight, counted as payload and
+	// 1 KiB of headers a message (one message may exceed it alone). Default 32 MiB, a quarter of the
 	// server's ingest queue per stream.
 	MaxPendingBytes int64
 	// AckTimeout bounds the wait for one publish's ack; a missing ack
@@ -132,14 +120,10 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: replicas %d (want 0 = as the source, or 1..5)", ErrConfig, o.Replicas)
 	case o.Partitions < 0 || o.Partitions > MaxPartitions:
 		return fmt.Errorf("%w: partitions %d (want 0 or 1 = one derived stream per source stream, or 2..%d)", ErrConfig, o.Partitions, MaxPartitions)
-	case o.BatchSize < 0 || o.BatchSize > 1000:
-		return fmt.Errorf("%w: batch size %d (want 0 = fast batches, 1 = plain publishes, or 2..1000, the server's largest atomic batch by default)", ErrConfig, o.BatchSize)
 	case o.MaxPending < 1 || o.MaxPending > 4096:
 		return fmt.Errorf("%w: max pending %d (want 1..4096)", ErrConfig, o.MaxPending)
 	case o.MaxPendingBytes < 0:
 		return fmt.Errorf("%w: max pending bytes %d (want > 0)", ErrConfig, o.MaxPendingBytes)
-	case o.BatchSize > 1 && o.MaxPending > 50:
-		return fmt.Errorf("%w: max pending %d batches of %d (want at most 50 batches, the server's limit per stream by default)", ErrConfig, o.MaxPending, o.BatchSize)
 	case o.MaxRetryWait < o.RetryWait:
 		return fmt.Errorf("%w: max retry wait %s below retry wait %s", ErrConfig, o.MaxRetryWait, o.RetryWait)
 	case o.AckTimeout < 0, o.RequestTimeout < 0, o.StandbyCheck < 0, o.RetryWait < 0, o.DiscoverInterval < 0:

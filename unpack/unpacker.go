@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,8 +26,6 @@ type Unpacker struct {
 	opts Options
 	log  *slog.Logger
 	c    counters
-	// batch is the batch size in use (halved when the server refuses it).
-	batch atomic.Int64
 }
 
 // New returns the unpacker of local stream stream on nc, with one
@@ -61,9 +58,7 @@ func NewPartition(nc *nats.Conn, p Partition, opts Options) (*Unpacker, error) {
 	if p.partitioned() {
 		log = log.With("partition", p.Index)
 	}
-	u := &Unpacker{nc: nc, stream: p.Stream, part: p, opts: opts, log: log}
-	u.batch.Store(int64(opts.BatchSize))
-	return u, nil
+	return &Unpacker{nc: nc, stream: p.Stream, part: p, opts: opts, log: log}, nil
 }
 
 // Stream is the local stream name.
@@ -126,10 +121,6 @@ func (u *Unpacker) Run(ctx context.Context) error {
 				"seq", blocked.seq, "subject", blocked.subject, "err", blocked.err)
 			<-ctx.Done()
 			return nil
-		case errors.Is(err, errBatchTooLarge):
-			n := max(u.batch.Load()/2, 1)
-			u.batch.Store(n)
-			u.log.Warn("unpack: the server refused the batch size; halved", "batch_size", n, "err", err)
 		case errors.Is(err, ErrFenced):
 			u.c.fenced.Add(1)
 			u.log.Info("unpack: another instance writes the derived stream; standing by", "err", err)
@@ -213,8 +204,7 @@ const pullBytes = 64 << 20
 // session resumes from the cursor and republishes until ctx ends or
 // something fails.
 func (u *Unpacker) session(ctx context.Context) error {
-	js, err := jetstream.New(u.nc, jetstream.WithPublishAsyncMaxPending(u.opts.MaxPending+1),
-		jetstream.WithPublishAsyncTimeout(u.opts.AckTimeout))
+	js, err := jetstream.New(u.nc)
 	if err != nil {
 		return err
 	}
@@ -275,17 +265,12 @@ func (u *Unpacker) session(ctx context.Context) error {
 		u.c.events.Add(seq - u.c.deriv.Load())
 		u.c.deriv.Store(seq)
 	}
-	var pub sender
-	if n := int(u.batch.Load()); n > 0 {
-		pub = newPublisher(u.nc, js, cur.last, n, u.opts.MaxPending, onAck)
-	} else if pub, err = newFastPublisher(js, cur.last, u.opts.MaxPending, u.opts.MaxPendingBytes, u.opts.AckTimeout, onAck); err != nil {
+	pub, err := newPublisher(u.nc, cur.last, u.opts.MaxPending, u.opts.MaxPendingBytes, u.opts.AckTimeout, onAck)
+	if err != nil {
 		return err
 	}
 	s := &sessionState{u: u, js: js, src: src, cur: cur, pending: map[string][]sourced{}, pub: pub,
-		lim: limit{max: u.nc.MaxPayload(), reserve: pub.reserve()}}
-	if _, fast := pub.(*fastPublisher); fast {
-		s.build = newBuilder(u.part, s.lim)
-	}
+		build: newBuilder(u.part, limit{max: u.nc.MaxPayload(), reserve: fenceReserve})}
 	u.log.Debug("unpack: session", "derived_last", cur.last, "from_source_seq", cur.pos.seq, "from_index", cur.pos.index)
 	defer s.pub.close()
 	for {
@@ -301,7 +286,7 @@ func (u *Unpacker) session(ctx context.Context) error {
 			select {
 			case r = <-reads:
 			case <-idle.C:
-				if err := s.pub.idle(); err != nil {
+				if err := s.pub.idle(ctx); err != nil {
 					return err
 				}
 				select {
@@ -345,12 +330,8 @@ type sessionState struct {
 	cur cursor
 	// pending holds each agent's part events until their commit.
 	pending map[string][]sourced
-	pub     sender
-	// lim is what a derived message may take before pub adds its headers.
-	lim limit
-	// build reuses one message for a sender that publishes at add (nil:
-	// a fresh message each).
-	build *builder
+	pub     *publisher
+	build   *builder
 }
 
 // message handles one source message.
@@ -374,6 +355,9 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 	if err != nil {
 		u.c.corrupt.Add(1)
 		if !slices.Contains(u.opts.Skip, seq) {
+			if err := s.pub.drain(ctx); err != nil {
+				return err
+			}
 			return &undecodableError{seq: seq, subject: m.Subject(), err: err}
 		}
 		return s.skip(ctx, seq, m.Subject(), err)
@@ -384,39 +368,41 @@ func (s *sessionState) message(ctx context.Context, m jetstream.Msg) error {
 		}
 		return nil
 	}
-	batch := s.pending[commit.Agent]
+	parts := s.pending[commit.Agent]
 	delete(s.pending, commit.Agent)
-	if len(batch) > 0 && batch[0].ev.Txn != commit.Txn {
+	if len(parts) > 0 && parts[0].ev.Txn != commit.Txn {
 		u.c.orphans.Add(1)
-		batch = batch[:0]
+		parts = nil
 	}
-	for i, ev := range evs {
-		batch = append(batch, sourced{pos: position{seq, i}, ev: ev})
-	}
-	for _, e := range batch {
-		if !e.pos.after(s.cur.pos) {
-			continue
-		}
-		if !s.cur.exists {
-			if err := s.createDerived(ctx); err != nil {
-				return err
-			}
-		}
-		var dm *nats.Msg
-		var over bool
-		if s.build != nil {
-			dm, over = s.build.event(e, commit.Watermark)
-		} else {
-			dm, over = derivedMsg(u.part, e, commit.Watermark, s.lim)
-		}
-		if over {
-			u.c.oversize.Add(1)
-		}
-		if err := s.pub.add(ctx, dm); err != nil {
+	for i := range parts {
+		if err := s.publish(ctx, &parts[i], commit.Watermark); err != nil {
 			return err
 		}
 	}
-	return s.pub.flush(ctx)
+	for i := range evs {
+		if err := s.publish(ctx, &sourced{pos: position{seq, i}, ev: evs[i]}, commit.Watermark); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publish sends the derived message of committed event e unless the
+// cursor is at or past it.
+func (s *sessionState) publish(ctx context.Context, e *sourced, wm wire.WatermarkJSON) error {
+	if !e.pos.after(s.cur.pos) {
+		return nil
+	}
+	if !s.cur.exists {
+		if err := s.createDerived(ctx); err != nil {
+			return err
+		}
+	}
+	dm, over := s.build.event(e, wm)
+	if over {
+		s.u.c.oversize.Add(1)
+	}
+	return s.pub.add(ctx, dm)
 }
 
 // skip replaces the undecodable source message seq with a skip marker
@@ -430,9 +416,6 @@ func (s *sessionState) skip(ctx context.Context, seq uint64, subject string, cau
 	}
 	m := skipMarker(u.part, seq, subject, cause)
 	if err := s.pub.add(ctx, m); err != nil {
-		return err
-	}
-	if err := s.pub.flush(ctx); err != nil {
 		return err
 	}
 	u.c.skipped.Add(1)
@@ -456,15 +439,13 @@ func (s *sessionState) createDerived(ctx context.Context) error {
 		desc += fmt.Sprintf(" (partition %d of %d by agent)", u.part.Index, u.part.Count)
 	}
 	st, err := s.js.CreateStream(ctx, jetstream.StreamConfig{
-		Name:               name,
-		Description:        desc + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
-		Subjects:           []string{u.part.Subjects()},
-		Metadata:           u.part.metadata(),
-		Storage:            jetstream.FileStorage,
-		Replicas:           replicas,
-		AllowDirect:        true,
-		AllowAtomicPublish: true,
-		AllowBatchPublish:  true,
+		Name:        name,
+		Description: desc + ", written by edge-agent central unpack (docs/unpack.md of edge-agent)",
+		Subjects:    []string{u.part.Subjects()},
+		Metadata:    u.part.metadata(),
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		AllowDirect: true,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		st, err = s.js.Stream(ctx, name)
