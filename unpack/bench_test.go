@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"runtime/trace"
 	"strings"
@@ -87,9 +88,13 @@ type benchCase struct {
 // centre keeps up with an agent replicating flat out), and the process's
 // CPU per event in each phase (server included), the steadier figure on
 // a shared machine. A third phase measures the floor: the server alone
-// storing the same derived messages, built beforehand and published
-// with no ack and no fence into a stream like the derived one; no
-// unpacker can be faster than that.
+// storing the same derived messages, built beforehand and published on
+// the same kind of connection with no fence and no ack (but the last
+// message's, which ends the phase) into a stream configured as the
+// derived one; no unpacker can be faster than that. ratio_unpack/floor
+// is issue 41's bound (≥ 0.8), cpu_ratio_unpack/floor the same from CPU
+// per event. Each phase starts after a garbage collection, so that none
+// pays for another's garbage.
 //
 // The cases: telemetry and chunks with the unpacker on TCP loopback (as
 // `edge-agent central unpack` beside a node) and in process (as
@@ -126,7 +131,16 @@ func benchUnpack(b *testing.B, c benchCase) {
 	nc := connect(b, srv.ClientURL())
 	js, _ := jetstream.New(nc)
 	var repDur, unpDur, floorDur, repCPU, unpCPU, floorCPU time.Duration
-	for i := range b.N {
+	// The first op of a case in a process warms up (the heap's size, the
+	// page cache, the server's first stream files), and is not counted:
+	// it ran 30–60 % slower than the next in both the unpack and the floor
+	// phases, and the unpack phase comes first.
+	warm := 0
+	if _, done := warmed.LoadOrStore(c.name, true); !done {
+		warm = 1
+	}
+	for i := range b.N + warm {
+		count := i >= warm
 		b.StopTimer()
 		names := make([]string, ns)
 		before := make([]uint64, ns)
@@ -157,6 +171,7 @@ func benchUnpack(b *testing.B, c benchCase) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, ns)
+		runtime.GC()
 		b.StartTimer()
 		start := time.Now()
 		c0 := cpuNow()
@@ -164,8 +179,10 @@ func benchUnpack(b *testing.B, c benchCase) {
 			go func() { done <- r.Run(ctx) }()
 		}
 		caught.Wait()
-		repDur += time.Since(start)
-		repCPU += cpuNow() - c0
+		if count {
+			repDur += time.Since(start)
+			repCPU += cpuNow() - c0
+		}
 		b.StopTimer()
 		cancel()
 		for range reps {
@@ -185,6 +202,7 @@ func benchUnpack(b *testing.B, c benchCase) {
 		}
 		uctx, ucancel := context.WithCancel(context.Background())
 		udone := make(chan error, ns)
+		runtime.GC()
 		b.StartTimer()
 		stopProf := phaseProfile(b, "unpack", i)
 		start = time.Now()
@@ -195,8 +213,10 @@ func benchUnpack(b *testing.B, c benchCase) {
 		for k, u := range us {
 			testkit.WaitFor(b, 10*time.Minute, "the unpacker", func() bool { return u.Stats().DerivedSeq >= before[k]+uint64(per) })
 		}
-		unpDur += time.Since(start)
-		unpCPU += cpuNow() - c0
+		if count {
+			unpDur += time.Since(start)
+			unpCPU += cpuNow() - c0
+		}
 		stopProf()
 		b.StopTimer()
 		ucancel()
@@ -212,8 +232,9 @@ func benchUnpack(b *testing.B, c benchCase) {
 		for k := range ns {
 			msgs[k] = floorMsgs(b, nc, names[k], before[k], per)
 			name := fmt.Sprintf("floor%d-%d", i, k)
+			// Configured as the unpacker configures a derived stream.
 			fl, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: strings.ToUpper(strings.ReplaceAll(name, "-", "_")),
-				Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage, AllowAtomicPublish: true, AllowBatchPublish: true})
+				Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage, AllowDirect: true})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -224,31 +245,45 @@ func benchUnpack(b *testing.B, c benchCase) {
 			pubs[k] = unpConn()
 		}
 		var pubWG sync.WaitGroup
+		runtime.GC()
 		b.StartTimer()
 		stopProf = phaseProfile(b, "floor", i)
 		start = time.Now()
 		c0 = cpuNow()
 		for k := range ns {
 			pubWG.Go(func() {
-				for _, m := range msgs[k] {
+				last := len(msgs[k]) - 1
+				for _, m := range msgs[k][:last] {
 					if err := pubs[k].PublishMsg(m); err != nil {
 						b.Error(err)
 						return
 					}
 				}
+				// The last one acked: the stream stores in order, so its
+				// ack says the floor is done (no polling of stream info,
+				// which costs the server work while it stores).
+				pjs, _ := jetstream.New(pubs[k])
+				if _, err := pjs.PublishMsg(context.Background(), msgs[k][last], jetstream.WithRetryAttempts(0)); err != nil {
+					b.Error(err)
+				}
 			})
 		}
 		pubWG.Wait()
-		for _, fl := range floors {
-			testkit.WaitFor(b, 10*time.Minute, "the floor's stream", func() bool {
-				info, err := fl.Info(context.Background())
-				return err == nil && info.State.Msgs >= uint64(per)
-			})
+		if count {
+			floorDur += time.Since(start)
+			floorCPU += cpuNow() - c0
 		}
-		floorDur += time.Since(start)
-		floorCPU += cpuNow() - c0
 		stopProf()
 		b.StopTimer()
+		for _, fl := range floors {
+			info, err := fl.Info(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if info.State.Msgs != uint64(per) {
+				b.Fatalf("the floor stored %d of %d messages", info.State.Msgs, per)
+			}
+		}
 	}
 	total := float64(b.N * per * ns)
 	b.ReportMetric(total/repDur.Seconds(), "replication_events/s")
@@ -262,7 +297,14 @@ func benchUnpack(b *testing.B, c benchCase) {
 	// Issue 41's bound: the unpacker's rate against the same server
 	// storing the same prebuilt messages with no fence, in the same run.
 	b.ReportMetric(floorDur.Seconds()/unpDur.Seconds(), "ratio_unpack/floor")
+	// The same from CPU time (the floor's CPU per event over the
+	// unpacker's): on a machine shared with other work, a phase's rate
+	// follows the CPU the process gets, its CPU per event much less.
+	b.ReportMetric(floorCPU.Seconds()/unpCPU.Seconds(), "cpu_ratio_unpack/floor")
 }
+
+// warmed holds the cases that warmed up in this process.
+var warmed sync.Map
 
 // floorMsgs reads the n derived messages after sequence after, without
 // the server's own headers, for the floor phase.
