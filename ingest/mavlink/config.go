@@ -70,7 +70,7 @@ type Config struct {
 	// their events are appended as one group, one store commit (MAVLink
 	// owes the sender no acknowledgement: the intake trades this latency
 	// for fewer commits and WAL syncs); negative appends each datagram's
-	// or read's frames at once. Default 100ms.
+	// or read's frames at once. Default 250ms.
 	BatchWindow time.Duration `yaml:"batch_window"`
 	// RebindAfter is the silence of the source a system id is bound to
 	// (a UDP sender's address and port, a TCP connection) after which
