@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +11,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,10 +42,19 @@ const (
 	goodRTP    = "good-rtp"
 	goodCam    = "good-cam"
 	goodSSRC   = 0x600d0003
+	// goodMQTTRate is the good MQTT drone's messages a second, and
+	// goodMQTTWindow its QoS 1 publishes in flight: Mosquitto's default
+	// (max_inflight_messages 20). With one in flight a drone sends one
+	// message per durable round trip: on a starved machine (a round trip
+	// of 0.3–1 s) it fell 5–10 s behind its 20 a second, nothing lost —
+	// its own limit, which mqttDue would count against the agent.
+	goodMQTTRate, goodMQTTWindow = 20, 20
 	// The hostile drones whose own streams come reordered with late
 	// copies: a MAVLink system id and an RTP SSRC, both configured.
 	reorderMav  = "hostile-mav-reorder"
 	reorderSSRC = 0xbad0bad0
+	// machineProbe is probeMachine's pipe, logged beside the drones.
+	machineProbe = "machine-probe"
 )
 
 // TestHostileEveryIntake (issue 37, "a hostile run per intake at once"):
@@ -50,7 +63,8 @@ const (
 // a MAVLink UDP drone, a MAVLink TCP drone, an RTP video drone and a
 // well-behaved RTSP camera) sending numbered messages, frames and video
 // frames. After a lead-in every intake is attacked at once for
-// attackFor:
+// attackFor, from a process of its own (TestHostileAttackers), as from
+// another host:
 //
 //   - MQTT listener: idle connections (CONNECTed with keep-alive 0 and
 //     raw sockets that never CONNECT) while a drone opens fresh sessions
@@ -70,9 +84,9 @@ const (
 // store; each attack shows in the agent's counters; and the good drones'
 // p99 ingest delay during the attack — from the send of a message, frame
 // or a chunk's last video frame to its being readable in the local
-// store — stays under neighbourDelayBound (on a machine loaded by other
-// processes, that divided by the share of the CPU the test process got
-// while it asked for it). Figures: docs/benchmarks/hostile.md.
+// store — stays under neighbourDelayBound more than a machine probe's
+// p99 over the same attack (probeMachine: what the machine alone cost a
+// record then). Figures: docs/benchmarks/hostile.md.
 func TestHostileEveryIntake(t *testing.T) {
 	const leadIn, attackFor, tail = 3 * time.Second, 12 * time.Second, time.Second
 	good := rtsptest.StartCamera(t, "127.0.0.1", rtsptest.Playing)
@@ -102,6 +116,8 @@ func TestHostileEveryIntake(t *testing.T) {
 	defer stopAgent()
 	tails := g.tail(t, a.streams["telemetry"], a.streams["video"])
 	defer tails()
+	stopProbe := probeMachine(t, g, cfg.DataDir)
+	defer stopProbe()
 	listen := a.TelemetryListenAddr().String()
 	mavUDP, mavTCP, rtpAddr := a.MAVLinkUDPAddr().String(), a.MAVLinkTCPAddr().String(), a.VideoAddr().String()
 	seed := testkit.Seed(t)
@@ -113,7 +129,7 @@ func TestHostileEveryIntake(t *testing.T) {
 	goods.Go(func() {
 		var err error
 		sim, err = mqttsim.Simulate(t.Context(), mqttsim.Config{Broker: "tcp://" + listen, Drones: 1, DronePrefix: "good-mqtt-",
-			ClientPrefix: "good-mqtt-sim-", Rate: 20, Duration: time.Until(end), Window: 1, NoStatus: true})
+			ClientPrefix: "good-mqtt-sim-", Rate: goodMQTTRate, Duration: time.Until(end), Window: goodMQTTWindow, NoStatus: true})
 		if err != nil {
 			t.Errorf("good MQTT drone: %v", err)
 		}
@@ -123,20 +139,16 @@ func TestHostileEveryIntake(t *testing.T) {
 	goods.Go(func() { sendGoodMAVLinkTCP(t, g, mavTCP, attackFrom.Add(2500*time.Millisecond), end, tcpUp) })
 	goods.Go(func() { sendGoodRTP(t, g, rtpAddr, end) })
 
+	attackers := startAttackers(t, attackTargets{Listen: listen, MAVUDP: mavUDP, MAVTCP: mavTCP, RTP: rtpAddr,
+		MAVTCPIdle: cfg.MAVLink.MaxConnections + 4, Seed: seed})
 	time.Sleep(time.Until(attackFrom))
 	cpu0, wait0, _ := schedStat()
-	stop := make(chan struct{})
-	var attacks sync.WaitGroup
-	attacks.Go(func() { attackIdleConnections(t, &neighbourRig{listen: listen}, stop) })
-	attacks.Go(func() { attackListenerIDs(t, listen, stop) })
-	attacks.Go(func() { attackListenerResends(t, listen, stop) })
-	attacks.Go(func() { attackMAVLinkTCPIdle(t, mavTCP, cfg.MAVLink.MaxConnections+4, stop) })
-	attacks.Go(func() { attackMAVLinkUDP(t, mavUDP, seed, tcpUp, stop) })
-	attacks.Go(func() { attackRTP(t, rtpAddr, seed, stop) })
+	rt0 := readRuntime()
+	attackers.start(tcpUp)
 	time.Sleep(time.Until(attackTo))
-	cpu1, wait1, schedKnown := schedStat()
-	close(stop)
-	attacks.Wait()
+	cpu1, wait1, _ := schedStat()
+	rt1 := readRuntime()
+	attackers.stop()
 	goods.Wait()
 	cams := a.video.Stats().Sources // the misbehaving cameras' sessions, as of the attack's end
 	loopConns, flapPlays := loop.Conns.Load(), len(flap.Of(base.Play))
@@ -212,32 +224,51 @@ func TestHostileEveryIntake(t *testing.T) {
 	t.Logf("kernel drops: MAVLink %d, video %d", mav.KernelDrops, vid.KernelDrops)
 
 	// The good drones' ingest delay. Other test binaries share the
-	// machine (make test): the share of the CPU this process got while it
-	// asked for it during the attack (its threads' CPU time against that
-	// plus their run-queue wait) says how loaded it was. Quiet (a share
-	// of 0.9 or more), each good drone's p99 under attack must stay under
-	// neighbourDelayBound; loaded, under that divided by the share (the
-	// work took that much longer for want of a CPU), at most 10×.
-	share := 1.0
-	if schedKnown && cpu1-cpu0+wait1-wait0 > 0 {
-		share = max(0.1, float64(cpu1-cpu0)/float64(cpu1-cpu0+wait1-wait0))
+	// machine (make test): a starved process or a slow disk delays every
+	// record, the agent's or not. The machine probe, a pipe of a
+	// record's shape that the agent does not touch (a socket read, two
+	// handoffs and an fsync, in the same process and on the same disk),
+	// measures that at the same moments: each good
+	// drone's p99 under attack must stay under neighbourDelayBound more
+	// than the probe's p99 over the attack. An additive allowance: a
+	// stall of the agent's own (a lock held, a queue behind attack
+	// traffic) adds its length to the drone's delay and nothing to the
+	// probe's, so one of more than neighbourDelayBound fails however
+	// loaded the machine (docs/benchmarks/hostile.md: a 1.5 s stall
+	// injected in the MAVLink intake and in the store's commit loop
+	// fails the test, quiet and loaded).
+	probe99, probeN, _ := g.p99("attack", machineProbe)
+	if probeN < int(attackFor/(100*time.Millisecond)) {
+		t.Errorf("the machine probe measured %d times during the %v attack: no measure of the machine", probeN, attackFor)
 	}
-	limit, basis := neighbourDelayBound, fmt.Sprintf("flat: the process had %.2f of the CPU it asked for, a quiet machine", share)
-	if share < 0.9 {
-		limit = time.Duration(float64(neighbourDelayBound) / share)
-		basis = fmt.Sprintf("%v ÷ %.2f, the share of the CPU the process had while it asked for it: a loaded machine", neighbourDelayBound, share)
-	}
+	limit := neighbourDelayBound + probe99
+	basis := fmt.Sprintf("%v + the machine probe's p99 %v", neighbourDelayBound, probe99)
 	if raceEnabled {
-		limit, basis = 10*limit, basis+"; ×10 under -race, which looks for races: the timing bound is the normal build's"
+		limit, basis = 10*neighbourDelayBound+probe99, basis+"; 10 s under -race, which looks for races: the timing bound is the normal build's"
 	}
+	// Context, not the bound: the process's CPU, its threads' run-queue
+	// wait (a thread waiting is not always a record waiting: at a share
+	// of 0.25 the good drones' p99 was as quiet as at 0.57), the runtime's
+	// scheduling and GC.
 	t.Logf("the test process: %v of CPU and %v waiting for one during the %v attack", cpu1-cpu0, wait1-wait0, attackFor)
+	t.Logf("the Go runtime during the attack: %s", rt1.since(rt0))
+	for _, phase := range []string{"lead-in", "attack"} {
+		p99, n, maxD := g.p99(phase, machineProbe)
+		w := g.slowest(phase, machineProbe)
+		t.Logf("%s: the machine probe (UDP read, write and fsync, three goroutines): p99 %v, max %v over %d; the slowest sent at %v of the attack",
+			phase, p99, maxD, n, w.at.Round(time.Millisecond))
+	}
 	t.Logf("bound: each good drone's p99 ingest delay under attack below %v (%s)", limit, basis)
 	for _, phase := range []string{"lead-in", "attack"} {
 		p99, n, maxD := g.p99(phase, "")
 		t.Logf("%s: good drones' ingest delay p99 %v, max %v over %d records", phase, p99, maxD, n)
 		for _, d := range []string{goodMQTT, goodMavUDP, goodMavTCP, goodRTP, goodCam} {
 			p99, n, maxD := g.p99(phase, d)
-			t.Logf("  %s: p99 %v, max %v over %d", d, p99, maxD, n)
+			in99, _, _ := g.p99(phase, d+"/intake")
+			st99, _, _ := g.p99(phase, d+"/store")
+			w := g.slowest(phase, d)
+			t.Logf("  %s: p99 %v (intake %v, store %v), max %v over %d; the slowest sent at %v of the attack: intake %v, store %v",
+				d, p99, in99, st99, maxD, n, w.at.Round(time.Millisecond), w.intake, w.store)
 			if phase == "attack" && (n == 0 || p99 > limit) {
 				t.Errorf("good drone %s under attack: ingest delay p99 %v over %d records, bound %v (%s)", d, p99, n, limit, basis)
 			}
@@ -259,12 +290,17 @@ type goodLog struct {
 	restarted map[string]bool
 	frames    map[string]map[string]int // MAVLink: frame bytes → index
 	stored    map[string][]int
-	delays    map[string][]time.Duration // by phase and by phase/drone
+	// delays are by phase, by phase/drone and by phase/drone/stage
+	// (intake, store: slowRecord).
+	delays map[string][]time.Duration
+	worst  map[string]slowRecord // by phase/drone
+	// mqttFirst is the good MQTT drone's first message's time (mqttDue).
+	mqttFirst time.Time
 }
 
 func newGoodLog() *goodLog {
 	return &goodLog{sentAt: map[string][]time.Time{}, restarted: map[string]bool{}, frames: map[string]map[string]int{},
-		stored: map[string][]int{}, delays: map[string][]time.Duration{}}
+		stored: map[string][]int{}, delays: map[string][]time.Duration{}, worst: map[string]slowRecord{}}
 }
 
 // sent records message i of drone, sent at at (before it is sent).
@@ -308,10 +344,11 @@ func (g *goodLog) phase(at time.Time) string {
 	return "tail"
 }
 
-// got records that drone's records of indices idx became readable at
-// now; the record's delay is from the send of its last index (sentAt
-// zero: the index's own, from its payload).
-func (g *goodLog) got(drone string, idx []int, sentAt, now time.Time) {
+// got records that drone's records of indices idx, taken by the agent
+// at ingest (the record's IngestTime), became readable at now; the
+// record's delay is from the send of its last index (sentAt zero: the
+// index's own, from its payload).
+func (g *goodLog) got(drone string, idx []int, sentAt, ingest, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.stored[drone] = append(g.stored[drone], idx...)
@@ -325,6 +362,20 @@ func (g *goodLog) got(drone string, idx []int, sentAt, now time.Time) {
 	p, d := g.phase(sentAt), now.Sub(sentAt)
 	g.delays[p] = append(g.delays[p], d)
 	g.delays[p+"/"+drone] = append(g.delays[p+"/"+drone], d)
+	g.delays[p+"/"+drone+"/intake"] = append(g.delays[p+"/"+drone+"/intake"], ingest.Sub(sentAt))
+	g.delays[p+"/"+drone+"/store"] = append(g.delays[p+"/"+drone+"/store"], now.Sub(ingest))
+	if w := g.worst[p+"/"+drone]; d > w.total {
+		g.worst[p+"/"+drone] = slowRecord{total: d, intake: ingest.Sub(sentAt), store: now.Sub(ingest), at: sentAt.Sub(g.attackFrom)}
+	}
+}
+
+// slowRecord is a good drone's slowest record of a phase: its delay,
+// split at the agent's taking it (the record's IngestTime) into the
+// intake's part (socket, parsing, a chunk's assembly) and the store's
+// (batch window, queue, group commit, the reader's wake-up), and its
+// send time from the attack's start.
+type slowRecord struct {
+	total, intake, store, at time.Duration
 }
 
 // tail reads both streams from their head as records become readable
@@ -357,10 +408,10 @@ func (g *goodLog) record(t *testing.T, rec localstream.Record, now time.Time) {
 	case goodMQTT:
 		var m mqttsim.Telemetry
 		if err := json.Unmarshal(rec.Payload, &m); err != nil {
-			g.got(rec.RoutingKey, []int{-1}, now, now)
+			g.got(rec.RoutingKey, []int{-1}, now, now, now)
 			return
 		}
-		g.got(rec.RoutingKey, []int{int(m.Seq) - 1}, time.UnixMilli(m.Timestamp), now)
+		g.got(rec.RoutingKey, []int{int(m.Seq) - 1}, g.mqttDue(m), time.Unix(0, rec.IngestTime), now)
 	case goodMavUDP, goodMavTCP:
 		g.mu.Lock()
 		i, ok := g.frames[rec.RoutingKey][string(rec.Payload)]
@@ -368,10 +419,10 @@ func (g *goodLog) record(t *testing.T, rec localstream.Record, now time.Time) {
 		if !ok {
 			i = -1 // a frame the drone never sent
 		}
-		g.got(rec.RoutingKey, []int{i}, time.Time{}, now)
+		g.got(rec.RoutingKey, []int{i}, time.Time{}, time.Unix(0, rec.IngestTime), now)
 	case goodRTP, goodCam:
 		if rec.Flags.Has(localstream.FlagRaw) {
-			g.got(rec.RoutingKey, []int{-1}, now, now)
+			g.got(rec.RoutingKey, []int{-1}, now, now, now)
 			return
 		}
 		c, err := video.DecodeChunk(rec.Event)
@@ -390,9 +441,47 @@ func (g *goodLog) record(t *testing.T, rec localstream.Record, now time.Time) {
 			off += f.Size
 		}
 		if len(idx) > 0 {
-			g.got(rec.RoutingKey, idx, time.Time{}, now)
+			g.got(rec.RoutingKey, idx, time.Time{}, time.Unix(0, rec.IngestTime), now)
 		}
 	}
+}
+
+// mqttDue is when the good MQTT drone's message m was due: the
+// simulator publishes at goodMQTTRate from its first message's time,
+// goodMQTTWindow QoS 1 publishes in flight, and catches up after a wait.
+// A message's own timestamp would hide a stall: once the window is full
+// the messages due wait in the simulator for an ack and are stamped when
+// they go (coordinated omission); with one in flight a 1.5 s stall of
+// the store showed in one record of 240. Delay counts from the due time.
+func (g *goodLog) mqttDue(m mqttsim.Telemetry) time.Time {
+	ts := time.UnixMilli(m.Timestamp)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m.Seq == 1 {
+		g.mqttFirst = ts
+	}
+	if g.mqttFirst.IsZero() {
+		return ts // not the first stored: check says so
+	}
+	return g.mqttFirst.Add(time.Duration(m.Seq-1) * time.Second / goodMQTTRate)
+}
+
+// probed records a machine probe sent at sent and synced at now.
+func (g *goodLog) probed(sent, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	k, d := g.phase(sent)+"/"+machineProbe, now.Sub(sent)
+	g.delays[k] = append(g.delays[k], d)
+	if d > g.worst[k].total {
+		g.worst[k] = slowRecord{total: d, at: sent.Sub(g.attackFrom)}
+	}
+}
+
+// slowest returns drone's slowest record of phase.
+func (g *goodLog) slowest(phase, drone string) slowRecord {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.worst[phase+"/"+drone]
 }
 
 // counts returns how many messages each drone recorded as sent.
@@ -580,6 +669,132 @@ func udpSenders(t *testing.T, addr string, n int) []net.Conn {
 	return conns
 }
 
+// attackTargets are the agent's addresses and the attacks' settings,
+// passed to the attackers' process (EDGE_HOSTILE_ATTACKERS, JSON).
+type attackTargets struct {
+	Listen, MAVUDP, MAVTCP, RTP string
+	MAVTCPIdle                  int
+	Seed                        uint64
+}
+
+// attackersEnv carries attackTargets to TestHostileAttackers.
+const attackersEnv = "EDGE_HOSTILE_ATTACKERS"
+
+// attackers is the attackers' process: this test binary running
+// TestHostileAttackers. The attacks come from another process, as from
+// another host: their CPU is not the agent's process's, whose good
+// drones' delay is measured, and their goroutines do not queue in its
+// scheduler (in-process they took 15 % of its CPU samples, and a burst
+// of them — 300 connections dialled at the attack's start — delayed the
+// good drones' records on a starved machine).
+type attackers struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bytes.Buffer
+	mu    sync.Mutex // the writes to in
+	ended chan struct{}
+}
+
+// startAttackers starts the attackers' process; it attacks once start is
+// called, until stop.
+func startAttackers(t *testing.T, at attackTargets) *attackers {
+	b, _ := json.Marshal(at)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHostileAttackers$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), attackersEnv+"="+string(b))
+	out := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a := &attackers{t: t, cmd: cmd, in: in, out: out, ended: make(chan struct{})}
+	t.Cleanup(func() { a.in.Close(); a.cmd.Process.Kill(); <-a.ended })
+	go func() { cmd.Wait(); close(a.ended) }()
+	return a
+}
+
+func (a *attackers) say(line string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	io.WriteString(a.in, line+"\n")
+}
+
+// start starts the attacks; once tcpUp is closed, the good MAVLink TCP
+// drone's system id is spoofed too.
+func (a *attackers) start(tcpUp <-chan struct{}) {
+	a.say("go")
+	go func() {
+		select {
+		case <-tcpUp:
+			a.say("tcp-up")
+		case <-a.ended:
+		}
+	}()
+}
+
+// stop ends the attacks and waits for the process: its failures are the
+// test's, its log lines the test's log.
+func (a *attackers) stop() {
+	a.mu.Lock()
+	a.in.Close()
+	a.mu.Unlock()
+	select {
+	case <-a.ended:
+	case <-time.After(30 * time.Second):
+		a.t.Errorf("the attackers' process did not end 30 s after the attack")
+		a.cmd.Process.Kill()
+		<-a.ended
+	}
+	for _, l := range strings.Split(a.out.String(), "\n") {
+		if strings.Contains(l, "_test.go:") {
+			a.t.Logf("attackers: %s", strings.TrimSpace(l))
+		}
+	}
+	if !a.cmd.ProcessState.Success() {
+		a.t.Errorf("the attackers' process failed (%v):\n%s", a.cmd.ProcessState, a.out.String())
+	}
+}
+
+// TestHostileAttackers is TestHostileEveryIntake's attackers, run in a
+// process of their own (startAttackers); skipped otherwise. It attacks
+// from the line "go" on its stdin until stdin ends; the line "tcp-up"
+// says the good MAVLink TCP drone is bound.
+func TestHostileAttackers(t *testing.T) {
+	env := os.Getenv(attackersEnv)
+	if env == "" {
+		t.Skip("the attackers of TestHostileEveryIntake, run by it in a process of their own")
+	}
+	var at attackTargets
+	if err := json.Unmarshal([]byte(env), &at); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(os.Stdin)
+	if !lines.Scan() || lines.Text() != "go" {
+		return // the test ended before the attack
+	}
+	stop, tcpUp := make(chan struct{}), make(chan struct{})
+	go func() {
+		for lines.Scan() {
+			if lines.Text() == "tcp-up" {
+				close(tcpUp)
+			}
+		}
+		close(stop)
+	}()
+	var attacks sync.WaitGroup
+	attacks.Go(func() { attackIdleConnections(t, &neighbourRig{listen: at.Listen}, stop) })
+	attacks.Go(func() { attackListenerIDs(t, at.Listen, stop) })
+	attacks.Go(func() { attackListenerResends(t, at.Listen, stop) })
+	attacks.Go(func() { attackMAVLinkTCPIdle(t, at.MAVTCP, at.MAVTCPIdle, stop) })
+	attacks.Go(func() { attackMAVLinkUDP(t, at.MAVUDP, at.Seed, tcpUp, stop) })
+	attacks.Go(func() { attackRTP(t, at.RTP, at.Seed, stop) })
+	attacks.Wait()
+}
+
 // attackListenerIDs publishes, on the listener, QoS 1 messages to a new
 // drone id each, 400 a second, never waiting for an ack (the refused ones
 // get none).
@@ -738,10 +953,10 @@ func attackRTP(t *testing.T, addr string, seed uint64, stop <-chan struct{}) {
 
 // schedStat returns the CPU time of the process's threads and how long
 // they have waited for a CPU while runnable, from each thread's
-// /proc/self/task/*/schedstat (Linux; false elsewhere). The Go runtime
-// runs at most GOMAXPROCS threads at once: the wait is the time other
-// processes took from it, a loaded machine, not the time its own
-// goroutines waited for each other.
+// /proc/self/task/*/schedstat (Linux; false elsewhere). Mostly the
+// time other processes took from it, but not only: the process has more
+// threads than GOMAXPROCS (sysmon, threads back from a syscall, idle
+// ones spinning for work), and those wait behind its own too.
 func schedStat() (cpu, wait time.Duration, ok bool) {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
@@ -759,4 +974,111 @@ func schedStat() (cpu, wait time.Duration, ok bool) {
 		}
 	}
 	return cpu, wait, true
+}
+
+// runtimeStat is what the Go runtime says of its scheduling and GC.
+type runtimeStat struct {
+	sched   *metrics.Float64Histogram // /sched/latencies: runnable to running
+	gcPause *metrics.Float64Histogram // /sched/pauses/total/gc: stop-the-world
+	gcs     uint64
+}
+
+func readRuntime() runtimeStat {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}, {Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return runtimeStat{sched: s[0].Value.Float64Histogram(), gcPause: s[1].Value.Float64Histogram(), gcs: s[2].Value.Uint64()}
+}
+
+// since says what happened between r0 and r: GC cycles, the longest
+// stop-the-world pause, and the p99 and longest time a goroutine waited
+// runnable for a thread (histogram buckets: upper bounds).
+func (r runtimeStat) since(r0 runtimeStat) string {
+	q := func(h, h0 *metrics.Float64Histogram, q float64) (time.Duration, time.Duration) {
+		var n uint64
+		counts := make([]uint64, len(h.Counts))
+		for i := range h.Counts {
+			counts[i] = h.Counts[i] - h0.Counts[i]
+			n += counts[i]
+		}
+		var p, top time.Duration
+		var seen uint64
+		for i, c := range counts {
+			if c == 0 {
+				continue
+			}
+			up := time.Duration(min(h.Buckets[i+1], 1e3) * 1e9)
+			seen += c
+			if p == 0 && float64(seen) >= q*float64(n) {
+				p = up
+			}
+			top = up
+		}
+		return p, top
+	}
+	s99, sMax := q(r.sched, r0.sched, 0.99)
+	_, gMax := q(r.gcPause, r0.gcPause, 1)
+	return fmt.Sprintf("%d GC cycles, longest GC pause ≤%v; goroutines waited for a thread p99 ≤%v, longest ≤%v", r.gcs-r0.gcs, gMax, s99, sMax)
+}
+
+// probeMachine is a peer of the good drones that the agent does not
+// touch, of the shape of a record's path through it: every 20 ms until
+// stop, a datagram carrying its send time goes over loopback UDP to a
+// reader goroutine, which hands it to a writer goroutine that writes it
+// to a file in dir and fsyncs it, which hands it to a third that
+// records it — a socket read, two handoffs and a durable write, on the
+// same machine, disk and process as the agent's intakes and store. Its
+// delay (send to recorded), by phase in g, is what the machine alone
+// costs a record at that moment; the returned function stops it.
+func probeMachine(t *testing.T, g *goodLog, dir string) (stop func()) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(dir + "/machine-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	read, synced := make(chan int64, 64), make(chan int64, 64)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(read)
+		b := make([]byte, 64)
+		for {
+			n, _, err := pc.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			sent, _ := strconv.ParseInt(string(b[:n]), 10, 64)
+			read <- sent
+		}
+	})
+	wg.Go(func() {
+		defer close(synced)
+		for sent := range read {
+			f.WriteString(strconv.FormatInt(sent, 10) + "\n")
+			f.Sync()
+			synced <- sent
+		}
+	})
+	wg.Go(func() {
+		for sent := range synced {
+			g.probed(time.Unix(0, sent), time.Now())
+		}
+	})
+	wg.Go(func() {
+		every(20*time.Millisecond, done, time.Time{}, func(int) { c.Write([]byte(strconv.FormatInt(time.Now().UnixNano(), 10))) })
+	})
+	return func() {
+		close(done)
+		c.Close()
+		time.Sleep(100 * time.Millisecond) // the last probes arrive
+		pc.Close()
+		wg.Wait()
+		f.Close()
+	}
 }
