@@ -25,7 +25,7 @@
 # the preemption signal) and cpu.rdtscp=off (the runtime's cputicks, on a
 # contended runtime lock, would run an RDTSCP that valgrind does not
 # decode: SIGILL at a random point); GOGC=off (no collector cycles in the
-# count); GOMAXPROCS=1.
+# count; CG_GOGC=100 counts them); GOMAXPROCS=1.
 set -eu
 bin=$1 dir=$2 bench=$3 per=$4 n1=$5 n2=$6 toggle=${7:-}
 out=$(mktemp -d)
@@ -37,7 +37,7 @@ count() {
 		export "$CG_VARY=$n"
 		times=1x
 	fi
-	(cd "$dir" && GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOGC=off GOMAXPROCS=1 \
+	(cd "$dir" && GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off GOGC=${CG_GOGC:-off} GOMAXPROCS=1 \
 		valgrind --tool=callgrind --callgrind-out-file="$out/cg.$n" "$@" \
 		"$bin" -test.run '^$' -test.bench "$bench" -test.benchtime "$times" >"$out/log.$n" 2>&1) || true
 	for part in "$out/cg.$n" "$out/cg.$n".*; do
