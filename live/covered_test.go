@@ -28,11 +28,20 @@ import (
 //     reaches the value's time plus the bound, for every drone, was at
 //     the centre before the read began — `covered` follows the drain.
 func TestCoveredFollowsDrain(t *testing.T) {
+	coveredFollowsDrain(t, 5, 15_000) // B/s: a drain of some 40 commits
+}
+
+// TestCoveredFollowsDrainAtScale is TestCoveredFollowsDrain at the
+// issue's scale, BenchmarkDrainAfterOutage's: 4 drones at 20 Hz, a
+// 2 Mbit/s link (a drain of ~10 full packs, each ~4 s of events).
+func TestCoveredFollowsDrainAtScale(t *testing.T) {
+	coveredFollowsDrain(t, 20, 250_000)
+}
+
+func coveredFollowsDrain(t *testing.T, hz, link int) {
 	const (
 		drones = 4
-		hz     = 5
 		outage = 600 * time.Second
-		link   = 15_000 // B/s: a drain of some 40 commits
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -44,12 +53,12 @@ func TestCoveredFollowsDrain(t *testing.T) {
 	tel := cfg.Streams["telemetry"]
 	tel.Interval = 5 * time.Second
 	cfg.Streams["telemetry"] = tel
-	s.start(stationOpts{capBps: link, lane: true, live: cfg, onWire: true})
+	s.start(stationOpts{capBps: int64(link), lane: true, live: cfg, onWire: true})
 	names := make([]string, drones)
 	for d := range names {
 		names[d] = fmt.Sprintf("drone-%d", d+1)
 	}
-	step := time.Second / hz
+	step := time.Second / time.Duration(hz)
 	seq := 0
 	var group []localstream.Event
 	tick := func(ns int64) {
