@@ -75,7 +75,8 @@ const (
 // dialect it checks no checksum at all. It also reads an io.Reader, where
 // the intake splits datagrams and resynchronises one byte at a time from
 // buffers it owns (no copy, no allocation per frame). gomavlib's x25
-// checksum, dialect (CRC_EXTRA) and signature (signer.verify) are used.
+// checksum and dialect (CRC_EXTRA) are used; the signature is checked equal
+// to gomavlib's (signer.sign says why it is not called per frame).
 // TestSplitGomavlibFrames reads what gomavlib writes.
 //
 // split reads the frame at the start of b. A checksum is only known for

@@ -20,7 +20,8 @@ import (
 // to 10 s older than the newest (a replay within that), has no rule for
 // a new stream, keeps nothing across restarts, and refuses every
 // unsigned frame (signing.require: false takes them). Its signature is
-// used (signer.verify).
+// checked against the intake's (TestSignIsGomavlibs; signer.sign says why
+// the intake computes it from the frame's bytes).
 //
 // The last timestamps live in the intake (not in a drone's slot, which a
 // silent drone gives back) and are written to the store in the same
