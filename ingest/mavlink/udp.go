@@ -2,7 +2,6 @@ package mavlink
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/bluenviron/gomavlib/v3/pkg/dialects/minimal"
-	"golang.org/x/net/ipv4"
 
 	"github.com/edge-agent/edge-agent/ingest/udpsock"
 )
@@ -30,32 +28,16 @@ const (
 // kernel's count of datagrams dropped at c (its receive buffer full) is
 // kept in drops.
 func (in *Intake) readUDP(c *net.UDPConn, drops *atomic.Int64, conn uint64, stop <-chan struct{}) {
-	pc := ipv4.NewPacketConn(c)
-	msgs := make([]ipv4.Message, udpReadBatch)
-	for i := range msgs {
-		msgs[i].Buffers = [][]byte{make([]byte, udpDatagramMax)}
-		msgs[i].OOB = make([]byte, 64)
-	}
+	r := udpsock.NewReader(c, udpReadBatch, udpDatagramMax)
 	for {
-		n, err := pc.ReadBatch(msgs, 0)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			// A connected socket reports ICMP errors (the server is not up yet).
-			in.c.readErrors.Add(1)
-			time.Sleep(10 * time.Millisecond)
-			continue
+		msgs, ok := r.Read(stop, 10*time.Millisecond, func(error) { in.c.readErrors.Add(1) })
+		if !ok {
+			return
 		}
 		recv := in.cfg.Now().UnixNano()
-		in.c.datagrams.Add(uint64(n))
+		in.c.datagrams.Add(uint64(len(msgs)))
 		in.mu.Lock()
-		for i := range n {
+		for i := range msgs {
 			m := &msgs[i]
 			if d := udpsock.KernelDrops(m.OOB[:m.NN]); d >= 0 {
 				drops.Store(d)

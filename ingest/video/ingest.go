@@ -2,15 +2,12 @@ package video
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/ipv4"
 
 	"github.com/edge-agent/edge-agent/ingest/udpsock"
 )
@@ -182,26 +179,13 @@ func (in *Ingest) listen() (*net.UDPConn, *net.UDPConn, error) {
 
 // read receives datagrams in batches and routes them. sock 0 = RTP, 1 = RTCP.
 func (in *Ingest) read(c *net.UDPConn, sock int, stopping <-chan struct{}) {
-	pc := ipv4.NewPacketConn(c)
-	msgs := make([]ipv4.Message, in.cfg.ReadBatch)
-	for i := range msgs {
-		msgs[i].Buffers = [][]byte{make([]byte, in.cfg.MaxPacketSize+1)}
-		msgs[i].OOB = make([]byte, 64)
-	}
+	r := udpsock.NewReader(c, in.cfg.ReadBatch, in.cfg.MaxPacketSize+1)
 	for {
-		n, err := pc.ReadBatch(msgs, 0)
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			select {
-			case <-stopping:
-				return
-			default:
-			}
-			time.Sleep(time.Millisecond) // transient (ECONNREFUSED from ICMP, ENOBUFS)
-			continue
+		msgs, ok := r.Read(stopping, time.Millisecond, nil)
+		if !ok {
+			return
 		}
+		n := len(msgs)
 		now := in.now()
 		in.rc.readBatches.Add(1)
 		// Garbage (not RTP, not allowed, oversize) is screened out first;
