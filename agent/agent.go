@@ -102,10 +102,7 @@ func (a *Agent) ReportProcs(stats func() procs.Stats) {
 // configured secrets.
 func New(cfg Config, logger *slog.Logger) (*Agent, error) {
 	red := newRedactor(cfg)
-	if err := cfg.Validate(); err != nil {
-		return nil, red.Error(err)
-	}
-	if err := cfg.checkFiles(); err != nil {
+	if err := cfg.Check(); err != nil {
 		return nil, red.Error(err)
 	}
 	if logger == nil {

@@ -36,6 +36,30 @@ func (t TelemetryConfig) checkTopics() error {
 	return nil
 }
 
+// Check reports what New refuses before it starts anything: Validate,
+// then the files the configuration names (checkFiles) and a data_dir
+// that is not a directory. `edge-agent config check` runs it, so that a
+// configuration it calls valid gets past New (a port in use is found
+// when the agent binds it).
+func (c Config) Check() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if err := c.checkFiles(); err != nil {
+		return err
+	}
+	return checkDataDir(c.DataDir)
+}
+
+// checkDataDir refuses a data_dir that exists and is not a directory
+// (one that does not exist yet is made at start).
+func checkDataDir(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("%w: data_dir: %s is a file, not a directory: choose a directory for the store", ErrConfig, dir)
+	}
+	return nil
+}
+
 // checkFiles makes sure that every credential and TLS file the
 // configuration names can be read, and that a named password variable is
 // set, so that a typo exits at start (status 2) naming the YAML key rather

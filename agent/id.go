@@ -34,8 +34,8 @@ func ResolveAgentID(configured, dataDir string) (string, error) {
 		return "", err
 	}
 	id := "edge-" + hex.EncodeToString(r[:])
-	if fi, err := os.Stat(dataDir); err == nil && !fi.IsDir() {
-		return "", fmt.Errorf("%w: data_dir: %s is a file, not a directory: choose a directory for the store", ErrConfig, dataDir)
+	if err := checkDataDir(dataDir); err != nil {
+		return "", err
 	}
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return "", fmt.Errorf("agent: data_dir: %w", err)

@@ -12,7 +12,10 @@ import (
 
 // TestRunConfigErrors: every configuration error of `edge-agent run` exits
 // with status 2 at start, on one line that names the YAML key (or flag)
-// once and says what to fix; secrets in a quoted URL are redacted.
+// once and says what to fix; secrets in a quoted URL are redacted. `config
+// check` of a file that run refuses refuses it in the same words (it
+// called files naming missing credentials or TLS files, an unset
+// password variable or a data_dir that is a file "valid").
 func TestRunConfigErrors(t *testing.T) {
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -77,6 +80,8 @@ func TestRunConfigErrors(t *testing.T) {
 			"want DRONE=URL (e.g. drone-1=rtsp://10.0.0.11:554/stream)"},
 		{"rtsp source url", "", []string{"--rtsp-source", "cam=http://u:Rt5pS3cret@cam/x"}, "video",
 			`sources[0].url: "http://xxxxx@cam/x" is not an RTSP URL (want rtsp://host[:port]/path or rtsps://…, with user:password@ before the host when the camera asks for them; percent-encode a password's reserved characters)`},
+		{"data_dir a file", "data_dir: " + os.Args[0], nil, "data_dir",
+			os.Args[0] + " is a file, not a directory: choose a directory for the store"},
 		{"rtsp source ca file", "video: {sources: [{url: 'rtsps://cam/x', drone: d, ca_file: " + missing + "}]}", nil, "video",
 			"sources[0].ca_file: open " + missing + ": no such file or directory"},
 	}
@@ -106,6 +111,18 @@ func TestRunConfigErrors(t *testing.T) {
 			}
 			if n := strings.Count(msg, c.key); n != 1 {
 				t.Fatalf("key %s named %d times: %s", c.key, n, msg)
+			}
+			// `config check` of the file refuses it in the same words
+			// (a port in use is for run to find: the agent that
+			// config check is run beside holds its own).
+			if c.args != nil || strings.HasSuffix(c.name, "port taken") {
+				return
+			}
+			stderr.Reset()
+			code = runMain(context.Background(), []string{"config", "check", args[2]}, &stdout, &stderr)
+			msg = strings.TrimSpace(stderr.String())
+			if want := "edge-agent config: config: " + c.key + ": " + c.want; code != 2 || msg != want {
+				t.Errorf("config check: exit %d, stderr:\n%s\nwant exit 2 and:\n%s", code, msg, want)
 			}
 		})
 	}

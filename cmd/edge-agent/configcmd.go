@@ -37,7 +37,9 @@ func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	secrets.AddConfig(cfg)
-	if err := cfg.Validate(); err != nil {
+	// What run refuses at start, not Validate alone: the credential and
+	// TLS files, password variables and data_dir too.
+	if err := cfg.Check(); err != nil {
 		return usageError{err}
 	}
 	b, err := yaml.Marshal(cfg)
