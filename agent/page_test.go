@@ -242,6 +242,26 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if err := <-live; err != nil {
 		t.Fatal(err)
 	}
+	// The uplink's "complete in" with no estimate: during an outage with
+	// no cap there is no rate to reckon by, which is not "not catching
+	// up" (it said so while the backlog would drain at once); without an
+	// outage, capture outpaces the link. Rendered from a status the page
+	// is given, in the same script turn as it is read (no poll between).
+	etas, err := chromedp.Run(bctx, chromedp.Evaluate[[2]string](`(() => {
+	  const up = { sent_bytes: 0, send_bytes_per_sec: 0, cap_bytes_per_sec: 0, backlog_events: 120, backlog_bytes: 24000,
+	    backlog_wire_bytes: 2400, down: true, down_since: new Date().toISOString(), down_seconds: 30, cause: "centre unreachable" };
+	  const eta = () => document.querySelector('td[data-k="uplink_eta"]').textContent;
+	  renderUplink({ uplink: up });
+	  const away = eta();
+	  renderUplink({ uplink: Object.assign({}, up, { down: false, send_bytes_per_sec: 1000 }) });
+	  return [away, eta()];
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(etas[0], "unknown while the centre is away") || etas[1] != "not catching up" {
+		t.Errorf("uplink's complete in, no estimate: away with no cap %q, up %q", etas[0], etas[1])
+	}
 	out := filepath.Join(artifactDir(t), "status-page.png")
 	if err := os.WriteFile(out, shot, 0o644); err != nil {
 		t.Fatal(err)

@@ -364,8 +364,13 @@ function renderUplink(s) {
     (u.cap_use != null ? " (" + Math.round(100 * u.cap_use) + " % of the cap)" : ""));
   set("uplink_backlog", fmtInt(u.backlog_events) + " events, " + fmtBytes(u.backlog_bytes) +
     " (" + fmtBytes(u.backlog_wire_bytes) + " on the wire)");
-  set("uplink_eta", u.eta_seconds == null ? "not catching up"
-    : u.backlog_events === 0 ? "complete" : fmtSec(u.eta_seconds) + " at the " + u.eta_basis);
+  // No estimate: while the centre is away with no cap there is no rate
+  // to reckon by (the backlog may well drain once it is back); otherwise
+  // capture outpaces the link.
+  set("uplink_eta", u.eta_seconds != null
+    ? (u.backlog_events === 0 ? "complete" : fmtSec(u.eta_seconds) + " at the " + u.eta_basis)
+    : u.down && !u.cap_bytes_per_sec ? "unknown while the centre is away (no cap to reckon by)"
+    : "not catching up");
 }
 
 function renderErrors(s) {
