@@ -72,7 +72,7 @@ devices: {health_interval: 0s, disk: {retain_below: 64MiB, shed_below: 32MiB}}
 		t.Errorf("read --drone %s: exit %d, %d bytes", drones[0], code, len(out))
 	}
 	code, out, errOut = run(t, "read", "--central", url, "--stream", "telemtry")
-	want = `edge-agent read: read: no stream "telemtry" at the centre; streams there: health, telemetry, video`
+	want = `edge-agent read: no stream "telemtry" at the centre; streams there: health, telemetry, video`
 	if code != 1 || out != "" || strings.TrimSpace(errOut) != want {
 		t.Errorf("read --stream telemtry: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and:\n%s", code, out, errOut, want)
 	}

@@ -216,7 +216,7 @@ func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return enc.Encode(toLine(it))
 	})
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("read: no stream %q at the centre; %s", *stream, centralStreams(ctx, nc))
+		return fmt.Errorf("no stream %q at the centre; %s", *stream, centralStreams(ctx, nc))
 	}
 	if err != nil && ctx.Err() == nil {
 		return fmt.Errorf("read %s: %w", *stream, err)

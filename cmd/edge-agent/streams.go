@@ -45,13 +45,21 @@ type backlog struct {
 
 func runStreams(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("streams", stderr)
-	dataDir := fs.String("data-dir", "", "the agent's data directory (required)")
+	dataDir := fs.String("data-dir", "", "the agent's data directory (or --config)")
+	config := fs.String("config", "", "the agent's config file: its data_dir, with the EDGE_AGENT_* environment as run reads it")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *dataDir == "" && *config != "" {
+		cfg, err := fileAndEnvConfig(*config)
+		if err != nil {
+			return err
+		}
+		*dataDir = cfg.DataDir
+	}
 	if *dataDir == "" {
-		return usagef("--data-dir is required: the agent's data directory")
+		return usagef("--data-dir or --config is required: the agent's data directory, or the config file that names it")
 	}
 	if fi, err := os.Stat(*dataDir); err == nil && !fi.IsDir() {
 		return usagef("--data-dir %s: a file, not a directory: give the agent's data directory (its data_dir)", *dataDir)

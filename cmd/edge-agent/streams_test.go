@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestExitCodes(t *testing.T) {
 	if code, out, _ := run(t, "version"); code != 0 || !strings.HasPrefix(out, "edge-agent ") {
 		t.Fatalf("version: %d %q", code, out)
 	}
-	if code, _, msg := run(t, "streams"); code != 2 || !strings.Contains(msg, "--data-dir is required") {
+	if code, _, msg := run(t, "streams"); code != 2 || !strings.Contains(msg, "--data-dir or --config is required") {
 		t.Fatalf("streams without --data-dir: %d %q", code, msg)
 	}
 	if code, _, _ := run(t, "streams", "--bogus"); code != 2 {
@@ -60,6 +61,15 @@ func TestStreamsCommand(t *testing.T) {
 	code, out, msg := run(t, "streams", "--data-dir", dir)
 	if code != 0 {
 		t.Fatalf("streams: %d %s", code, msg)
+	}
+	// The same through the config file an operator has at hand.
+	cfgFile := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(cfgFile, []byte("data_dir: "+dir+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, byConfig, msg := run(t, "streams", "--config", cfgFile)
+	if code != 0 || !strings.Contains(byConfig, "committed[central] telemetry:1.1=0,1.2=0  backlog 0 events") {
+		t.Fatalf("streams --config: %d %s\n%s", code, msg, byConfig)
 	}
 	for _, want := range []string{"stream telemetry", "0.0", "sealed", "1.1", "committed[central] telemetry:1.1=0,1.2=0  backlog 0 events", "tail telemetry:1.1=0,1.2=0", "watermark "} {
 		if !strings.Contains(out, want) {
