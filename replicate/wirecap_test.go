@@ -168,9 +168,14 @@ func TestDrainFirstPackFull(t *testing.T) {
 	// A full pack: the central max payload (1 MiB) less its reserve, in
 	// events of ~210 B and their metadata.
 	full := (1<<20 - packReserve) / 230
+	// Reserved as it takes on the wire, the first pack closes at the
+	// bucket's quarter second (~2,800 events on a quiet machine), or
+	// earlier when the store's reader falls behind with no commit in
+	// flight (sendNow's dry rule: 1,280 events in a loaded make test);
+	// reserved at payload + 256 B an event it held 216–285.
 	t.Logf("the first commit holds %d events, a full pack ~%d", n, full)
-	if n < full/2 {
-		t.Fatalf("the first commit of the drain holds %d events, under half a pack (~%d): its events reserved more than they take on the wire", n, full)
+	if n < full/8 {
+		t.Fatalf("the first commit of the drain holds %d events, under an eighth of a pack (~%d): its events reserved more than they take on the wire", n, full)
 	}
 }
 

@@ -161,9 +161,18 @@ func (a *testAgent) waitReplicated(t testing.TB, r *replicate.Replicator, d time
 // sourceEvents reads every event of the source stream in order.
 func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []wire.CentralEvent {
 	t.Helper()
-	items, err := centralread.ReadAll(context.Background(), nc, stream, centralread.ReadOptions{})
+	out, err := readSource(nc, stream)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// readSource is sourceEvents' read, its error returned.
+func readSource(nc *nats.Conn, stream string) ([]wire.CentralEvent, error) {
+	items, err := centralread.ReadAll(context.Background(), nc, stream, centralread.ReadOptions{})
+	if err != nil {
+		return nil, err
 	}
 	var out []wire.CentralEvent
 	for _, it := range items {
@@ -171,7 +180,7 @@ func sourceEvents(t testing.TB, nc *nats.Conn, stream string) []wire.CentralEven
 			out = append(out, it.Event)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // waitSource reads the source until it holds total events (what the
@@ -182,16 +191,26 @@ func waitSource(t testing.TB, nc *nats.Conn, stream string, total int) []wire.Ce
 	t.Helper()
 	var src []wire.CentralEvent
 	short := -1
-	// Each check reads the whole source: every 100 ms, as before.
+	var lastErr error
+	// Each check reads the whole source: every 100 ms, as before. A
+	// cluster that has just lost a leader answers "JetStream system
+	// temporarily unavailable" (503) for a while: read again.
 	if !testkit.UntilEvery(60*time.Second, 100*time.Millisecond, func() bool {
-		src = sourceEvents(t, nc, stream)
+		var err error
+		if src, err = readSource(nc, stream); err != nil {
+			if lastErr == nil || err.Error() != lastErr.Error() {
+				t.Logf("a read of the source: %v (reading again)", err)
+			}
+			lastErr = err
+			return false
+		}
 		if len(src) != total && len(src) != short {
 			short = len(src)
 			t.Logf("a read of the source returned %d events of %d", len(src), total)
 		}
 		return len(src) == total
 	}) {
-		t.Fatalf("the source holds %d events, the agents appended %d", len(src), total)
+		t.Fatalf("the source holds %d events, the agents appended %d (the last read's error: %v)", len(src), total, lastErr)
 	}
 	return src
 }
