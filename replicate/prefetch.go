@@ -30,6 +30,11 @@ type prefetcher struct {
 	// yet. Consumer side only.
 	cur  prefetchBatch
 	next int
+	// tail reports whether the last batch received ended where the
+	// reader had nothing more at hand (ErrCaughtUp): an empty channel
+	// after it is the stream's tail, after any other batch a reader that
+	// is behind. Consumer side only.
+	tail bool
 }
 
 // prefetchBatch is a run of records read ahead, and what it weighs
@@ -37,6 +42,8 @@ type prefetcher struct {
 type prefetchBatch struct {
 	recs   []fetched
 	weight int64
+	// tail: the reader had nothing more at hand after this batch.
+	tail bool
 }
 
 // fetched is one record read ahead, or the reader's error. cutAfter is
@@ -96,7 +103,9 @@ func newPrefetcher(ctx context.Context, rd *localstream.Reader, maxRecords int, 
 					break
 				}
 				if rec, err = rd.TryNext(); err != nil {
-					if !errors.Is(err, localstream.ErrCaughtUp) {
+					if errors.Is(err, localstream.ErrCaughtUp) {
+						b.tail = true
+					} else {
 						b.recs = append(b.recs, fetched{err: err})
 					}
 					break
@@ -131,7 +140,7 @@ func (p *prefetcher) head() (fetched, bool) {
 
 // put makes a batch received from ch the current one. The previous one
 // must be consumed.
-func (p *prefetcher) put(b prefetchBatch) { p.cur, p.next = b, 0 }
+func (p *prefetcher) put(b prefetchBatch) { p.cur, p.next, p.tail = b, 0, b.tail }
 
 // pop consumes the head record; the last of a batch returns the batch's
 // bytes to the budget.

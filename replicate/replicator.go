@@ -573,7 +573,9 @@ func (r *Replicator) collect(ctx context.Context, pf *prefetcher, txn Txn, cut l
 			select {
 			case b, ok = <-pf.ch: // what is there already, without arming a timer
 			default:
-				if r.sendNow(txn, fl, flDone, true) {
+				// Dry only at the stream's tail: a reader behind a
+				// backlog (a loaded machine) has more on its way at once.
+				if pf.tail && r.sendNow(txn, fl, flDone, true) {
 					return lastCut, ingest, nil
 				}
 				wait := r.cfg.IdleCommitInterval
@@ -855,11 +857,13 @@ func (r *Replicator) probeNow(txn Txn, growth int64) {
 // open. Either it began with no commit in flight (the first of a drain)
 // and holds the bucket's depth, a quarter second of the link: held to
 // its interval, the first pack of a drain left the link idle for it.
-// Or, dry — nothing more at hand — with no commit in flight any more, it
-// holds at least a chunk: the last pack of a backlog (the chunk keeps a
-// live stream's trickle from becoming a commit an event). Otherwise the
-// interval and holdOpen close it: a pack sent while another is in flight
-// waits for that one's ack anyway.
+// Or, dry — the reader at the stream's tail, nothing more stored — with
+// no commit in flight any more, it holds at least a chunk: the last pack
+// of a backlog (the chunk keeps a live stream's trickle from becoming a
+// commit an event). A reader that is only behind (a loaded machine) is
+// not dry: taken so, the first pack of a drain closed at 512 events of
+// ~4,500. Otherwise the interval and holdOpen close it: a pack sent
+// while another is in flight waits for that one's ack anyway.
 func (r *Replicator) sendNow(txn Txn, fl *inflight, flDone chan struct{}, dry bool) bool {
 	u := r.cfg.Uplink
 	if txn.Len() == 0 || !u.Metered() || u.BytesPerSec() == 0 {
