@@ -100,3 +100,50 @@ func TestPrefetchDerivedCuts(t *testing.T) {
 		t.Fatalf("%d records, %d reshapes: the test did not exercise holes and scaling", n, reference.Reshapes())
 	}
 }
+
+// TestPrefetchTailOnlyAtTheTail: a batch says the reader was at the
+// stream's tail only when it was — every batch of a stored backlog but
+// the last says more is stored, so the builder's dry rule (sendNow) does
+// not close a pack because the reader is behind; the last batch, and one
+// of an event appended after it, say tail.
+func TestPrefetchTailOnlyAtTheTail(t *testing.T) {
+	_, st := openStore(t, t.TempDir())
+	ctx := context.Background()
+	const n = 5*prefetchBatchRecords + 17
+	for i := range n {
+		if _, err := st.Append(ctx, localstream.Event{RoutingKey: "drone-1", Writer: "telemetry/drone-1", Payload: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd, err := st.NewReader(st.HeadCut(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pf := newPrefetcher(pctx, rd, 4096, 16<<20)
+	defer pf.close()
+	next := func() prefetchBatch {
+		select {
+		case b := <-pf.ch:
+			return b
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing prefetched")
+		}
+		return prefetchBatch{}
+	}
+	got := 0
+	for got < n {
+		b := next()
+		got += len(b.recs)
+		if atEnd := got == n; b.tail != atEnd {
+			t.Fatalf("batch ending at record %d of %d stored says tail=%v", got, n, b.tail)
+		}
+	}
+	if _, err := st.Append(ctx, localstream.Event{RoutingKey: "drone-1", Writer: "telemetry/drone-1", Payload: []byte("late")}); err != nil {
+		t.Fatal(err)
+	}
+	if b := next(); len(b.recs) != 1 || !b.tail {
+		t.Fatalf("the appended event came as %d records, tail=%v", len(b.recs), b.tail)
+	}
+}
