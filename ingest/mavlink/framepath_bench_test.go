@@ -12,6 +12,7 @@ import (
 
 	"github.com/bluenviron/gomavlib/v3/pkg/frame"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkFramePath(b *testing.B) {
 		b.Fatal(err)
 	}
 	in.ctx = context.Background()
-	growStack(8)
+	testkit.GrowStack(8)
 	b.ResetTimer()
 	frames := 0
 	for b.Loop() {
@@ -112,7 +113,7 @@ func BenchmarkFramePathSigned(b *testing.B) {
 		return buf.Bytes()
 	}
 	const n = 256 * 20
-	growStack(8)
+	testkit.GrowStack(8)
 	frames, loop := 0, 0
 	var elapsed time.Duration
 	for b.Loop() {
@@ -132,21 +133,4 @@ func BenchmarkFramePathSigned(b *testing.B) {
 	if s := in.Stats(); s.Duplicates != 0 || s.Lost != 0 || s.BadSignature != 0 || s.SignatureReplayed != 0 {
 		b.Fatalf("stats %+v", s)
 	}
-}
-
-// growStack grows the goroutine's stack (by depth × 16 KiB) before a
-// measured loop: a stack that grows inside consume is copied elsewhere,
-// and callgrind, which follows calls by the stack pointer, may then
-// lose consume's return and count on past it (bench/callgrind-count.sh
-// counts consume alone). The collector, off under callgrind, would shrink
-// it again.
-//
-//go:noinline
-func growStack(depth int) byte {
-	var pad [16 << 10]byte
-	pad[depth] = byte(depth)
-	if depth > 0 {
-		return growStack(depth-1) + pad[depth]
-	}
-	return pad[0]
 }

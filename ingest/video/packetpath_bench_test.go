@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edge-agent/edge-agent/internal/testkit"
 	"github.com/edge-agent/edge-agent/localstream"
 	"github.com/edge-agent/edge-agent/replay"
 )
@@ -99,7 +100,7 @@ func BenchmarkPacketPath(b *testing.B) {
 	base := time.Now()
 	packets := 0
 	buf := make([]byte, 0, 2048)
-	growStack(8)
+	testkit.GrowStack(8)
 	b.ResetTimer()
 	for loop := 0; b.Loop(); loop++ {
 		for _, p := range pkts {
@@ -125,22 +126,6 @@ func BenchmarkPacketPath(b *testing.B) {
 	if len(g.drones) != streams || frames == 0 {
 		b.Fatalf("%d drones, %d frames", len(g.drones), frames)
 	}
-}
-
-// growStack grows the goroutine's stack (by depth × 16 KiB) before a
-// measured loop: a stack that grows inside the counted function is
-// copied elsewhere, and callgrind, which follows calls by the stack
-// pointer, may then lose its return and count on past it. The collector,
-// off under callgrind, would shrink it again.
-//
-//go:noinline
-func growStack(depth int) byte {
-	var pad [16 << 10]byte
-	pad[depth] = byte(depth)
-	if depth > 0 {
-		return growStack(depth-1) + pad[depth]
-	}
-	return pad[0]
 }
 
 // benchRouter is the router with the rig's start.
