@@ -168,18 +168,27 @@ func (p *publisher) drain(ctx context.Context) error {
 		return err
 	}
 	for range p.acks {
-		select {
-		case p.slots <- struct{}{}:
-		case <-p.failed:
-			return p.error()
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := p.takeSlot(ctx); err != nil {
+			return err
 		}
 	}
 	for range p.acks {
 		<-p.slots
 	}
 	return p.error()
+}
+
+// takeSlot takes one of the slots of the acks awaited, waiting while
+// all are taken; it fails once the publisher has failed.
+func (p *publisher) takeSlot(ctx context.Context) error {
+	select {
+	case p.slots <- struct{}{}:
+		return nil
+	case <-p.failed:
+		return p.error()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // sendHeld publishes the held message, the last added (sequence next),
@@ -202,12 +211,8 @@ func (p *publisher) send(ctx context.Context, m *nats.Msg, ack uint64) error {
 		p.sentBytes += int64(len(m.Data)) + headerAllowance
 		return nil
 	}
-	select {
-	case p.slots <- struct{}{}:
-	case <-p.failed:
-		return p.error()
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := p.takeSlot(ctx); err != nil {
+		return err
 	}
 	m.Reply = p.inbox
 	err := p.nc.PublishMsg(m)
